@@ -1,0 +1,146 @@
+// Typed run configuration. One YAML file fills these structs (config_load.cpp);
+// every key, its type, default and allowed values are declared once in the
+// schema (config_schema.cpp), which also drives --set, --print-config and the
+// "did you mean" suggestions.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct RunConfig {
+  std::string name = "run";
+  std::string dir = "";          // "" -> runs/<name>
+  uint64_t seed = 1234;
+};
+
+struct MoeConfig {
+  int num_experts = 0;           // 0: dense model
+  int top_k = 2;
+  int every = 1;                 // layer i is MoE when (i + 1) % every == 0
+  double capacity_factor = 0.0;  // <= 0: dropless
+  double aux_loss_coeff = 0.01;
+  int d_ff = 0;                  // 0: model.d_ff
+  bool normalize_topk = true;
+};
+
+struct ModelConfig {
+  std::string arch = "llama";    // llama | gpt2
+  int vocab_size = 256;
+  int d_model = 64;
+  int n_layers = 2;
+  int n_heads = 4;
+  int n_kv_heads = 0;            // 0: n_heads
+  int d_ff = 0;                  // 0: llama round_up(8d/3, 32), gpt2 4d
+  int max_seq_len = 64;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  std::string tie_embeddings = "auto";  // auto | true | false (auto: gpt2 true, llama false)
+  double init_std = 0.02;
+  MoeConfig moe;
+
+  // Resolved by resolve_config(); always valid after it.
+  bool tied() const { return tie_embeddings == "true"; }
+  bool is_moe_layer(int layer) const {
+    return moe.num_experts > 0 && (layer + 1) % moe.every == 0;
+  }
+};
+
+struct ParallelConfig {
+  int tp = 1, pp = 1, cp = 1, ep = 1;
+  int dp = 0;                    // 0: auto (world / (tp*pp*cp))
+  bool sp = false;
+  int zero_stage = 0;
+  double timeout_s = 600;
+};
+
+struct TrainConfig {
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp16
+  int64_t steps = 100;
+  int seq_len = 64;
+  int micro_batch_size = 4;
+  int global_batch_size = 0;       // sequences per optimizer step; 0: micro_batch_size * dp
+  double grad_clip = 1.0;          // <= 0: off
+  int64_t eval_interval = 0;       // 0: no periodic eval
+  int eval_steps = 4;              // micro-batches per eval
+  int threads = 0;                 // CPU threads; 0: all cores
+};
+
+struct OptimConfig {
+  std::string name = "adamw";
+  double lr = 3e-4;
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine"; // cosine | linear | constant
+  int64_t decay_steps = 0;         // 0: train.steps
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct DataConfig {
+  std::vector<std::string> train;  // token files
+  std::vector<std::string> valid;
+  std::string dtype = "uint16";    // uint16 | uint32
+};
+
+struct CheckpointConfig {
+  std::string dir = "";            // "" -> <run dir>/ckpt
+  int64_t interval = 0;            // 0: never
+  int keep_last = 3;
+  bool async = true;
+  std::string resume = "none";     // none | auto | PATH
+};
+
+struct LogConfig {
+  int64_t interval = 1;
+  bool jsonl = true;               // <run dir>/metrics.jsonl
+  std::string progress = "auto";   // auto | bar | lines
+};
+
+struct SmokeConfig {
+  int64_t steps = 200;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  SmokeConfig smoke;
+  std::string source = "<defaults>";  // file it came from, for messages
+
+  int d_ff() const;                 // resolved FFN width
+  int moe_d_ff() const;
+  int kv_heads() const { return model.n_kv_heads > 0 ? model.n_kv_heads : model.n_heads; }
+  int head_dim() const { return model.d_model / model.n_heads; }
+  std::string run_dir() const { return run.dir.empty() ? "runs/" + run.name : run.dir; }
+};
+
+// A user mistake in the configuration: the message names the key (and file),
+// and main() turns it into one line on stderr and exit code 2.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parse YAML text / file into a Config (defaults for absent keys), apply
+// "key.path=value" overrides in order, then validate. Throws ConfigError.
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides);
+Config load_config_text(const std::string& yaml, const std::string& source,
+                        const std::vector<std::string>& overrides);
+// Checks types already done; this checks ranges and cross-key consistency.
+// world_size is the number of processes (1 until distributed runs arrive).
+void validate_config(const Config& c, int world_size = 1);
+// The resolved configuration as YAML (every key, defaults included).
+std::string config_to_yaml(const Config& c);
+
+}  // namespace trainer
