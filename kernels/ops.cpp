@@ -39,6 +39,10 @@ double sum_squares(Tensor x) {
   require_cpu(x, "sum_squares");
   return cpu::sum_squares(x);
 }
+double sum(Tensor x) {
+  require_cpu(x, "sum");
+  return cpu::sum(x);
+}
 void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate) {
   require_cpu(out, "embedding_forward");
   cpu::embedding_forward(out, ids, table, accumulate);

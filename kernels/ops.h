@@ -22,6 +22,7 @@ void add(Tensor out, Tensor a, Tensor b);        // out may alias a or b
 void add_inplace(Tensor acc, Tensor x);          // acc += x
 void scale_inplace(Tensor t, float s);
 double sum_squares(Tensor x);                    // sum of x^2 in double (NaN propagates)
+double sum(Tensor x);                            // sum in double (losses, aux terms)
 
 // ---- embedding --------------------------------------------------------------
 // out[n,:] (= or +=) table[ids[n],:]. ids [N] I32, table [V,C], out [N,C].

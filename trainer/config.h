@@ -137,6 +137,10 @@ struct ConfigError : std::runtime_error {
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides);
 Config load_config_text(const std::string& yaml, const std::string& source,
                         const std::vector<std::string>& overrides);
+// Replaces "auto"/0 placeholders that have one right answer for this run
+// (model.tie_embeddings, train.global_batch_size); load_config_* call it, code
+// that builds a Config by hand should too. Idempotent.
+void resolve_config(Config& c, int world_size = 1);
 // Checks types already done; this checks ranges and cross-key consistency.
 // world_size is the number of processes (1 until distributed runs arrive).
 void validate_config(const Config& c, int world_size = 1);

@@ -14,6 +14,7 @@ void add(Tensor out, Tensor a, Tensor b);
 void add_inplace(Tensor acc, Tensor x);
 void scale_inplace(Tensor t, float s);
 double sum_squares(Tensor x);
+double sum(Tensor x);
 void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate);
 void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps);

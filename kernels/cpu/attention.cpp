@@ -1,0 +1,229 @@
+// Scaled dot-product attention of the CPU backend (see kernels/ops.h), with
+// grouped-query heads and an optional causal mask.
+//
+// Work is split into (batch, head) pairs, one OpenMP thread each; within a
+// pair, blocks of kBlock query rows go through sgemm against the keys they can
+// see, so a causal pass does about half the multiply work of the full square
+// and the score scratch stays kBlock x T per thread however long T is.
+// Backward recomputes the probabilities from the saved log-sum-exp, as flash
+// attention does, instead of keeping a [B, H, T, T] tensor alive.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kBlock = 64;
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+void need_f32(const char* op, const char* name, const Tensor& t) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.dtype != DType::F32)
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+}
+
+struct Dims {
+  int64_t B, T, Hq, Hkv, D;
+};
+
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
+  need_f32(op, "q", q);
+  need_f32(op, "k", k);
+  need_f32(op, "v", v);
+  need_f32(op, "lse", lse);
+  if (q.ndim != 4) fail(op, "q " + q.shape_str() + " must be [B, T, Hq, D]");
+  if (k.ndim != 4) fail(op, "k " + k.shape_str() + " must be [B, T, Hkv, D]");
+  const Dims d{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  if (k.dim(0) != d.B || k.dim(1) != d.T || k.dim(3) != d.D)
+    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str());
+  if (v.shape != k.shape || v.ndim != 4) fail(op, "k " + k.shape_str() + " vs v " + v.shape_str());
+  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
+    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str() + ": Hq must be a multiple of Hkv");
+  if (lse.numel() != d.B * d.Hq * d.T)
+    fail(op, "lse " + lse.shape_str() + " vs q " + q.shape_str() + ": expected [" + std::to_string(d.B) +
+                 ", " + std::to_string(d.Hq) + ", " + std::to_string(d.T) + "]");
+  if (d.T > INT_MAX / 2 || d.Hq * d.D > INT_MAX)
+    fail(op, "q " + q.shape_str() + " is too large for a 32-bit BLAS");
+  return d;
+}
+
+void same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  need_f32(op, an, a);
+  if (a.ndim != b.ndim || a.shape != b.shape)
+    fail(op, std::string(an) + " " + a.shape_str() + " vs " + bn + " " + b.shape_str());
+}
+
+// Debian's OpenBLAS is the pthread build: it cannot tell that it is called
+// from inside an OpenMP region and would start its own threads in every one of
+// ours. While the pairs keep all cores busy, each sgemm runs on one thread.
+class SerialBlas {
+ public:
+  explicit SerialBlas(bool on) : saved_(on ? openblas_get_num_threads() : 1) {
+    if (saved_ > 1) openblas_set_num_threads(1);
+  }
+  ~SerialBlas() {
+    if (saved_ > 1) openblas_set_num_threads(saved_);
+  }
+  SerialBlas(const SerialBlas&) = delete;
+  SerialBlas& operator=(const SerialBlas&) = delete;
+
+ private:
+  int saved_;
+};
+
+// With fewer pairs than cores, OpenBLAS's own threads use the machine better.
+int threads_for(int64_t pairs) {
+  return int(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), pairs)));
+}
+
+// Query rows [i0, i0 + rows) see keys [0, keys); row i sees keys [0, visible(i)).
+inline int64_t visible(int64_t i, int64_t T, bool causal) { return causal ? i + 1 : T; }
+
+}  // namespace
+
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
+  const char* op = "attention_forward";
+  const auto [B, T, Hq, Hkv, D] = check_qkv(op, q, k, v, lse);
+  same_shape(op, "out", out, "q", q);
+  if (B == 0 || T == 0 || Hq == 0) return;
+  const int64_t group = Hq / Hkv, ldq = Hq * D, ldk = Hkv * D;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();
+  float *op_ = out.f32(), *lp = lse.f32();
+
+  const int64_t pairs = B * Hq;
+  const int threads = threads_for(pairs);
+  const int64_t scratch = kBlock * T;
+  std::vector<float> S(size_t(threads * scratch));
+  SerialBlas serial(threads > 1);
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t b = p / Hq, h = p % Hq, g = h / group;
+    const float* Q = qp + b * T * ldq + h * D;
+    const float* K = kp + b * T * ldk + g * D;
+    const float* V = vp + b * T * ldk + g * D;
+    float* O = op_ + b * T * ldq + h * D;
+    float* L = lp + (b * Hq + h) * T;
+    float* s = S.data() + omp_get_thread_num() * scratch;
+    for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+      const int64_t rows = std::min(kBlock, T - i0);
+      const int64_t keys = causal ? i0 + rows : T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale,
+                  Q + i0 * ldq, int(ldq), K, int(ldk), 0.f, s, int(keys));
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = s + r * keys;
+        const int64_t n = visible(i0 + r, T, causal);
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const float inv = float(1.0 / sum);
+        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+        std::fill(row + n, row + keys, 0.f);
+        L[i0 + r] = mx + float(std::log(sum));
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), 1.f, s,
+                  int(keys), V, int(ldk), 0.f, O + i0 * ldq, int(ldq));
+    }
+  }
+}
+
+void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
+                        Tensor v, Tensor out, Tensor lse, bool causal) {
+  const char* op = "attention_backward";
+  const auto [B, T, Hq, Hkv, D] = check_qkv(op, q, k, v, lse);
+  same_shape(op, "out", out, "q", q);
+  same_shape(op, "dout", dout, "q", q);
+  same_shape(op, "dq", dq, "q", q);
+  same_shape(op, "dk", dk, "k", k);
+  same_shape(op, "dv", dv, "v", v);
+  if (B == 0 || T == 0 || Hq == 0) return;
+  const int64_t group = Hq / Hkv, ldq = Hq * D, ldk = Hkv * D;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32(), *gp = dout.f32(), *outp = out.f32(),
+              *lp = lse.f32();
+  float *dqp = dq.f32(), *dkp = dk.f32(), *dvp = dv.f32();
+
+  // One thread owns a kv head and every query head that reads it, so dk and dv
+  // are summed over the group without atomics and in a fixed order.
+  const int64_t pairs = B * Hkv;
+  const int threads = threads_for(pairs);
+  const int64_t scratch = 2 * kBlock * T + kBlock;
+  std::vector<float> S(size_t(threads * scratch));
+  SerialBlas serial(threads > 1);
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t b = p / Hkv, g = p % Hkv;
+    const float* K = kp + b * T * ldk + g * D;
+    const float* V = vp + b * T * ldk + g * D;
+    float* dK = dkp + b * T * ldk + g * D;
+    float* dV = dvp + b * T * ldk + g * D;
+    for (int64_t t = 0; t < T; ++t) {
+      std::memset(dK + t * ldk, 0, size_t(D) * sizeof(float));
+      std::memset(dV + t * ldk, 0, size_t(D) * sizeof(float));
+    }
+    float* P = S.data() + omp_get_thread_num() * scratch;
+    float* dS = P + kBlock * T;
+    float* delta = dS + kBlock * T;
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t base = b * T * ldq + h * D;
+      const float* L = lp + (b * Hq + h) * T;
+      for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+        const int64_t rows = std::min(kBlock, T - i0);
+        const int64_t keys = causal ? i0 + rows : T;
+        const float* Q = qp + base + i0 * ldq;
+        const float* dO = gp + base + i0 * ldq;
+        // delta_i = sum_j P_ij dP_ij = dO_i . O_i (the softmax Jacobian term).
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* o = outp + base + (i0 + r) * ldq;
+          const float* go = dO + r * ldq;
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += double(go[d]) * o[d];
+          delta[r] = float(acc);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale, Q,
+                    int(ldq), K, int(ldk), 0.f, P, int(keys));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), 1.f, dO,
+                    int(ldq), V, int(ldk), 0.f, dS, int(keys));
+        for (int64_t r = 0; r < rows; ++r) {
+          float* pr = P + r * keys;
+          float* dr = dS + r * keys;
+          const int64_t n = visible(i0 + r, T, causal);
+          const float l = L[i0 + r];
+          for (int64_t j = 0; j < n; ++j) {
+            pr[j] = std::exp(pr[j] - l);
+            dr[j] = pr[j] * (dr[j] - delta[r]);
+          }
+          std::fill(pr + n, pr + keys, 0.f);
+          std::fill(dr + n, dr + keys, 0.f);
+        }
+        // dQ = scale dS K (overwrite), dK += scale dS^T Q, dV += P^T dO.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), scale,
+                    dS, int(keys), K, int(ldk), 0.f, dqp + base + i0 * ldq, int(ldq));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), scale, dS,
+                    int(keys), Q, int(ldq), 1.f, dK, int(ldk));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), 1.f, P,
+                    int(keys), dO, int(ldq), 1.f, dV, int(ldk));
+      }
+    }
+  }
+}
+
+}  // namespace trainer::cpu

@@ -1,0 +1,85 @@
+// Token (and position) embedding lookup of the CPU backend (see kernels/ops.h).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+void need(const char* op, const char* name, const Tensor& t, DType dt) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.dtype != dt)
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected " +
+                 dtype_name(dt));
+}
+
+// ids may be [N] or [B,T]; rows of `rows_t` ([..., C]) must match one to one.
+// Every id is checked before any write so a bad batch leaves outputs untouched.
+void check(const char* op, const Tensor& rows_t, const char* rows_name, const Tensor& ids,
+           const Tensor& table, const char* table_name) {
+  need(op, "ids", ids, DType::I32);
+  need(op, table_name, table, DType::F32);
+  need(op, rows_name, rows_t, DType::F32);
+  if (table.ndim != 2) fail(op, std::string(table_name) + " " + table.shape_str() + " must be [V, C]");
+  const int64_t C = table.dim(1);
+  if (rows_t.ndim < 1 || rows_t.dim(-1) != C || rows_t.numel() != ids.numel() * C)
+    fail(op, std::string(rows_name) + " " + rows_t.shape_str() + " vs ids " + ids.shape_str() + " and " +
+                 table_name + " " + table.shape_str());
+  const int32_t* id = ids.i32();
+  const int64_t V = table.dim(0);
+  for (int64_t n = 0; n < ids.numel(); ++n)
+    if (id[n] < 0 || id[n] >= V)
+      fail(op, "id " + std::to_string(id[n]) + " at position " + std::to_string(n) +
+                   " is outside the table [0, " + std::to_string(V) + ")");
+}
+
+}  // namespace
+
+void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate) {
+  check("embedding_forward", out, "out", ids, table, "table");
+  const int64_t N = ids.numel(), C = table.dim(1);
+  const int32_t* id = ids.i32();
+  const float* tab = table.f32();
+  float* o = out.f32();
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* src = tab + int64_t(id[n]) * C;
+    float* dst = o + n * C;
+    if (accumulate)
+      for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
+    else
+      std::copy(src, src + C, dst);
+  }
+}
+
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
+  check("embedding_backward", dout, "dout", ids, dtable, "dtable");
+  const int64_t N = ids.numel(), C = dtable.dim(1);
+  const int32_t* id = ids.i32();
+  const float* g = dout.f32();
+  float* dt = dtable.f32();
+  // Repeated ids would race if threads split the tokens, so threads split the
+  // channels instead; each table entry then sums its tokens in token order,
+  // which also keeps the result independent of the thread count.
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (C + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kCols, c1 = std::min(C, c0 + kCols);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* src = g + n * C;
+      float* dst = dt + int64_t(id[n]) * C;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+}  // namespace trainer::cpu

@@ -1,0 +1,120 @@
+// Linear layer of the CPU backend (see kernels/ops.h): OpenBLAS sgemm on
+// row-major views, weights stored [OC, IC] as in torch.nn.Linear.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+void need_f32(const char* op, const char* name, const Tensor& t) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.dtype != DType::F32)
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+}
+
+struct Dims {
+  int64_t N, IC, OC;
+};
+
+// inp [..., IC], out/dout [..., OC] with the same leading rows, weight [OC, IC].
+Dims check(const char* op, const Tensor& outlike, const char* out_name, const Tensor& inp,
+           const Tensor& weight) {
+  need_f32(op, "inp", inp);
+  need_f32(op, "weight", weight);
+  need_f32(op, out_name, outlike);
+  if (weight.ndim != 2) fail(op, "weight " + weight.shape_str() + " must be [OC, IC]");
+  const int64_t OC = weight.dim(0), IC = weight.dim(1);
+  if (inp.ndim < 1 || inp.dim(-1) != IC)
+    fail(op, "inp " + inp.shape_str() + " vs weight " + weight.shape_str());
+  const int64_t N = inp.numel() / std::max<int64_t>(IC, 1);
+  if (outlike.ndim < 1 || outlike.dim(-1) != OC || outlike.numel() != N * OC)
+    fail(op, std::string(out_name) + " " + outlike.shape_str() + " vs inp " + inp.shape_str() +
+                 " and weight " + weight.shape_str());
+  // cblas takes int dimensions.
+  if (N > INT_MAX || IC > INT_MAX || OC > INT_MAX)
+    fail(op, "inp " + inp.shape_str() + " is too large for a 32-bit BLAS");
+  return {N, IC, OC};
+}
+
+void check_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
+  need_f32(op, name, t);
+  if (t.numel() != n) fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(n) + " elements");
+}
+
+}  // namespace
+
+void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  const char* op = "linear_forward";
+  const auto [N, IC, OC] = check(op, out, "out", inp, weight);
+  if (!bias.empty()) check_vec(op, "bias", bias, OC);
+  if (N == 0 || OC == 0) return;
+  float* o = out.f32();
+  float beta = 0.f;
+  if (!bias.empty()) {
+    // Seeding out with the bias lets sgemm add it for free (beta = 1).
+    const float* b = bias.f32();
+#pragma omp parallel for if (N * OC >= kParallelMin)
+    for (int64_t n = 0; n < N; ++n) std::copy(b, b + OC, o + n * OC);
+    beta = 1.f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(OC), int(IC), 1.f, inp.f32(),
+              int(IC), weight.f32(), int(IC), beta, o, int(OC));
+}
+
+void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                     Tensor weight, bool accumulate_dinp) {
+  const char* op = "linear_backward";
+  const auto [N, IC, OC] = check(op, dout, "dout", inp, weight);
+  need_f32(op, "dweight", dweight);
+  if (dweight.numel() != OC * IC || dweight.dim(-1) != IC)
+    fail(op, "dweight " + dweight.shape_str() + " vs weight " + weight.shape_str());
+  if (!dinp.empty()) {
+    need_f32(op, "dinp", dinp);
+    if (dinp.numel() != inp.numel() || dinp.dim(-1) != IC)
+      fail(op, "dinp " + dinp.shape_str() + " vs inp " + inp.shape_str());
+  }
+  if (!dbias.empty()) check_vec(op, "dbias", dbias, OC);
+  if (N == 0) return;
+  const float* g = dout.f32();
+  if (!dinp.empty() && IC > 0) {
+    // With OC == 0 sgemm would leave dinp untouched instead of zeroing it.
+    if (OC == 0) {
+      if (!accumulate_dinp) fill(dinp, 0.f);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(IC), int(OC), 1.f, g,
+                  int(OC), weight.f32(), int(IC), accumulate_dinp ? 1.f : 0.f, dinp.f32(), int(IC));
+    }
+  }
+  if (OC > 0 && IC > 0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(IC), int(N), 1.f, g, int(OC),
+                inp.f32(), int(IC), 1.f, dweight.f32(), int(IC));
+  if (!dbias.empty()) {
+    float* db = dbias.f32();
+    // Threads own column slabs and walk rows in order: no race, and the sum
+    // does not depend on the thread count.
+    constexpr int64_t kCols = 64;
+    const int64_t blocks = (OC + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (N * OC >= kParallelMin && blocks > 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kCols, c1 = std::min(OC, c0 + kCols);
+      double s[kCols] = {};
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = c0; c < c1; ++c) s[c - c0] += g[n * OC + c];
+      for (int64_t c = c0; c < c1; ++c) db[c] += float(s[c - c0]);
+    }
+  }
+}
+
+}  // namespace trainer::cpu

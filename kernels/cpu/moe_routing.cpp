@@ -1,0 +1,256 @@
+// MoE router and dispatch plan, CPU reference (math in docs/MODEL_MATH.md,
+// "Mixture of experts"). Per-row work is tiny (E is tens to hundreds), so the
+// row loops run in double for an accurate reference and parallelize over tokens.
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& msg) {
+  throw std::invalid_argument(std::string(op) + ": " + msg);
+}
+
+// A required tensor: present, on the host, of the given dtype and rank.
+void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim) {
+  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is missing");
+  if (t.device != Device::CPU)
+    fail(op, std::string(name) + " " + t.shape_str() + " is not on the CPU");
+  if (t.dtype != dt)
+    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
+                 ", expected " + dtype_name(dt));
+  if (t.ndim != ndim)
+    fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) +
+                 " dims");
+}
+
+void same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                const Tensor& b) {
+  bool same = a.ndim == b.ndim;
+  for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
+  if (!same)
+    fail(op, std::string(a_name) + " " + a.shape_str() + " must match " + b_name + " " +
+                 b.shape_str());
+}
+
+// Expert ids come from another op or another rank (EP); a bad one would
+// index out of bounds silently, so every consumer checks them.
+void check_expert_ids(const char* op, const Tensor& topk_idx, int64_t E) {
+  const int32_t* idx = topk_idx.i32();
+  const int64_t K = topk_idx.dim(1);
+  for (int64_t i = 0; i < topk_idx.numel(); ++i)
+    if (idx[i] < 0 || idx[i] >= E)
+      fail(op, "topk_idx[" + std::to_string(i / K) + "," + std::to_string(i % K) + "] = " +
+                   std::to_string(idx[i]) + " is outside [0, " + std::to_string(E) + ")");
+}
+
+// f_e = assignments to e / (N*K), before any capacity drop: the aux loss
+// balances what the router asks for, not what the capacity let through.
+std::vector<double> assignment_fractions(const Tensor& topk_idx, int64_t E) {
+  std::vector<double> f(size_t(E), 0.0);
+  const int64_t NK = topk_idx.numel();
+  const int32_t* idx = topk_idx.i32();
+  for (int64_t i = 0; i < NK; ++i) f[size_t(idx[i])] += 1.0;
+  if (NK > 0)
+    for (double& v : f) v /= double(NK);
+  return f;
+}
+
+}  // namespace
+
+void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits,
+                       bool normalize) {
+  const char* op = "moe_route_forward";
+  need(op, "logits", logits, DType::F32, 2);
+  need(op, "probs", probs, DType::F32, 2);
+  need(op, "topk_idx", topk_idx, DType::I32, 2);
+  need(op, "topk_w", topk_w, DType::F32, 2);
+  same_shape(op, "probs", probs, "logits", logits);
+  same_shape(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  const int64_t N = logits.dim(0), E = logits.dim(1), K = topk_idx.dim(1);
+  if (topk_idx.dim(0) != N)
+    fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
+                 " rows (logits " + logits.shape_str() + ")");
+  if (K < 1 || K > E)
+    fail(op, "K = " + std::to_string(K) + " (topk_idx " + topk_idx.shape_str() +
+                 ") must be in [1, E = " + std::to_string(E) + "]");
+
+  const float* L = logits.f32();
+  float* P = probs.f32();
+  int32_t* I = topk_idx.i32();
+  float* W = topk_w.f32();
+#pragma omp parallel for if (N * E > (1 << 14))
+  for (int64_t n = 0; n < N; ++n) {
+    // Computed into a local row first so that probs may alias logits.
+    std::vector<double> p(size_t(E));
+    const float* l = L + n * E;
+    double mx = l[0];
+    for (int64_t e = 1; e < E; ++e) mx = std::fmax(mx, double(l[e]));
+    double s = 0;
+    for (int64_t e = 0; e < E; ++e) s += (p[size_t(e)] = std::exp(double(l[e]) - mx));
+    for (int64_t e = 0; e < E; ++e) {
+      p[size_t(e)] /= s;
+      P[n * E + e] = float(p[size_t(e)]);
+    }
+    // Ties are broken by the stored fp32 probabilities so that a backend
+    // that only has the fp32 row picks the same experts. The scan runs in
+    // ascending index with a strict '>', which keeps the lower index on a
+    // tie and never reads outside the row even if a probability is NaN.
+    std::vector<char> taken(size_t(E), 0);
+    double wsum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e) {
+        if (taken[size_t(e)]) continue;
+        if (best < 0 || P[n * E + e] > P[n * E + best]) best = e;
+      }
+      taken[size_t(best)] = 1;
+      I[n * K + k] = int32_t(best);
+      wsum += P[n * E + best];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      double w = P[n * E + I[n * K + k]];
+      W[n * K + k] = float(normalize ? w / wsum : w);
+    }
+  }
+}
+
+void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
+  const char* op = "moe_aux_loss_forward";
+  need(op, "probs", probs, DType::F32, 2);
+  need(op, "topk_idx", topk_idx, DType::I32, 2);
+  if (aux.data == nullptr) fail(op, "aux is missing");
+  if (aux.dtype != DType::F32 || aux.numel() != 1)
+    fail(op, "aux " + aux.shape_str() + " " + dtype_name(aux.dtype) + " must be one F32 value");
+  const int64_t N = probs.dim(0), E = probs.dim(1);
+  if (topk_idx.dim(0) != N)
+    fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
+                 " rows (probs " + probs.shape_str() + ")");
+  check_expert_ids(op, topk_idx, E);
+  if (N == 0) {
+    aux.f32()[0] = 0.f;
+    return;
+  }
+  const std::vector<double> f = assignment_fractions(topk_idx, E);
+  const float* P = probs.f32();
+  double total = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    double pe = 0;
+    for (int64_t n = 0; n < N; ++n) pe += P[n * E + e];
+    total += f[size_t(e)] * (pe / double(N));
+  }
+  aux.f32()[0] = float(double(E) * total);
+}
+
+void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx,
+                        Tensor topk_w, bool normalize, float aux_grad) {
+  const char* op = "moe_route_backward";
+  need(op, "probs", probs, DType::F32, 2);
+  need(op, "dlogits", dlogits, DType::F32, 2);
+  need(op, "topk_idx", topk_idx, DType::I32, 2);
+  need(op, "topk_w", topk_w, DType::F32, 2);
+  same_shape(op, "dlogits", dlogits, "probs", probs);
+  same_shape(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  // An absent dtopk_w means the combine weights received no gradient (only
+  // the aux loss drives the router), which is cheaper than a zero tensor.
+  const bool have_dw = !dtopk_w.empty();
+  if (have_dw) {
+    need(op, "dtopk_w", dtopk_w, DType::F32, 2);
+    same_shape(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
+  }
+  const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1);
+  if (topk_idx.dim(0) != N)
+    fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
+                 " rows (probs " + probs.shape_str() + ")");
+  check_expert_ids(op, topk_idx, E);
+  if (N == 0) return;
+
+  // d aux / d probs[n,e] = E * f_e / N, the same for every token.
+  std::vector<double> daux(size_t(E), 0.0);
+  if (aux_grad != 0.f) {
+    const std::vector<double> f = assignment_fractions(topk_idx, E);
+    for (int64_t e = 0; e < E; ++e)
+      daux[size_t(e)] = double(aux_grad) * double(E) * f[size_t(e)] / double(N);
+  }
+
+  const float* P = probs.f32();
+  const int32_t* I = topk_idx.i32();
+  const float* W = topk_w.f32();
+  const float* DW = have_dw ? dtopk_w.f32() : nullptr;
+  float* DL = dlogits.f32();
+#pragma omp parallel for if (N * E > (1 << 14))
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<double> dp(daux);
+    if (have_dw) {
+      const float* p = P + n * E;
+      const int32_t* idx = I + n * K;
+      const float* dw = DW + n * K;
+      if (normalize) {
+        // w_k = p_k / S with S = sum_j p_j over the selected experts:
+        // d w_k / d p_j = (delta_kj - w_k) / S, so
+        // dp_j = (dw_j - sum_k dw_k w_k) / S.
+        double S = 0, dot = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          S += p[idx[k]];
+          dot += double(dw[k]) * double(W[n * K + k]);
+        }
+        for (int64_t k = 0; k < K; ++k) dp[size_t(idx[k])] += (double(dw[k]) - dot) / S;
+      } else {
+        for (int64_t k = 0; k < K; ++k) dp[size_t(idx[k])] += dw[k];
+      }
+    }
+    // Softmax backward: dl_e = p_e (dp_e - sum_j p_j dp_j).
+    double dot = 0;
+    for (int64_t e = 0; e < E; ++e) dot += double(P[n * E + e]) * dp[size_t(e)];
+    for (int64_t e = 0; e < E; ++e)
+      DL[n * E + e] = float(double(P[n * E + e]) * (dp[size_t(e)] - dot));
+  }
+}
+
+void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts,
+                       int capacity) {
+  const char* op = "moe_dispatch_plan";
+  need(op, "topk_idx", topk_idx, DType::I32, 2);
+  need(op, "row_map", row_map, DType::I32, 2);
+  need(op, "offsets", offsets, DType::I32, 1);
+  same_shape(op, "row_map", row_map, "topk_idx", topk_idx);
+  if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
+  const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1);
+  if (offsets.dim(0) != E + 1)
+    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(E + 1) +
+                 "]");
+  // Rows are stored as I32; the buffer must stay addressable.
+  if (N * K > INT32_MAX)
+    fail(op, "N*K = " + std::to_string(N * K) + " rows do not fit in I32 (topk_idx " +
+                 topk_idx.shape_str() + ")");
+  check_expert_ids(op, topk_idx, E);
+
+  const int32_t* I = topk_idx.i32();
+  int32_t* R = row_map.i32();
+  int32_t* O = offsets.i32();
+  // Pass 1 admits in priority order (k-major, then token) and records each
+  // kept assignment's slot within its expert; the expert's base row is only
+  // known once every expert's count is final, hence pass 2. Within an expert
+  // rows therefore follow admission order: all first choices by token, then
+  // all second choices by token, and so on.
+  std::vector<int64_t> count(size_t(E), 0);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t e = I[n * K + k];
+      if (capacity <= 0 || count[size_t(e)] < capacity)
+        R[n * K + k] = int32_t(count[size_t(e)]++);
+      else
+        R[n * K + k] = -1;
+    }
+  O[0] = 0;
+  for (int64_t e = 0; e < E; ++e) O[e + 1] = int32_t(O[e] + count[size_t(e)]);
+  for (int64_t i = 0; i < N * K; ++i)
+    if (R[i] >= 0) R[i] += O[I[i]];
+}
+
+}  // namespace trainer::cpu

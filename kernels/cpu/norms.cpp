@@ -1,0 +1,203 @@
+// RMSNorm and LayerNorm of the CPU backend (see kernels/ops.h). Row statistics
+// are accumulated in double: this backend is the reference the CUDA kernels
+// and the PyTorch model are judged against.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 14;
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+void need_f32(const char* op, const char* name, const Tensor& t) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.dtype != DType::F32)
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+}
+
+// x is [..., C] with C taken from the 1-D weight; returns the number of rows.
+int64_t rows_of(const char* op, const Tensor& x, const Tensor& weight) {
+  need_f32(op, "x", x);
+  need_f32(op, "weight", weight);
+  if (weight.ndim != 1 || x.ndim < 1 || x.dim(-1) != weight.dim(0))
+    fail(op, "x " + x.shape_str() + " vs weight " + weight.shape_str());
+  return x.numel() / weight.dim(0);
+}
+
+void same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  need_f32(op, an, a);
+  if (a.numel() != b.numel() || a.dim(-1) != b.dim(-1))
+    fail(op, std::string(an) + " " + a.shape_str() + " vs " + bn + " " + b.shape_str());
+}
+
+void per_row(const char* op, const char* name, const Tensor& t, int64_t rows) {
+  need_f32(op, name, t);
+  if (t.numel() != rows)
+    fail(op, std::string(name) + " " + t.shape_str() + " must hold one value per row (" +
+                 std::to_string(rows) + ")");
+}
+
+void same_as_weight(const char* op, const char* name, const Tensor& t, const Tensor& weight) {
+  need_f32(op, name, t);
+  if (t.numel() != weight.numel())
+    fail(op, std::string(name) + " " + t.shape_str() + " vs weight " + weight.shape_str());
+}
+
+// Parameter gradients sum over rows. Threads own column slabs and walk the
+// rows in order, so there is no race and the sum does not depend on the
+// thread count. f(n, c) is the row-n contribution to column c.
+template <class F>
+void column_sums(float* acc, int64_t N, int64_t C, F f) {
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (C + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kCols, c1 = std::min(C, c0 + kCols);
+    double s[kCols] = {};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = c0; c < c1; ++c) s[c - c0] += f(n, c);
+    for (int64_t c = c0; c < c1; ++c) acc[c] += float(s[c - c0]);
+  }
+}
+
+}  // namespace
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps) {
+  const char* op = "rmsnorm_forward";
+  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
+  same_shape(op, "out", out, "x", x);
+  per_row(op, "rstd", rstd, N);
+  const float* xp = x.f32();
+  const float* w = weight.f32();
+  float* o = out.f32();
+  float* rs = rstd.f32();
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = xp + n * C;
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += double(xr[c]) * xr[c];
+    const float r = float(1.0 / std::sqrt(ss / double(C) + double(eps)));
+    float* orow = o + n * C;
+    for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * r * w[c];
+    rs[n] = r;
+  }
+}
+
+void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight, Tensor rstd) {
+  const char* op = "rmsnorm_backward";
+  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
+  same_shape(op, "dx", dx, "x", x);
+  same_shape(op, "dout", dout, "x", x);
+  same_as_weight(op, "dweight", dweight, weight);
+  per_row(op, "rstd", rstd, N);
+  const float* xp = x.f32();
+  const float* w = weight.f32();
+  const float* g = dout.f32();
+  const float* rs = rstd.f32();
+  float* dxp = dx.f32();
+  // y = x r w with r = (mean(x^2) + eps)^-1/2, dr/dx_c = -r^3 x_c / C:
+  // dx_c = r w_c g_c - r^3 x_c / C * sum_j g_j w_j x_j.
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = xp + n * C;
+    const float* gr = g + n * C;
+    const double r = rs[n];
+    double dot = 0;
+    for (int64_t c = 0; c < C; ++c) dot += double(gr[c]) * w[c] * xr[c];
+    const float a = float(r);
+    const float b = float(r * r * r * dot / double(C));
+    float* d = dxp + n * C;
+    for (int64_t c = 0; c < C; ++c) d[c] += a * w[c] * gr[c] - b * xr[c];
+  }
+  column_sums(dweight.f32(), N, C,
+              [&](int64_t n, int64_t c) { return double(g[n * C + c]) * xp[n * C + c] * rs[n]; });
+}
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias,
+                       float eps) {
+  const char* op = "layernorm_forward";
+  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
+  same_shape(op, "out", out, "x", x);
+  per_row(op, "mean", mean, N);
+  per_row(op, "rstd", rstd, N);
+  if (!bias.empty()) same_as_weight(op, "bias", bias, weight);
+  const float* xp = x.f32();
+  const float* w = weight.f32();
+  const float* bp = bias.empty() ? nullptr : bias.f32();
+  float* o = out.f32();
+  float* mu = mean.f32();
+  float* rs = rstd.f32();
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = xp + n * C;
+    double s = 0;
+    for (int64_t c = 0; c < C; ++c) s += xr[c];
+    const double m = s / double(C);
+    // Two passes: the one-pass E[x^2] - E[x]^2 loses the variance when the
+    // mean is large compared with the spread.
+    double v = 0;
+    for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
+    const double r = 1.0 / std::sqrt(v / double(C) + double(eps));
+    float* orow = o + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float y = float((xr[c] - m) * r) * w[c];
+      orow[c] = bp ? y + bp[c] : y;
+    }
+    mu[n] = float(m);
+    rs[n] = float(r);
+  }
+}
+
+void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Tensor x,
+                        Tensor weight, Tensor mean, Tensor rstd) {
+  const char* op = "layernorm_backward";
+  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
+  same_shape(op, "dx", dx, "x", x);
+  same_shape(op, "dout", dout, "x", x);
+  same_as_weight(op, "dweight", dweight, weight);
+  if (!dbias.empty()) same_as_weight(op, "dbias", dbias, weight);
+  per_row(op, "mean", mean, N);
+  per_row(op, "rstd", rstd, N);
+  const float* xp = x.f32();
+  const float* w = weight.f32();
+  const float* g = dout.f32();
+  const float* mu = mean.f32();
+  const float* rs = rstd.f32();
+  float* dxp = dx.f32();
+  // With xhat = (x - mean) r and gh = g w:
+  // dx = r (gh - mean(gh) - xhat mean(gh xhat)).
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = xp + n * C;
+    const float* gr = g + n * C;
+    const double m = mu[n], r = rs[n];
+    double sg = 0, sgx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double gh = double(gr[c]) * w[c];
+      sg += gh;
+      sgx += gh * (xr[c] - m) * r;
+    }
+    sg /= double(C);
+    sgx /= double(C);
+    float* d = dxp + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (xr[c] - m) * r;
+      d[c] += float(r * (double(gr[c]) * w[c] - sg - xhat * sgx));
+    }
+  }
+  column_sums(dweight.f32(), N, C, [&](int64_t n, int64_t c) {
+    return double(g[n * C + c]) * ((xp[n * C + c] - double(mu[n])) * rs[n]);
+  });
+  if (!dbias.empty())
+    column_sums(dbias.f32(), N, C, [&](int64_t n, int64_t c) { return double(g[n * C + c]); });
+}
+
+}  // namespace trainer::cpu

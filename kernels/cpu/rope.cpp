@@ -1,0 +1,76 @@
+// Rotary position embedding of the CPU backend (see kernels/ops.h),
+// half-split convention: pair (x[i], x[i + D/2]) at position t turns by
+// t * theta^(-2i/D).
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+void need_bthd(const char* op, const char* name, const Tensor& t) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.dtype != DType::F32)
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
+  if (t.dim(3) % 2 != 0) fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
+}
+
+// sign = +1 rotates forward, -1 applies the inverse (transposed) rotation.
+void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
+            float theta, float sign) {
+  need_bthd(op, out_name, out);
+  need_bthd(op, inp_name, inp);
+  if (out.shape != inp.shape)
+    fail(op, std::string(out_name) + " " + out.shape_str() + " vs " + inp_name + " " + inp.shape_str());
+  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
+  const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
+  // Angles in double, rounded once to float cos/sin: at t in the thousands a
+  // float angle alone would be off by ~1e-4 rad.
+  std::vector<float> cs(size_t(T * half)), sn(size_t(T * half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(double(theta), -2.0 * double(i) / double(D));
+    for (int64_t t = 0; t < T; ++t) {
+      const double a = double(t) * inv_freq;
+      cs[size_t(t * half + i)] = float(std::cos(a));
+      sn[size_t(t * half + i)] = sign * float(std::sin(a));
+    }
+  }
+  const float* x = inp.f32();
+  float* y = out.f32();
+#pragma omp parallel for collapse(2) if (inp.numel() >= kParallelMin)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* c = cs.data() + t * half;
+      const float* s = sn.data() + t * half;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t off = ((b * T + t) * H + h) * D;
+        // Both halves are read before either is written, so out may alias inp.
+        for (int64_t i = 0; i < half; ++i) {
+          const float x0 = x[off + i], x1 = x[off + i + half];
+          y[off + i] = x0 * c[i] - x1 * s[i];
+          y[off + i + half] = x0 * s[i] + x1 * c[i];
+        }
+      }
+    }
+}
+
+}  // namespace
+
+void rope_forward(Tensor out, Tensor inp, float theta) { rotate("rope_forward", "out", out, "inp", inp, theta, 1.f); }
+
+// The rotation is orthogonal, so its gradient is the rotation by -angle.
+void rope_backward(Tensor dinp, Tensor dout, float theta) {
+  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, -1.f);
+}
+
+}  // namespace trainer::cpu

@@ -1,0 +1,185 @@
+#include "model/activations.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+namespace trainer {
+
+namespace {
+using Shape = std::vector<int64_t>;
+
+std::unordered_map<std::string, Tensor> by_name(const std::vector<TensorSpec>& specs,
+                                                const std::vector<Tensor>& tensors) {
+  if (specs.size() != tensors.size()) throw std::logic_error("bind: spec/tensor count mismatch");
+  std::unordered_map<std::string, Tensor> m;
+  for (size_t i = 0; i < specs.size(); ++i) m[specs[i].name] = tensors[i];
+  return m;
+}
+}  // namespace
+
+std::vector<TensorSpec> activation_specs(const ModelDims& d) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  std::vector<TensorSpec> s;
+  auto add = [&](std::string n, Shape sh, DType t = DType::F32) { s.push_back({std::move(n), std::move(sh), t}); };
+  add("ids", {N}, DType::I32);
+  add("targets", {N}, DType::I32);
+  if (!d.llama) add("pos_ids", {N}, DType::I32);
+  for (int64_t i = 0; i < d.L; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "x_in", {N, C});
+    add(p + "h1", {N, C});
+    if (!d.llama) add(p + "mean1", {N});
+    add(p + "rstd1", {N});
+    add(p + "q", {d.B, d.T, d.Hq, d.D});
+    add(p + "k", {d.B, d.T, d.Hkv, d.D});
+    add(p + "v", {d.B, d.T, d.Hkv, d.D});
+    add(p + "o", {N, d.Hq * d.D});
+    add(p + "lse", {d.B, d.Hq, d.T});
+    add(p + "x_mid", {N, C});
+    add(p + "h2", {N, C});
+    if (!d.llama) add(p + "mean2", {N});
+    add(p + "rstd2", {N});
+    if (d.moe_layer(i)) {
+      const int64_t NK = N * d.K;
+      add(p + "rlogits", {N, d.E});
+      add(p + "probs", {N, d.E});
+      add(p + "topk_idx", {N, d.K}, DType::I32);
+      add(p + "topk_w", {N, d.K});
+      add(p + "row_map", {N, d.K}, DType::I32);
+      add(p + "offsets", {d.E + 1}, DType::I32);
+      add(p + "aux", {1});
+      add(p + "xp", {NK, C});
+      add(p + "e1", {NK, d.Fm});
+      if (d.llama) add(p + "e2", {NK, d.Fm});
+      add(p + "eact", {NK, d.Fm});
+      add(p + "yp", {NK, C});
+    } else {
+      add(p + "a1", {N, F});
+      if (d.llama) add(p + "a2", {N, F});
+      add(p + "act", {N, F});
+    }
+  }
+  add("x_final", {N, C});
+  add("hf", {N, C});
+  if (!d.llama) add("meanf", {N});
+  add("rstdf", {N});
+  add("logits", {N, d.V});
+  add("losses", {N});
+  if (d.E > 0) add("moe_out", {N, C});
+  return s;
+}
+
+std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
+  const int64_t N = d.N(), C = d.C;
+  std::vector<TensorSpec> s;
+  auto add = [&](std::string n, Shape sh) { s.push_back({std::move(n), std::move(sh), DType::F32}); };
+  add("dres", {N, C});
+  add("dh", {N, C});
+  add("dq", {d.B, d.T, d.Hq, d.D});
+  add("dk", {d.B, d.T, d.Hkv, d.D});
+  add("dv", {d.B, d.T, d.Hkv, d.D});
+  add("dout", {N, d.Hq * d.D});
+  bool any_dense = false, any_moe = false;
+  for (int64_t i = 0; i < d.L; ++i) (d.moe_layer(i) ? any_moe : any_dense) = true;
+  if (any_dense) {
+    add("d1", {N, d.F});
+    add("d2", {N, d.F});
+    add("dact", {N, d.F});
+  }
+  if (any_moe) {
+    const int64_t NK = N * d.K;
+    add("drlogits", {N, d.E});
+    add("dtopk_w", {N, d.K});
+    add("dxp", {NK, C});
+    add("dxp2", {NK, C});
+    add("dyp", {NK, C});
+    add("de1", {NK, d.Fm});
+    add("de2", {NK, d.Fm});
+    add("deact", {NK, d.Fm});
+  }
+  return s;
+}
+
+Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& specs,
+                             const std::vector<Tensor>& tensors) {
+  auto m = by_name(specs, tensors);
+  auto get = [&](const std::string& n) {
+    auto it = m.find(n);
+    return it == m.end() ? Tensor{} : it->second;
+  };
+  Activations a;
+  a.ids = get("ids");
+  a.targets = get("targets");
+  a.pos_ids = get("pos_ids");
+  for (int64_t i = 0; i < d.L; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LayerActs l;
+    l.x_in = get(p + "x_in");
+    l.h1 = get(p + "h1");
+    l.mean1 = get(p + "mean1");
+    l.rstd1 = get(p + "rstd1");
+    l.q = get(p + "q");
+    l.k = get(p + "k");
+    l.v = get(p + "v");
+    l.o = get(p + "o");
+    l.lse = get(p + "lse");
+    l.x_mid = get(p + "x_mid");
+    l.h2 = get(p + "h2");
+    l.mean2 = get(p + "mean2");
+    l.rstd2 = get(p + "rstd2");
+    l.a1 = get(p + "a1");
+    l.a2 = get(p + "a2");
+    l.act = get(p + "act");
+    l.rlogits = get(p + "rlogits");
+    l.probs = get(p + "probs");
+    l.topk_idx = get(p + "topk_idx");
+    l.topk_w = get(p + "topk_w");
+    l.row_map = get(p + "row_map");
+    l.offsets = get(p + "offsets");
+    l.aux = get(p + "aux");
+    l.xp = get(p + "xp");
+    l.e1 = get(p + "e1");
+    l.e2 = get(p + "e2");
+    l.eact = get(p + "eact");
+    l.yp = get(p + "yp");
+    a.layers.push_back(l);
+  }
+  a.x_final = get("x_final");
+  a.hf = get("hf");
+  a.meanf = get("meanf");
+  a.rstdf = get("rstdf");
+  a.logits = get("logits");
+  a.losses = get("losses");
+  a.moe_out = get("moe_out");
+  return a;
+}
+
+GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
+                              const std::vector<Tensor>& tensors) {
+  auto m = by_name(specs, tensors);
+  auto get = [&](const std::string& n) {
+    auto it = m.find(n);
+    return it == m.end() ? Tensor{} : it->second;
+  };
+  GradScratch g;
+  g.dres = get("dres");
+  g.dh = get("dh");
+  g.dq = get("dq");
+  g.dk = get("dk");
+  g.dv = get("dv");
+  g.dout = get("dout");
+  g.d1 = get("d1");
+  g.d2 = get("d2");
+  g.dact = get("dact");
+  g.drlogits = get("drlogits");
+  g.dtopk_w = get("dtopk_w");
+  g.dxp = get("dxp");
+  g.dxp2 = get("dxp2");
+  g.dyp = get("dyp");
+  g.de1 = get("de1");
+  g.de2 = get("de2");
+  g.deact = get("deact");
+  return g;
+}
+
+}  // namespace trainer

@@ -1,0 +1,53 @@
+// Buffers one micro-batch needs: what forward saves for backward, and the
+// gradient scratch backward reuses layer after layer. The list is the single
+// source for the memory plan and for the allocation.
+#pragma once
+
+#include <vector>
+
+#include "kernels/arena.h"
+#include "model/dims.h"
+
+namespace trainer {
+
+struct LayerActs {
+  Tensor x_in;                 // residual entering the layer [N,C]
+  Tensor h1, mean1, rstd1;     // attention norm out, stats
+  Tensor q, k, v;              // after bias and RoPE: [B,T,H,D]
+  Tensor o, lse;               // attention out [N,Hq*D], lse [B,Hq,T]
+  Tensor x_mid;                // residual after attention [N,C]
+  Tensor h2, mean2, rstd2;     // mlp norm out, stats
+  Tensor a1, a2, act;          // dense: llama gate/up/swiglu; gpt2 fc/-/gelu  [N,F]
+  // MoE
+  Tensor rlogits, probs, topk_idx, topk_w, row_map, offsets, aux;
+  Tensor xp, e1, e2, eact, yp; // permuted rows [N*K, C|Fm]
+};
+
+struct Activations {
+  Tensor ids, targets, pos_ids;          // [N] I32
+  std::vector<LayerActs> layers;
+  Tensor x_final, hf, meanf, rstdf;      // [N,C]
+  Tensor logits;                         // [N,V], overwritten with its gradient
+  Tensor losses;                         // [N]
+  Tensor moe_out;                        // [N,C] combine buffer
+};
+
+// Backward scratch, shared by all layers (overwritten layer by layer).
+struct GradScratch {
+  Tensor dres;                 // gradient of the residual stream [N,C]
+  Tensor dh;                   // gradient of a norm output [N,C]
+  Tensor dq, dk, dv, dout;     // [N, H*D]
+  Tensor d1, d2, dact;         // [N,F]
+  Tensor drlogits, dtopk_w;    // [N,E], [N,K]
+  Tensor dxp, dxp2, dyp;       // [N*K, C]
+  Tensor de1, de2, deact;      // [N*K, Fm]
+};
+
+std::vector<TensorSpec> activation_specs(const ModelDims& d);
+std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d);
+Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& specs,
+                             const std::vector<Tensor>& tensors);
+GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
+                              const std::vector<Tensor>& tensors);
+
+}  // namespace trainer

@@ -1,0 +1,36 @@
+#include "model/dims.h"
+
+#include <cmath>
+
+namespace trainer {
+
+ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len) {
+  ModelDims d;
+  d.llama = c.model.arch == "llama";
+  d.tied = c.model.tied();
+  d.B = micro_batch;
+  d.T = seq_len;
+  d.C = c.model.d_model;
+  d.V = c.model.vocab_size;
+  d.L = c.model.n_layers;
+  d.Hq = c.model.n_heads;
+  d.Hkv = c.kv_heads();
+  d.D = c.head_dim();
+  d.F = c.d_ff();
+  d.max_seq = c.model.max_seq_len;
+  d.eps = float(c.model.norm_eps);
+  d.rope_theta = float(c.model.rope_theta);
+  if (c.model.moe.num_experts > 0) {
+    d.E = c.model.moe.num_experts;
+    d.K = c.model.moe.top_k;
+    d.Fm = c.moe_d_ff();
+    d.moe_every = c.model.moe.every;
+    d.normalize_topk = c.model.moe.normalize_topk;
+    d.aux_coeff = float(c.model.moe.aux_loss_coeff);
+    if (c.model.moe.capacity_factor > 0)
+      d.capacity = int64_t(std::ceil(c.model.moe.capacity_factor * double(d.N() * d.K) / double(d.E)));
+  }
+  return d;
+}
+
+}  // namespace trainer

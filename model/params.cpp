@@ -1,0 +1,174 @@
+#include "model/params.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace trainer {
+
+const char* split_name(Split s) {
+  switch (s) {
+    case Split::Replicated: return "replicated";
+    case Split::Column: return "column";
+    case Split::Row: return "row";
+    case Split::Vocab: return "vocab";
+    case Split::Expert: return "expert";
+  }
+  return "?";
+}
+
+std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
+  std::vector<ParamInfo> out;
+  const float std0 = float(init_std);
+  // GPT-2's scaled init of the projections that write into the residual
+  // stream keeps its variance from growing with depth.
+  const float std_out = float(init_std / std::sqrt(2.0 * double(d.L)));
+  auto mat = [&](std::string name, std::vector<int64_t> shape, Split split, float sd) {
+    out.push_back({{std::move(name), std::move(shape)}, split, Init::Normal, sd, true});
+  };
+  auto vec = [&](std::string name, int64_t n, Split split, Init init) {
+    out.push_back({{std::move(name), {n}}, split, init, 0.f, false});
+  };
+  auto norm = [&](const std::string& prefix) {
+    vec(prefix + ".weight", d.C, Split::Replicated, Init::Ones);
+    if (!d.llama) vec(prefix + ".bias", d.C, Split::Replicated, Init::Zeros);
+  };
+  const int64_t q_dim = d.Hq * d.D, kv_dim = d.Hkv * d.D;
+
+  mat("tok_embed.weight", {d.V, d.C}, Split::Vocab, std0);
+  if (!d.llama) mat("pos_embed.weight", {d.max_seq, d.C}, Split::Replicated, std0);
+  for (int64_t i = 0; i < d.L; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    norm(p + "attn_norm");
+    for (auto [nm, rows] : {std::pair{"wq", q_dim}, {"wk", kv_dim}, {"wv", kv_dim}}) {
+      mat(p + "attn." + nm + ".weight", {rows, d.C}, Split::Column, std0);
+      if (!d.llama) vec(p + "attn." + nm + ".bias", rows, Split::Column, Init::Zeros);
+    }
+    mat(p + "attn.wo.weight", {d.C, q_dim}, Split::Row, std_out);
+    if (!d.llama) vec(p + "attn.wo.bias", d.C, Split::Replicated, Init::Zeros);
+    norm(p + "mlp_norm");
+    if (d.moe_layer(i)) {
+      mat(p + "moe.router.weight", {d.E, d.C}, Split::Replicated, std0);
+      if (d.llama) {
+        mat(p + "moe.w_gate", {d.E, d.Fm, d.C}, Split::Expert, std0);
+        mat(p + "moe.w_up", {d.E, d.Fm, d.C}, Split::Expert, std0);
+        mat(p + "moe.w_down", {d.E, d.C, d.Fm}, Split::Expert, std_out);
+      } else {
+        mat(p + "moe.w_fc", {d.E, d.Fm, d.C}, Split::Expert, std0);
+        mat(p + "moe.w_proj", {d.E, d.C, d.Fm}, Split::Expert, std_out);
+      }
+    } else if (d.llama) {
+      mat(p + "mlp.w_gate.weight", {d.F, d.C}, Split::Column, std0);
+      mat(p + "mlp.w_up.weight", {d.F, d.C}, Split::Column, std0);
+      mat(p + "mlp.w_down.weight", {d.C, d.F}, Split::Row, std_out);
+    } else {
+      mat(p + "mlp.w_fc.weight", {d.F, d.C}, Split::Column, std0);
+      vec(p + "mlp.w_fc.bias", d.F, Split::Column, Init::Zeros);
+      mat(p + "mlp.w_proj.weight", {d.C, d.F}, Split::Row, std_out);
+      vec(p + "mlp.w_proj.bias", d.C, Split::Replicated, Init::Zeros);
+    }
+  }
+  norm("final_norm");
+  if (!d.tied) mat("lm_head.weight", {d.V, d.C}, Split::Vocab, std0);
+  return out;
+}
+
+std::vector<TensorSpec> specs_of(const std::vector<ParamInfo>& params) {
+  std::vector<TensorSpec> s;
+  s.reserve(params.size());
+  for (const auto& p : params) s.push_back(p.spec);
+  return s;
+}
+
+int64_t parameter_count(const std::vector<ParamInfo>& params) {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.spec.numel();
+  return n;
+}
+
+Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
+                     const std::vector<Tensor>& tensors) {
+  if (params.size() != tensors.size()) throw std::logic_error("bind_weights: count mismatch");
+  std::unordered_map<std::string, Tensor> by_name;
+  for (size_t i = 0; i < params.size(); ++i) by_name[params[i].spec.name] = tensors[i];
+  auto get = [&](const std::string& n) -> Tensor {
+    auto it = by_name.find(n);
+    return it == by_name.end() ? Tensor{} : it->second;
+  };
+  Weights w;
+  w.tok_embed = get("tok_embed.weight");
+  w.pos_embed = get("pos_embed.weight");
+  for (int64_t i = 0; i < d.L; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LayerWeights l;
+    l.attn_norm_w = get(p + "attn_norm.weight");
+    l.attn_norm_b = get(p + "attn_norm.bias");
+    l.wq = get(p + "attn.wq.weight");
+    l.bq = get(p + "attn.wq.bias");
+    l.wk = get(p + "attn.wk.weight");
+    l.bk = get(p + "attn.wk.bias");
+    l.wv = get(p + "attn.wv.weight");
+    l.bv = get(p + "attn.wv.bias");
+    l.wo = get(p + "attn.wo.weight");
+    l.bo = get(p + "attn.wo.bias");
+    l.mlp_norm_w = get(p + "mlp_norm.weight");
+    l.mlp_norm_b = get(p + "mlp_norm.bias");
+    l.w_gate = get(p + "mlp.w_gate.weight");
+    l.w_up = get(p + "mlp.w_up.weight");
+    l.w_down = get(p + "mlp.w_down.weight");
+    l.w_fc = get(p + "mlp.w_fc.weight");
+    l.b_fc = get(p + "mlp.w_fc.bias");
+    l.w_proj = get(p + "mlp.w_proj.weight");
+    l.b_proj = get(p + "mlp.w_proj.bias");
+    l.router = get(p + "moe.router.weight");
+    l.e_gate = get(p + "moe.w_gate");
+    l.e_up = get(p + "moe.w_up");
+    l.e_down = get(p + "moe.w_down");
+    l.e_fc = get(p + "moe.w_fc");
+    l.e_proj = get(p + "moe.w_proj");
+    w.layers.push_back(l);
+  }
+  w.final_norm_w = get("final_norm.weight");
+  w.final_norm_b = get("final_norm.bias");
+  w.lm_head = d.tied ? w.tok_embed : get("lm_head.weight");
+  return w;
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and runs
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+void init_parameters(const std::vector<ParamInfo>& params, const std::vector<Tensor>& tensors,
+                     uint64_t seed) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    float* x = tensors[i].f32();
+    const int64_t n = tensors[i].numel();
+    if (p.init != Init::Normal) {
+      const float v = p.init == Init::Ones ? 1.f : 0.f;
+      for (int64_t j = 0; j < n; ++j) x[j] = v;
+      continue;
+    }
+    uint64_t state = seed ^ hash_name(p.spec.name);
+    // Box-Muller on 53-bit uniforms; two normals per pair of draws.
+    for (int64_t j = 0; j < n; j += 2) {
+      double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+      double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
+      double r = std::sqrt(-2.0 * std::log(u1));
+      x[j] = float(r * std::cos(2 * M_PI * u2) * p.init_std);
+      if (j + 1 < n) x[j + 1] = float(r * std::sin(2 * M_PI * u2) * p.init_std);
+    }
+  }
+}
+
+}  // namespace trainer

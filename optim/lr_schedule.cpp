@@ -1,0 +1,17 @@
+#include "optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainer {
+
+double learning_rate(const LrSchedule& s, int64_t step) {
+  if (step < s.warmup) return s.lr * double(step + 1) / double(s.warmup);
+  if (s.kind == "constant") return s.lr;
+  const double span = double(std::max<int64_t>(1, s.decay_steps - s.warmup));
+  const double r = std::clamp(double(step - s.warmup) / span, 0.0, 1.0);
+  if (s.kind == "linear") return s.lr - (s.lr - s.min_lr) * r;
+  return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + std::cos(M_PI * r));
+}
+
+}  // namespace trainer

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, the tests and the examples need.
+# Safe to re-run: it only calls apt-get when something is missing.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake pkg-config
+  libyaml-cpp-dev libcli11-dev catch2
+  libopenblas-dev libgloo-dev
+  libopenmpi-dev openmpi-bin
+  python3 python3-torch python3-numpy python3-yaml python3-matplotlib
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all Debian packages present"
+fi

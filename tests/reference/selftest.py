@@ -1,0 +1,383 @@
+#!/usr/bin/python3
+"""Self-test of the reference, usable before the trainer can dump anything.
+
+1. Unit checks of the pieces whose contract is easy to get subtly wrong
+   (top-k ties, k-major capacity admission, RoPE pairing, LR schedule, file I/O).
+2. For each config of run_reference_tests.py (plus a gpt2 MoE variant), a fake
+   dump made by this reference run in float32 -- a stand-in for the float32
+   trainer, so it also tells whether the tolerances leave room for honest
+   float32 rounding. compare.py must pass on it.
+3. Corrupted dumps and dumps from deliberately wrong models ("mutants") must
+   make compare.py fail, naming the right check: the tolerances have to be
+   tight enough to catch realistic bugs, not just loose enough to pass.
+
+usage: selftest.py [--workdir DIR] [--keep]
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import reference_model  # noqa: E402
+import reference_train  # noqa: E402
+import safetensors_io  # noqa: E402
+from reference_model import (ReferenceModel, model_spec_from_config, moe_route,  # noqa: E402
+                             parse_simple_yaml, random_params, rope)
+from reference_train import ReferenceTrainer, lr_at, train_spec_from_config  # noqa: E402
+from run_reference_tests import CONFIGS, make_config, to_yaml  # noqa: E402
+
+COMPARE = os.path.join(HERE, "compare.py")
+failures = []
+
+
+def expect(cond, what):
+    print(f"{'ok  ' if cond else 'FAIL'}  {what}")
+    if not cond:
+        failures.append(what)
+
+
+# ---------------------------------------------------------------------------
+# 1. unit checks
+# ---------------------------------------------------------------------------
+
+
+def unit_checks(tmp):
+    # Routing: token 1 has a tie (lower index must win); capacity 2 with k-major
+    # admission drops token 3's first choice and token 1's second choice --
+    # token-major admission would drop different ones.
+    p = torch.tensor([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2], [0.2, 0.5, 0.3], [0.6, 0.1, 0.3]],
+                     dtype=torch.float64)
+    experts, w, keep, counts, cap, _ = moe_route(p, 2, 0.75, True)
+    expect(cap == 2, f"capacity ceil(0.75*4*2/3) == 2 (got {cap})")
+    expect(experts.tolist() == [[0, 1], [0, 1], [1, 2], [0, 2]], f"top-k with ties lower index first: {experts.tolist()}")
+    expect(keep.tolist() == [[True, True], [True, False], [True, True], [False, True]],
+           f"k-major admission: {keep.tolist()}")
+    expect(counts.tolist() == [3, 3, 2], f"counts before dropping: {counts.tolist()}")
+    expect(torch.allclose(w[0], torch.tensor([0.5 / 0.8, 0.3 / 0.8], dtype=torch.float64)),
+           "normalize_topk divides by the sum of the selected p")
+    _, w_raw, _, _, cap0, _ = moe_route(p, 2, 0.0, False)
+    expect(cap0 is None and torch.equal(w_raw[0], torch.tensor([0.5, 0.3], dtype=torch.float64)),
+           "dropless and unnormalised weights")
+    ties = torch.tensor([[0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    e3, _, _, _, _, _ = moe_route(ties, 3, 0.0, True)
+    expect(e3.tolist() == [[0, 1, 2]], f"all-equal p picks experts 0,1,2 (got {e3.tolist()})")
+
+    # RoPE: explicit half-split formula for D=4 at t=1, and the relative-position
+    # property that makes it RoPE at all.
+    theta = 10000.0
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64).reshape(1, 1, 1, 4).repeat(1, 2, 1, 1)
+    y = rope(x, theta)[0, 1, 0]
+    a0, a1 = 1.0, theta ** (-2.0 / 4)
+    want = [1 * math.cos(a0) - 3 * math.sin(a0), 2 * math.cos(a1) - 4 * math.sin(a1),
+            1 * math.sin(a0) + 3 * math.cos(a0), 2 * math.sin(a1) + 4 * math.cos(a1)]
+    expect(torch.allclose(y, torch.tensor(want, dtype=torch.float64), atol=1e-14, rtol=0),
+           "RoPE half-split pairs (i, i+D/2) with angle t*theta^(-2i/D)")
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64).repeat(1, 12, 1, 1)
+    k = torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64).repeat(1, 12, 1, 1)
+    rq, rk = rope(q, theta)[0, :, 0], rope(k, theta)[0, :, 0]
+    expect(abs(float(rq[5] @ rk[2] - rq[9] @ rk[6])) < 1e-12, "RoPE scores depend only on t - s")
+
+    # LR schedule against hand-computed values.
+    ts = reference_train.TrainSpec(steps=20, grad_clip=1.0, lr=1e-2, min_lr=1e-3, warmup_steps=3,
+                                   schedule="cosine", decay_steps=20, beta1=0.9, beta2=0.95,
+                                   eps=1e-8, weight_decay=0.1, optimizer="adamw")
+    expect(abs(lr_at(0, ts) - 1e-2 / 3) < 1e-18 and abs(lr_at(2, ts) - 1e-2) < 1e-18, "warmup (s+1)/W")
+    expect(abs(lr_at(3, ts) - 1e-2) < 1e-18, "cosine starts at lr right after warmup")
+    r = (19 - 3) / 17
+    expect(abs(lr_at(19, ts) - (1e-3 + 0.5 * 9e-3 * (1 + math.cos(math.pi * r)))) < 1e-18, "cosine at s=19")
+    lin = dataclasses.replace(ts, schedule="linear")
+    expect(abs(lr_at(11, lin) - (1e-2 - 9e-3 * 8 / 17)) < 1e-18, "linear at s=11")
+    expect(abs(lr_at(40, lin) - 1e-3) < 1e-18, "schedule clamps at min_lr after decay_steps")
+
+    # Files: safetensors round trip, and the fallback YAML parser agrees with PyYAML.
+    tensors = {"a": torch.randn(3, 4), "b": torch.arange(24, dtype=torch.int32).reshape(2, 3, 4),
+               "c": torch.randn(5, dtype=torch.float64), "d": torch.tensor(1.5), "e": torch.zeros(0, 3)}
+    path = os.path.join(tmp, "rt.safetensors")
+    safetensors_io.save(path, tensors)
+    back = safetensors_io.load(path)
+    expect(set(back) == set(tensors) and all(back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k])
+                                             for k in tensors), "safetensors round trip (F32, I32, F64, 0-d, empty)")
+    with open(path, "rb") as f:
+        hlen = int.from_bytes(f.read(8), "little")
+    expect((8 + hlen) % 8 == 0, "safetensors data section 8-byte aligned")
+    cfg = make_config("llama_moe", "/tmp/w", "/tmp/w/tokens.bin")
+    text = to_yaml(cfg) + "\ndata2:\n  train:\n  - /x/a.bin\n  - '/x/b # c.bin'  # comment\n  dtype: uint16\n"
+    try:
+        import yaml
+        expect(parse_simple_yaml(text) == yaml.safe_load(text), "fallback YAML parser == PyYAML")
+    except ImportError:
+        print("skip  fallback YAML parser vs PyYAML (PyYAML missing)")
+    expect(model_spec_from_config(parse_simple_yaml(text)).num_experts == 4, "moe keys read under model.moe")
+    top = dict(cfg)
+    top["moe"] = top["model"].pop("moe")
+    expect(model_spec_from_config(top).num_experts == 4, "moe keys read at top level too")
+
+
+# ---------------------------------------------------------------------------
+# 2. fake dumps
+# ---------------------------------------------------------------------------
+
+SELFTEST_CONFIGS = dict(CONFIGS)
+# Dropless, unnormalised top-k and a dense layer between MoE layers: the
+# options the trainer configs leave at one value.
+SELFTEST_CONFIGS["gpt2_moe"] = {
+    "model": {"arch": "gpt2", "vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4,
+              "max_seq_len": 16, "tie_embeddings": False,
+              "moe": {"num_experts": 4, "top_k": 2, "every": 2, "capacity_factor": 0.0,
+                      "aux_loss_coeff": 0.05, "normalize_topk": False}},
+    "optim": {"lr": 1e-2, "warmup_steps": 0, "schedule": "constant", "weight_decay": 0.1},
+}
+
+
+def config_for(name, tmp):
+    if name in CONFIGS:
+        return make_config(name, tmp, os.path.join(tmp, "tokens.bin"))
+    saved = CONFIGS[name] if name in CONFIGS else None
+    CONFIGS[name] = SELFTEST_CONFIGS[name]
+    try:
+        return make_config(name, tmp, os.path.join(tmp, "tokens.bin"))
+    finally:
+        if saved is None:
+            del CONFIGS[name]
+
+
+def write_fake_dump(dump, cfg, seed, dtype=torch.float32):
+    """What the trainer would write, produced by this reference at `dtype`."""
+    os.makedirs(dump, exist_ok=True)
+    with open(os.path.join(dump, "config.yaml"), "w") as f:
+        f.write(to_yaml(cfg) + "\n")
+    spec, ts = model_spec_from_config(cfg), train_spec_from_config(cfg)
+    init = random_params(spec, seed=seed)
+    t = cfg["train"]
+    M = t["global_batch_size"] // t["micro_batch_size"]
+    g = torch.Generator().manual_seed(seed + 1)
+    # Skewed token distribution, like text: some vocabulary rows never get gradient.
+    probs = torch.softmax(torch.randn(spec.vocab_size, generator=g) * 2.0, 0)
+    seq = torch.multinomial(probs, ts.steps * M * t["micro_batch_size"] * (t["seq_len"] + 1),
+                            replacement=True, generator=g)
+    seq = seq.reshape(ts.steps, M, t["micro_batch_size"], t["seq_len"] + 1).to(torch.int32)
+    inputs, targets = seq[..., :-1].contiguous(), seq[..., 1:].contiguous()
+    model = ReferenceModel(spec, init, dtype=dtype)
+    trainer = ReferenceTrainer(model, ts)
+    recs = [trainer.step(s, inputs[s], targets[s], keep_first_logits=(s == 0), keep_grads=(s == 0))
+            for s in range(ts.steps)]
+    safetensors_io.save(os.path.join(dump, "init.safetensors"), init)
+    safetensors_io.save(os.path.join(dump, "batches.safetensors"), {"inputs": inputs, "targets": targets})
+    step0 = {"logits": recs[0]["logits"].float()}
+    step0.update({"grad." + k: v.float() for k, v in recs[0]["grads"].items()})
+    safetensors_io.save(os.path.join(dump, "step0.safetensors"), step0)
+    safetensors_io.save(os.path.join(dump, "final.safetensors"),
+                        {k: p.detach().float() for k, p in model.params.items()})
+    with open(os.path.join(dump, "losses.json"), "w") as f:
+        json.dump({k: [float(r[k]) for r in recs] for k in ("lm_loss", "aux_loss", "lr", "grad_norm")}, f)
+    return recs
+
+
+def run_compare(dump):
+    r = subprocess.run([sys.executable, COMPARE, dump], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def failed_checks(output):
+    return [line.split()[1] for line in output.splitlines() if line.startswith("FAIL")]
+
+
+def mutate(src, dst, fn):
+    shutil.copytree(src, dst)
+    fn(dst)
+
+
+def edit_tensor(dump, file, name, fn):
+    path = os.path.join(dump, file)
+    d = safetensors_io.load(path)
+    d[name] = fn(d[name].clone())
+    safetensors_io.save(path, d)
+
+
+def edit_losses(dump, key, step, factor):
+    path = os.path.join(dump, "losses.json")
+    with open(path) as f:
+        d = json.load(f)
+    d[key][step] *= factor
+    with open(path, "w") as f:
+        json.dump(d, f)
+
+
+def bump_max(t, rel):
+    i = int(t.abs().argmax())
+    t.view(-1)[i] += rel * float(t.abs().max())
+    return t
+
+
+# Mutant models: realistic bugs a C++ implementation could have.
+def interleaved_rope(x, theta):
+    B, T, H, D = x.shape
+    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang).to(x.dtype)[None, :, None, :], torch.sin(ang).to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).reshape(x.shape)
+
+
+def token_major_route(p, top_k, capacity_factor, normalize_topk):
+    experts, w, keep, counts, capacity, margin = ORIG["moe_route"](p, top_k, capacity_factor, normalize_topk)
+    if capacity is not None:
+        fill = [0] * p.shape[1]
+        keep = torch.zeros_like(keep)
+        for n in range(p.shape[0]):
+            for k in range(top_k):
+                e = int(experts[n, k])
+                if fill[e] < capacity:
+                    fill[e] += 1
+                    keep[n, k] = True
+    return experts, w, keep, counts, capacity, margin
+
+
+def erf_gelu(x):
+    return F.gelu(x)
+
+
+ORIG = {"rope": reference_model.rope, "moe_route": reference_model.moe_route,
+        "gelu_tanh": reference_model.gelu_tanh}
+
+
+class DecayEverything(ReferenceTrainer):
+    def __init__(self, model, ts):
+        super().__init__(model, ts)
+        self.opt = torch.optim.AdamW(list(model.params.values()), lr=ts.lr,
+                                     betas=(ts.beta1, ts.beta2), eps=ts.eps, weight_decay=ts.weight_decay)
+
+
+class TokenMeanPerMicroBatch(ReferenceTrainer):
+    """Sums per-micro-batch means instead of averaging over the step."""
+
+    def forward_backward(self, inputs, targets, keep_first_logits=False):
+        M = inputs.shape[0]
+        lm, aux, logits, stats = super().forward_backward(inputs, targets, keep_first_logits)
+        for p in self.model.params.values():
+            p.grad.mul_(M)
+        return lm, aux, logits, stats
+
+
+def mutant_dump(dump, cfg, seed, patch_module=None, patch=None, trainer_cls=None):
+    saved = {}
+    try:
+        if patch:
+            for attr, fn in patch.items():
+                saved[attr] = getattr(patch_module, attr)
+                setattr(patch_module, attr, fn)
+        if trainer_cls:
+            saved_cls = globals()["ReferenceTrainer"]
+            globals()["ReferenceTrainer"] = trainer_cls
+        try:
+            write_fake_dump(dump, cfg, seed)
+        finally:
+            if trainer_cls:
+                globals()["ReferenceTrainer"] = saved_cls
+    finally:
+        for attr, fn in saved.items():
+            setattr(patch_module, attr, fn)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", help="where to write the fake dumps (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the fake dumps")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    tmp = args.workdir or tempfile.mkdtemp(prefix="reference_selftest_")
+    if args.workdir:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)
+        os.makedirs(tmp)
+    print(f"workdir {tmp}")
+
+    print("--- unit checks")
+    unit_checks(tmp)
+
+    print("--- honest float32 dumps must pass")
+    dumps = {}
+    for i, name in enumerate(SELFTEST_CONFIGS):
+        cfg = config_for(name, tmp)
+        dump = os.path.join(tmp, name, "dump")
+        recs = write_fake_dump(dump, cfg, seed=100 + i)
+        rc, out = run_compare(dump)
+        print(out if rc != 0 else "\n".join(l for l in out.splitlines()
+                                             if not l.startswith("PASS") or "steps." in l or "logits" in l))
+        clipped = sum(r["grad_norm"] > cfg["train"]["grad_clip"] for r in recs)
+        expect(rc == 0, f"{name}: compare.py passes on a float32 dump (clipped {clipped}/{len(recs)} steps)")
+        dumps[name] = (dump, cfg, 100 + i)
+
+    print("--- corrupted dumps must fail, naming the check")
+    base, cfg, seed = dumps["llama_dense"]
+    cases = [
+        ("grad.layers.0.attn.wq.weight", lambda d: edit_tensor(
+            d, "step0.safetensors", "grad.layers.0.attn.wq.weight", lambda t: bump_max(t, 1e-3))),
+        ("step0.logits", lambda d: edit_tensor(d, "step0.safetensors", "logits", lambda t: bump_max(t, 1e-4))),
+        ("steps.lm_loss", lambda d: edit_losses(d, "lm_loss", 10, 1 + 1e-3)),
+        ("steps.lr", lambda d: edit_losses(d, "lr", 7, 1 + 1e-5)),
+        ("steps.grad_norm", lambda d: edit_losses(d, "grad_norm", 12, 1 + 1e-2)),
+        ("final.layers.1.mlp.w_up.weight", lambda d: edit_tensor(
+            d, "final.safetensors", "layers.1.mlp.w_up.weight", lambda t: bump_max(t, 1e-2))),
+        ("grad.final_norm.weight", lambda d: edit_tensor(
+            d, "step0.safetensors", "grad.final_norm.weight", lambda t: t[:-1])),
+        ("init.names", lambda d: edit_tensor(d, "init.safetensors", "layers.1.attn.wo.weight", lambda t: t.t())),
+    ]
+    for i, (check, fn) in enumerate(cases):
+        d = os.path.join(tmp, f"corrupt_{i}")
+        mutate(base, d, fn)
+        rc, out = run_compare(d)
+        bad = failed_checks(out)
+        expect(rc == 1 and bad and bad[0] == check and "compare: FAILED" in out,
+               f"corrupted {check}: exit {rc}, failed {bad[:3]}")
+    moe_dump, moe_cfg, moe_seed = dumps["llama_moe"]
+    d = os.path.join(tmp, "corrupt_moe")
+    mutate(moe_dump, d, lambda d: edit_losses(d, "aux_loss", 5, 1 + 1e-3))
+    rc, out = run_compare(d)
+    expect(rc == 1 and failed_checks(out) == ["steps.aux_loss"], f"corrupted steps.aux_loss: exit {rc}, "
+           f"failed {failed_checks(out)[:3]}")
+
+    print("--- dumps from wrong models must fail")
+    mutants = [
+        ("interleaved RoPE", "llama_dense", dict(patch_module=reference_model, patch={"rope": interleaved_rope}),
+         "step0.logits"),
+        ("token-major capacity admission", "llama_moe",
+         dict(patch_module=reference_model, patch={"moe_route": token_major_route}), "step0.logits"),
+        ("erf GELU instead of tanh", "gpt2_dense",
+         dict(patch_module=reference_model, patch={"gelu_tanh": erf_gelu}), "step0.logits"),
+        ("weight decay on norms and biases", "gpt2_dense", dict(trainer_cls=DecayEverything), None),
+        ("micro-batch losses summed, not averaged", "llama_dense", dict(trainer_cls=TokenMeanPerMicroBatch),
+         "grad.tok_embed.weight"),
+    ]
+    for what, name, kw, first in mutants:
+        _, mcfg, mseed = dumps[name]
+        d = os.path.join(tmp, "mutant_" + what.split()[0].lower() + "_" + name)
+        mutant_dump(d, mcfg, mseed, **kw)
+        rc, out = run_compare(d)
+        bad = failed_checks(out)
+        ok = rc == 1 and bool(bad) and (first is None or bad[0] == first)
+        expect(ok, f"mutant '{what}' ({name}): exit {rc}, failed {bad[:4]}")
+
+    if not args.keep and not args.workdir:
+        shutil.rmtree(tmp)
+    if failures:
+        print(f"selftest: FAILED {len(failures)}: " + "; ".join(failures))
+        return 1
+    print("selftest: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

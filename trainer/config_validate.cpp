@@ -1,0 +1,179 @@
+// Range and cross-key checks. Types were settled by the loader; here every
+// message names the keys involved, their values and what would be accepted.
+#include <string>
+
+#include "trainer/config.h"
+#include "trainer/config_schema.h"
+
+namespace trainer {
+
+namespace {
+
+std::string kv(const char* key, int64_t v) { return std::string(key) + "=" + std::to_string(v); }
+
+class Checker {
+ public:
+  explicit Checker(const Config& c) : c_(c) {}
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw ConfigError(c_.source + ": " + msg);
+  }
+  void require(bool ok, const std::string& msg) const {
+    if (!ok) fail(msg);
+  }
+
+ private:
+  const Config& c_;
+};
+
+void check_parallel(const Config& c, int world, const Checker& ck) {
+  const auto& p = c.parallel;
+  const std::string procs = std::to_string(world);
+  // One dimension alone already asks for more processes than exist: say so in
+  // those words, since "the product must equal the world size" hides which key.
+  auto needs = [&](const char* key, int v) {
+    if (v > world)
+      ck.fail(kv(key, v) + " needs " + std::to_string(v) + " processes, this run has " + procs +
+              " (launch " + std::to_string(v) + " processes with torchrun/mpirun/srun, or set " + key + "=1)");
+  };
+  needs("parallel.tp", p.tp);
+  needs("parallel.pp", p.pp);
+  needs("parallel.cp", p.cp);
+  needs("parallel.ep", p.ep);
+  if (p.dp > 0) needs("parallel.dp", p.dp);
+
+  const int64_t model_parallel = int64_t(p.tp) * p.pp * p.cp;
+  const std::string mp_text = "parallel.tp x pp x cp = " + std::to_string(p.tp) + " x " + std::to_string(p.pp) +
+                              " x " + std::to_string(p.cp) + " = " + std::to_string(model_parallel);
+  if (p.dp > 0) {
+    const int64_t total = model_parallel * p.dp;
+    ck.require(total == world, mp_text + " times parallel.dp=" + std::to_string(p.dp) + " is " +
+                                   std::to_string(total) + " processes, this run has " + procs +
+                                   " (they must be equal; parallel.dp=0 picks dp automatically)");
+  } else {
+    ck.require(world % model_parallel == 0,
+               mp_text + " does not divide the " + procs + " processes of this run");
+  }
+  const int dp = data_parallel_size(c, world);
+
+  if (p.ep > 1) {
+    ck.require(c.model.moe.num_experts > 0,
+               kv("parallel.ep", p.ep) + " splits experts, but model.moe.num_experts=0 (a dense model); "
+               "set parallel.ep=1 or model.moe.num_experts > 0");
+    ck.require((int64_t(dp) * p.cp) % p.ep == 0,
+               kv("parallel.ep", p.ep) + " must divide data-parallel x parallel.cp = " + std::to_string(dp) + " x " +
+                   std::to_string(p.cp) + " (experts are spread over those ranks)");
+    ck.require(c.model.moe.num_experts % p.ep == 0,
+               kv("model.moe.num_experts", c.model.moe.num_experts) + " must be divisible by " +
+                   kv("parallel.ep", p.ep) + " (each expert-parallel rank holds the same number of experts)");
+  }
+  if (p.tp > 1) {
+    ck.require(c.model.n_heads % p.tp == 0,
+               kv("model.n_heads", c.model.n_heads) + " must be divisible by " + kv("parallel.tp", p.tp) +
+                   " (each tensor-parallel rank holds whole heads)");
+    ck.require(c.kv_heads() % p.tp == 0,
+               "key/value heads (model.n_kv_heads, 0 = n_heads) = " + std::to_string(c.kv_heads()) +
+                   " must be divisible by " + kv("parallel.tp", p.tp));
+    if (p.sp)
+      ck.require(c.train.seq_len % p.tp == 0,
+                 kv("train.seq_len", c.train.seq_len) + " must be divisible by " + kv("parallel.tp", p.tp) +
+                     " when parallel.sp=true (the sequence is split across the tensor-parallel group)");
+  }
+  if (p.pp > 1)
+    ck.require(c.model.n_layers >= p.pp,
+               kv("parallel.pp", p.pp) + " needs at least one layer per stage, but " +
+                   kv("model.n_layers", c.model.n_layers));
+  if (p.cp > 1)
+    ck.require(c.train.seq_len % p.cp == 0,
+               kv("train.seq_len", c.train.seq_len) + " must be divisible by " + kv("parallel.cp", p.cp) +
+                   " (each context-parallel rank holds an equal slice of the sequence)");
+}
+
+void check_model(const Config& c, const Checker& ck) {
+  const auto& m = c.model;
+  ck.require(m.d_model % m.n_heads == 0,
+             kv("model.d_model", m.d_model) + " must be divisible by " + kv("model.n_heads", m.n_heads) +
+                 " (head_dim = d_model / n_heads)");
+  if (m.n_kv_heads > 0) {
+    ck.require(m.n_kv_heads <= m.n_heads,
+               kv("model.n_kv_heads", m.n_kv_heads) + " must be <= " + kv("model.n_heads", m.n_heads));
+    ck.require(m.n_heads % m.n_kv_heads == 0,
+               kv("model.n_heads", m.n_heads) + " must be a multiple of " + kv("model.n_kv_heads", m.n_kv_heads) +
+                   " (each key/value head serves the same number of query heads)");
+  }
+  if (m.arch == "llama")
+    ck.require(c.head_dim() % 2 == 0,
+               "head_dim = model.d_model / model.n_heads = " + std::to_string(m.d_model) + " / " +
+                   std::to_string(m.n_heads) + " = " + std::to_string(c.head_dim()) +
+                   " must be even for llama (RoPE rotates pairs of dimensions)");
+  if (m.moe.num_experts > 0) {
+    ck.require(m.moe.top_k <= m.moe.num_experts,
+               kv("model.moe.top_k", m.moe.top_k) + " must be <= " + kv("model.moe.num_experts", m.moe.num_experts));
+    ck.require(m.moe.every <= m.n_layers,
+               kv("model.moe.every", m.moe.every) + " with " + kv("model.n_layers", m.n_layers) +
+                   " makes no layer a MoE layer (layer i is MoE when (i + 1) % every == 0); use every <= n_layers");
+  }
+}
+
+void check_train(const Config& c, int world, const Checker& ck) {
+  const auto& t = c.train;
+  ck.require(t.seq_len <= c.model.max_seq_len,
+             kv("train.seq_len", t.seq_len) + " must be <= " + kv("model.max_seq_len", c.model.max_seq_len));
+  if (t.global_batch_size > 0) {  // 0 is "auto", resolved by resolve_config
+    const int dp = data_parallel_size(c, world);
+    const int64_t step = int64_t(t.micro_batch_size) * dp;
+    ck.require(t.global_batch_size % step == 0,
+               kv("train.global_batch_size", t.global_batch_size) + " must be a multiple of " +
+                   "train.micro_batch_size x data-parallel size = " + std::to_string(t.micro_batch_size) + " x " +
+                   std::to_string(dp) + " = " + std::to_string(step) + " (gradient accumulation runs whole micro-batches)");
+  }
+  if (t.device == "cpu")
+    ck.require(t.precision == "auto" || t.precision == "fp32",
+               "train.precision=" + t.precision + " is not available with train.device=cpu (the CPU backend "
+               "computes in fp32); use train.precision: fp32 or auto, or train.device: cuda");
+}
+
+void check_optim(const Config& c, const Checker& ck) {
+  const auto& o = c.optim;
+  ck.require(o.min_lr <= o.lr, "optim.min_lr=" + value_yaml(*find_key("optim.min_lr"), c) +
+                                   " must be <= optim.lr=" + value_yaml(*find_key("optim.lr"), c));
+  if (o.decay_steps > 0)
+    ck.require(o.warmup_steps <= o.decay_steps,
+               kv("optim.warmup_steps", o.warmup_steps) + " must be <= " + kv("optim.decay_steps", o.decay_steps));
+  else
+    ck.require(o.warmup_steps <= c.train.steps,
+               kv("optim.warmup_steps", o.warmup_steps) + " must be <= " + kv("train.steps", c.train.steps) +
+                   " (optim.decay_steps=0 means the schedule spans train.steps)");
+}
+
+void check_data_and_io(const Config& c, const Checker& ck) {
+  ck.require(!c.data.train.empty(),
+             "data.train is empty: set data.train to your token files (e.g. 'data: {train: [data/train.bin]}' "
+             "in the YAML, or --set data.train=data/train.bin)");
+  auto no_empty = [&](const char* key, const std::vector<std::string>& files) {
+    for (size_t i = 0; i < files.size(); ++i)
+      ck.require(!files[i].empty(), std::string(key) + "[" + std::to_string(i) + "] is an empty path");
+  };
+  no_empty("data.train", c.data.train);
+  no_empty("data.valid", c.data.valid);
+  ck.require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
+             "run.name='" + c.run.name + "' must be a non-empty name without '/' (use run.dir for a path)");
+  ck.require(c.checkpoint.interval == 0,
+             "checkpoint saving is not available in this build yet (checkpoint.interval must be 0, got " +
+                 std::to_string(c.checkpoint.interval) + ")");
+}
+
+}  // namespace
+
+void validate_config(const Config& c, int world_size) {
+  const Checker ck(c);
+  if (world_size < 1) ck.fail("world size " + std::to_string(world_size) + " must be >= 1");
+  for (const auto& k : config_schema())
+    if (auto problem = check_key_value(k, c)) ck.fail(*problem);
+  check_parallel(c, world_size, ck);
+  check_model(c, ck);
+  check_train(c, world_size, ck);
+  check_optim(c, ck);
+  check_data_and_io(c, ck);
+}
+
+}  // namespace trainer

@@ -1,0 +1,58 @@
+#include "trainer/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace trainer {
+
+namespace {
+// JSON has no NaN/Inf; null keeps the file parseable when a run diverges.
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.8g", v);
+  return b;
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path) {
+  if (path.empty()) return;
+  jsonl_ = std::fopen(path.c_str(), "w");
+  if (!jsonl_) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (jsonl_) std::fclose(jsonl_);
+}
+
+void MetricsLog::step(const StepMetrics& m, bool print) {
+  if (print) {
+    std::printf("step %6lld/%lld | loss %.4f", (long long)m.step, (long long)m.total_steps, m.loss);
+    if (m.has_aux) std::printf(" | aux %.4f", m.aux_loss);
+    std::printf(" | lr %.3e | grad norm %.3f | %.0f tok/s | %.1f ms/step\n", m.lr, m.grad_norm,
+                m.tokens_per_s, m.ms_per_step);
+    std::fflush(stdout);
+  }
+  if (jsonl_) {
+    std::fprintf(jsonl_,
+                 "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %s, "
+                 "\"ms_per_step\": %s, \"tokens\": %lld%s%s}\n",
+                 (long long)m.step, num(m.loss).c_str(), num(m.lr).c_str(), num(m.grad_norm).c_str(),
+                 num(m.tokens_per_s).c_str(), num(m.ms_per_step).c_str(), (long long)m.tokens,
+                 m.has_aux ? ", \"aux_loss\": " : "", m.has_aux ? num(m.aux_loss).c_str() : "");
+    std::fflush(jsonl_);
+  }
+}
+
+void MetricsLog::eval(int64_t step, double val_loss) {
+  std::printf("eval @ step %lld | val loss %.4f\n", (long long)step, val_loss);
+  std::fflush(stdout);
+  if (jsonl_) {
+    std::fprintf(jsonl_, "{\"step\": %lld, \"val_loss\": %s}\n", (long long)step, num(val_loss).c_str());
+    std::fflush(jsonl_);
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,27 @@
+// Memory accounting: bytes per rank for parameters, gradients, optimizer
+// state, activations and workspace, computed from the same tensor lists the
+// arenas allocate, so the plan printed at start-up is what the run holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "trainer/config.h"
+
+namespace trainer {
+
+struct MemoryPlan {
+  int64_t parameters = 0;     // count
+  size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  size_t activation_bytes = 0, workspace_bytes = 0;
+  size_t total() const {
+    return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
+  }
+};
+
+MemoryPlan plan_memory(const Config& c);
+std::string format_plan(const MemoryPlan& p, const std::string& device_label);
+std::string format_bytes(double bytes);  // "12.3 MiB"
+
+}  // namespace trainer
