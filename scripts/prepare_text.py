@@ -40,7 +40,7 @@ def main():
     cut = int(len(data) * (1 - args.valid_fraction))
     os.makedirs(args.out_dir, exist_ok=True)
     for name, chunk in (("train.bin", data[:cut]), ("valid.bin", data[cut:])):
-        tokens = array.array("H", chunk)  # one uint16 per byte
+        tokens = array.array("H", memoryview(chunk).tolist())  # one uint16 per byte
         if sys.byteorder != "little":
             tokens.byteswap()
         with open(os.path.join(args.out_dir, name), "wb") as f:

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "model/transformer.h"
 #include "test_util.h"
@@ -20,6 +21,9 @@ struct Case {
   int64_t E, K, every;
   double capacity_factor;
   bool tied;
+  // Token seed; a case whose tokens sit on a routing tie is re-seeded (the
+  // skipped-point check below catches that).
+  uint64_t data_seed = 1;
 };
 
 ModelDims tiny_dims(const Case& c) {
@@ -49,8 +53,18 @@ ModelDims tiny_dims(const Case& c) {
   return d;
 }
 
-double total_loss(Model& m) {
+// Expert choices of every MoE layer; top-k routing is piecewise constant, so
+// a finite difference that changes a choice does not measure the gradient.
+std::vector<int32_t> routing(const Model& m) {
+  std::vector<int32_t> r;
+  for (const LayerActs& a : m.acts.layers)
+    if (!a.topk_idx.empty()) r.insert(r.end(), a.topk_idx.i32(), a.topk_idx.i32() + a.topk_idx.numel());
+  return r;
+}
+
+double total_loss(Model& m, const std::vector<int32_t>& base_routing, bool* routing_changed) {
   ForwardResult r = model_forward(m, 0.f);
+  if (routing(m) != base_routing) *routing_changed = true;
   return r.loss_sum / double(m.dims.N()) + double(m.dims.aux_coeff) * r.aux_sum;
 }
 
@@ -61,7 +75,9 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
       {"llama dense", true, 0, 0, 1, 0.0, false},
       {"gpt2 dense tied", false, 0, 0, 1, 0.0, true},
       {"llama moe dropless", true, 4, 2, 1, 0.0, false},
-      {"gpt2 moe every 2", false, 4, 2, 2, 0.0, false},
+      {"gpt2 moe every 2", false, 4, 2, 2, 0.0, false, 5},
+      {"gpt2 moe every 1", false, 4, 2, 1, 0.0, false},
+      {"llama moe every 2", true, 4, 2, 2, 0.0, false},
       {"llama moe capacity 1.0", true, 4, 2, 1, 1.0, false},
   };
   for (const Case& c : cases) {
@@ -79,16 +95,18 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
         for (size_t j = 0; j < r.size(); ++j) p[j] += r[j];
       }
       std::vector<int32_t> ids(size_t(d.N())), tg(size_t(d.N()));
-      test::fill_ints(ids, 1, 0, int(d.V));
-      test::fill_ints(tg, 2, 0, int(d.V));
+      test::fill_ints(ids, c.data_seed, 0, int(d.V));
+      test::fill_ints(tg, c.data_seed + 1, 0, int(d.V));
       std::copy(ids.begin(), ids.end(), m.acts.ids.i32());
       std::copy(tg.begin(), tg.end(), m.acts.targets.i32());
 
       zero_grads(m);
       model_forward(m, float(1.0 / double(d.N())));
+      const std::vector<int32_t> base_routing = routing(m);
       model_backward(m, d.aux_coeff);
+      int64_t points = 0, skipped = 0;
 
-      const double h = 1e-2;
+      const double h = 3e-3;
       double worst = 0;
       for (size_t i = 0; i < m.params.size(); ++i) {
         float* p = m.param_tensors[i].f32();
@@ -98,11 +116,17 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
         double max_rel = 0;
         for (int64_t j = 0; j < n; j += stride) {
           const float saved = p[j];
+          bool changed = false;
           p[j] = float(saved + h);
-          const double lp = total_loss(m);
+          const double lp = total_loss(m, base_routing, &changed);
           p[j] = float(saved - h);
-          const double lm = total_loss(m);
+          const double lm = total_loss(m, base_routing, &changed);
           p[j] = saved;
+          ++points;
+          if (changed) {
+            ++skipped;
+            continue;
+          }
           const double num = (lp - lm) / (2 * h);
           const double rel = std::fabs(num - g[j]) / std::max({std::fabs(num), double(std::fabs(g[j])), 1e-3});
           max_rel = std::max(max_rel, rel);
@@ -111,10 +135,13 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
                     m.params[i].spec.name.c_str(), max_rel);
         worst = std::max(worst, max_rel);
       }
+      std::printf("[model gradcheck] %s: %lld points, %lld skipped (routing changed)\n", c.label,
+                  (long long)points, (long long)skipped);
       INFO(c.label << ": worst relative error " << worst);
-      // fp32 forward with h = 1e-2: truncation and rounding keep the error
-      // around 1e-3; a wrong backward shows up as O(1).
-      CHECK(worst < 2e-2);
+      CHECK(skipped * 10 <= points);
+      // fp32 forward, h = 3e-3: rounding (~1e-7 * loss / h) and truncation
+      // keep the error near 1e-2 at worst; a wrong backward shows up as O(1).
+      CHECK(worst < 5e-2);
     }
   }
 }

@@ -3,9 +3,8 @@
 // recomputation written here, backwards against central finite differences,
 // and the dispatch plan against hand-worked cases. A last pair of tests runs a
 // whole MoE FFN through the ops and compares it with a naive per-token loop.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -22,6 +21,11 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// Permute, unpermute and grouped linear are linear in each input taken
+// alone, so central differences have no truncation error at any step; a
+// large step shrinks the fp32 rounding noise of the loss by the same factor.
+constexpr double kLinearStep = 0.1;
+
 // Logits whose per-row ranking is never in doubt: a shuffled ladder with
 // 0.8 between rungs plus noise of at most 0.1. A finite-difference step of
 // 1e-2 then cannot change which experts are selected, so the checks see a
@@ -29,8 +33,8 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 std::vector<float> separated_logits(int64_t N, int64_t E, uint64_t seed) {
   std::mt19937_64 g(seed);
   std::uniform_real_distribution<float> noise(-0.1f, 0.1f);
-  std::vector<float> v(size_t(N * E));
-  std::vector<int> rank(size_t(E));
+  std::vector<float> v(static_cast<size_t>(N * E));
+  std::vector<int> rank(static_cast<size_t>(E));
   for (int64_t n = 0; n < N; ++n) {
     std::iota(rank.begin(), rank.end(), 0);
     std::shuffle(rank.begin(), rank.end(), g);
@@ -57,7 +61,7 @@ RefRoute ref_route(const std::vector<float>& logits, int64_t N, int64_t E, int64
     for (int64_t e = 0; e < E; ++e) s += std::exp(double(logits[size_t(n * E + e)]) - mx);
     for (int64_t e = 0; e < E; ++e)
       r.probs[size_t(n * E + e)] = std::exp(double(logits[size_t(n * E + e)]) - mx) / s;
-    std::vector<int> order(size_t(E));
+    std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
     const double* p = &r.probs[size_t(n * E)];
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
@@ -86,6 +90,13 @@ std::vector<char> ref_admit(const std::vector<int>& idx, int64_t N, int64_t K, i
       }
     }
   return kept;
+}
+
+// Owned's tensor points into its vector; moving a new vector in would leave
+// the tensor on freed memory, so values are copied into the existing buffer.
+void set_values(Owned& o, const std::vector<float>& v) {
+  REQUIRE(v.size() == o.f.size());
+  std::copy(v.begin(), v.end(), o.f.begin());
 }
 
 double max_abs(const std::vector<float>& v) {
@@ -124,9 +135,9 @@ TEST_CASE("moe_route_forward matches float64 softmax and top-k", "[moe]") {
 TEST_CASE("moe_route_forward breaks ties toward the lower expert index", "[moe]") {
   const int64_t E = 4, K = 2;
   Owned logits({3, E}), probs({3, E}), idx({3, K}, DType::I32), w({3, K});
-  logits.f = {0, 0, 0, 0,     // all equal: experts 0 then 1
-              0, 1, 0, 1,     // two equal maxima: 1 then 3
-              2, 1, 0, 1};    // runner-up tie between 1 and 3: 1
+  logits.f = {0, 0, 0, 0,   // all equal: experts 0 then 1
+              0, 1, 0, 1,   // two equal maxima: 1 then 3
+              2, 1, 0, 1};  // runner-up tie between 1 and 3: 1
   cpu::moe_route_forward(probs, idx, w, logits, /*normalize=*/true);
   CHECK(idx.i == std::vector<int32_t>{0, 1, 1, 3, 0, 1});
   CHECK(w.f[0] == Approx(0.5));
@@ -177,9 +188,9 @@ TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
   const double tol = 5e-3;
   for (bool normalize : {false, true})
     for (float aux_grad : {0.f, 0.7f}) {
-      Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), aux({1}),
-          G({N, K}), dlogits({N, E});
-      logits.f = separated_logits(N, E, 31);
+      Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), aux({1}), G({N, K}),
+          dlogits({N, E});
+      set_values(logits, separated_logits(N, E, 31));
       fill_normal(G.f, 32);
       cpu::moe_route_forward(probs, idx, w, logits, normalize);
       const std::vector<int32_t> base_idx = idx.i;
@@ -212,16 +223,46 @@ TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
     }
 }
 
-TEST_CASE("moe_route_backward with absent dtopk_w is the aux path alone", "[moe]") {
+TEST_CASE("moe_route_backward: the aux path alone matches finite differences", "[moe][gradcheck]") {
+  // With no combine-weight gradient the whole dlogits comes from the aux
+  // loss, so a wrong or missing aux term cannot hide behind the larger
+  // top-k term.
   const int64_t N = 9, E = 4, K = 2;
-  Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), zero({N, K}),
-      d1({N, E}), d2({N, E});
-  logits.f = separated_logits(N, E, 41);
+  const float aux_grad = 1.3f;
+  Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), zero({N, K}), d1({N, E}),
+      d2({N, E});
+  set_values(logits, separated_logits(N, E, 41));
   cpu::moe_route_forward(probs, idx, w, logits, true);
-  cpu::moe_route_backward(d1, zero, probs, idx, w, true, 0.3f);
-  cpu::moe_route_backward(d2, Tensor(), probs, idx, w, true, 0.3f);
+  const std::vector<int32_t> base_idx = idx.i;
+  cpu::moe_route_backward(d1, zero, probs, idx, w, true, aux_grad);
+  cpu::moe_route_backward(d2, Tensor(), probs, idx, w, true, aux_grad);  // absent dtopk_w
   CHECK(d1.f == d2.f);
-  REQUIRE(max_abs(d1.f) > 0);
+  REQUIRE(max_abs(d1.f) > 1e-3);
+  // The loss is recomputed in float64 (the aux forward is checked against
+  // float64 above): aux gradients are small, and fp32 rounding of the loss
+  // would dominate their finite differences. f_e is fixed by the selection.
+  std::vector<double> f(size_t(E), 0.0);
+  for (int32_t e : base_idx) f[size_t(e)] += 1.0 / double(N * K);
+  auto loss = [&]() {
+    RefRoute rr = ref_route(logits.f, N, E, K, true);
+    double a = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t e = 0; e < E; ++e)
+        a += double(E) * f[size_t(e)] * rr.probs[size_t(n * E + e)] / double(N);
+    return double(aux_grad) * a;
+  };
+  GradCheckResult r =
+      grad_check("moe_route dlogits aux only (f64 loss)", logits.f, d1.f, loss, 1e-2, 1e-3);
+  REQUIRE(r.max_rel_err < 1e-3);
+}
+
+TEST_CASE("moe_route_forward rejects K > E and mismatched shapes", "[moe]") {
+  Owned logits({3, 2}), probs({3, 2}), idx({3, 3}, DType::I32), w({3, 3}), p_bad({3, 4}),
+      idx2({3, 2}, DType::I32), w2({3, 2});
+  REQUIRE_THROWS_AS(cpu::moe_route_forward(probs, idx, w, logits, true), std::invalid_argument);
+  REQUIRE_THROWS_AS(cpu::moe_route_forward(p_bad, idx2, w2, logits, true), std::invalid_argument);
+  REQUIRE_THROWS_AS(cpu::moe_route_forward(probs, idx2, w, logits, true), std::invalid_argument);
+  REQUIRE_NOTHROW(cpu::moe_route_forward(probs, idx2, w2, logits, true));
 }
 
 // ---- dispatch plan ----------------------------------------------------------
@@ -251,11 +292,11 @@ TEST_CASE("moe_dispatch_plan admits k-major under a capacity", "[moe][plan]") {
     cpu::moe_dispatch_plan(row_map, offsets, idx, E, 2);
     CHECK(offsets.i == std::vector<int32_t>{0, 2, 4, 6, 7});
     // Rows within an expert follow admission order.
-    CHECK(row_map.i == std::vector<int32_t>{0, -1,    //
-                                            1, 5,     //
-                                            -1, -1,   // every choice of n2 dropped
-                                            2, -1,    //
-                                            4, -1,    //
+    CHECK(row_map.i == std::vector<int32_t>{0, -1,   //
+                                            1, 5,    //
+                                            -1, -1,  // every choice of n2 dropped
+                                            2, -1,   //
+                                            4, -1,   //
                                             3, 6});
   }
   SECTION("capacity 1") {
@@ -369,11 +410,11 @@ TEST_CASE("moe_permute and moe_permute_backward", "[moe][gradcheck]") {
   REQUIRE(all_zero(xp.p() + plan.kept * C, size_t((N * K - plan.kept) * C)));
 
   // Backward accumulates into dx.
-  std::vector<float> d0(size_t(N * C));
+  std::vector<float> d0(static_cast<size_t>(N * C));
   fill_normal(d0, 64);
-  dx.f = d0;
+  set_values(dx, d0);
   cpu::moe_permute_backward(dx, G, plan.row_map);
-  std::vector<float> analytic(size_t(N * C));
+  std::vector<float> analytic(static_cast<size_t>(N * C));
   for (size_t i = 0; i < analytic.size(); ++i) analytic[i] = dx.f[i] - d0[i];
   auto loss = [&]() {
     cpu::moe_permute(xp, x, plan.row_map);
@@ -381,7 +422,7 @@ TEST_CASE("moe_permute and moe_permute_backward", "[moe][gradcheck]") {
     for (size_t i = 0; i < G.f.size(); ++i) L += double(G.f[i]) * xp.f[i];
     return L;
   };
-  GradCheckResult r = grad_check("moe_permute dx", x.f, analytic, loss);
+  GradCheckResult r = grad_check("moe_permute dx", x.f, analytic, loss, kLinearStep);
   REQUIRE(r.max_rel_err < 1e-3);
 
   Owned bad({N * K - 1, C});
@@ -434,8 +475,8 @@ TEST_CASE("moe_unpermute and moe_unpermute_backward", "[moe][gradcheck]") {
     for (size_t i = 0; i < G.f.size(); ++i) L += double(G.f[i]) * y.f[i];
     return L;
   };
-  GradCheckResult r1 = grad_check("moe_unpermute dyp", yp.f, a_dyp, loss);
-  GradCheckResult r2 = grad_check("moe_unpermute dtopk_w", plan.w.f, a_dw, loss);
+  GradCheckResult r1 = grad_check("moe_unpermute dyp", yp.f, a_dyp, loss, kLinearStep);
+  GradCheckResult r2 = grad_check("moe_unpermute dtopk_w", plan.w.f, a_dw, loss, kLinearStep);
   REQUIRE(r1.max_rel_err < 1e-3);
   REQUIRE(r2.max_rel_err < 1e-3);
 
@@ -467,7 +508,9 @@ TEST_CASE("grouped_linear forward and backward", "[moe][gradcheck]") {
           s += double(inp.f[size_t(r * IC + i)]) * weight.f[size_t((e * OC + o) * IC + i)];
         ref[size_t(r * OC + o)] = s;
       }
-  double ef = max_rel_diff(out.p(), ref.data(), ref.size(), 1e-3);
+  // Floor 0.1 (outputs are O(1)): fp32 dot products of 8 terms carry ~1e-7
+  // absolute error, which a tiny floor would blow up on near-zero outputs.
+  double ef = max_rel_diff(out.p(), ref.data(), ref.size(), 0.1);
   std::printf("[forward] grouped_linear rel=%.3e\n", ef);
   REQUIRE(ef < 1e-5);
   REQUIRE(all_zero(out.p() + kept * OC, size_t((R - kept) * OC)));
@@ -475,7 +518,7 @@ TEST_CASE("grouped_linear forward and backward", "[moe][gradcheck]") {
   std::fill(dinp.f.begin(), dinp.f.end(), kNaN);
   std::vector<float> dw0(dweight.f.size());
   fill_normal(dw0, 84);
-  dweight.f = dw0;
+  set_values(dweight, dw0);
   cpu::grouped_linear_backward(dinp, dweight, G, inp, weight, offsets);
   REQUIRE(all_zero(dinp.p() + kept * IC, size_t((R - kept) * IC)));
   std::vector<float> a_dw(dw0.size());
@@ -487,8 +530,8 @@ TEST_CASE("grouped_linear forward and backward", "[moe][gradcheck]") {
     for (size_t i = 0; i < G.f.size(); ++i) L += double(G.f[i]) * out.f[i];
     return L;
   };
-  GradCheckResult r1 = grad_check("grouped_linear dinp", inp.f, a_dinp, loss);
-  GradCheckResult r2 = grad_check("grouped_linear dweight (+=)", weight.f, a_dw, loss);
+  GradCheckResult r1 = grad_check("grouped_linear dinp", inp.f, a_dinp, loss, kLinearStep);
+  GradCheckResult r2 = grad_check("grouped_linear dweight (+=)", weight.f, a_dw, loss, kLinearStep);
   REQUIRE(r1.max_rel_err < 1e-3);
   REQUIRE(r2.max_rel_err < 1e-3);
   // The empty expert's weight gets no gradient.
@@ -537,11 +580,11 @@ struct MoeFfn {
   static constexpr int64_t N = 16, C = 8, H = 12, E = 4, K = 2;
   int capacity;
   float aux_coef;
-  Owned x, Wr, Wg, Wu, Wd;                                        // inputs and weights
-  Owned logits, probs, idx, w, row_map, offsets, aux;             // routing
-  Owned xp, gp, up, ap, yp, y;                                    // data path
-  Owned G;                                                        // upstream dy
-  Owned dx, dWr, dWg, dWu, dWd;                                   // grads (+= for dW)
+  Owned x, Wr, Wg, Wu, Wd;                             // inputs and weights
+  Owned logits, probs, idx, w, row_map, offsets, aux;  // routing
+  Owned xp, gp, up, ap, yp, y;                         // data path
+  Owned G;                                             // upstream dy
+  Owned dx, dWr, dWg, dWu, dWd;                        // grads (+= for dW)
   MoeFfn(int cap, float aux_c, uint64_t seed)
       : capacity(cap), aux_coef(aux_c), x({N, C}), Wr({E, C}), Wg({E, H, C}), Wu({E, H, C}),
         Wd({E, C, H}), logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}),
@@ -560,7 +603,8 @@ struct MoeFfn {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t e = 0; e < E; ++e) {
         double s = 0;
-        for (int64_t c = 0; c < C; ++c) s += double(x.f[size_t(n * C + c)]) * Wr.f[size_t(e * C + c)];
+        for (int64_t c = 0; c < C; ++c)
+          s += double(x.f[size_t(n * C + c)]) * Wr.f[size_t(e * C + c)];
         logits.f[size_t(n * E + e)] = float(s);
       }
     cpu::moe_route_forward(probs, idx, w, logits, true);
@@ -599,13 +643,15 @@ struct MoeFfn {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c) {
         double s = 0;
-        for (int64_t e = 0; e < E; ++e) s += double(dlogits.f[size_t(n * E + e)]) * Wr.f[size_t(e * C + c)];
+        for (int64_t e = 0; e < E; ++e)
+          s += double(dlogits.f[size_t(n * E + e)]) * Wr.f[size_t(e * C + c)];
         dx.f[size_t(n * C + c)] = float(s);
       }
     for (int64_t e = 0; e < E; ++e)
       for (int64_t c = 0; c < C; ++c) {
         double s = 0;
-        for (int64_t n = 0; n < N; ++n) s += double(dlogits.f[size_t(n * E + e)]) * x.f[size_t(n * C + c)];
+        for (int64_t n = 0; n < N; ++n)
+          s += double(dlogits.f[size_t(n * E + e)]) * x.f[size_t(n * C + c)];
         dWr.f[size_t(e * C + c)] += float(s);
       }
     cpu::moe_permute_backward(dx, dxp, row_map);  // += onto the router's share
@@ -616,22 +662,24 @@ struct MoeFfn {
 // but the weights. Returns y [N,C] and the number of kept assignments.
 std::vector<double> naive_moe(const MoeFfn& m, int64_t* kept_out) {
   const int64_t N = m.N, C = m.C, H = m.H, E = m.E, K = m.K;
-  std::vector<int> idx(size_t(N * K));
-  std::vector<double> wts(size_t(N * K));
+  std::vector<int> idx(static_cast<size_t>(N * K));
+  std::vector<double> wts(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n) {
-    std::vector<double> p(size_t(E));
+    std::vector<double> p(static_cast<size_t>(E));
     double mx = -1e300, s = 0;
     for (int64_t e = 0; e < E; ++e) {
       double l = 0;
-      for (int64_t c = 0; c < C; ++c) l += double(m.x.f[size_t(n * C + c)]) * m.Wr.f[size_t(e * C + c)];
+      for (int64_t c = 0; c < C; ++c)
+        l += double(m.x.f[size_t(n * C + c)]) * m.Wr.f[size_t(e * C + c)];
       p[size_t(e)] = l;
       mx = std::max(mx, l);
     }
     for (auto& v : p) s += (v = std::exp(v - mx));
     for (auto& v : p) v /= s;
-    std::vector<int> order(size_t(E));
+    std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
     double ws = 0;
     for (int64_t k = 0; k < K; ++k) ws += p[size_t(order[size_t(k)])];
     for (int64_t k = 0; k < K; ++k) {
@@ -646,7 +694,7 @@ std::vector<double> naive_moe(const MoeFfn& m, int64_t* kept_out) {
     for (int64_t k = 0; k < K; ++k) {
       if (!kept[size_t(n * K + k)]) continue;
       const int64_t e = idx[size_t(n * K + k)];
-      std::vector<double> a(size_t(H));
+      std::vector<double> a(static_cast<size_t>(H));
       for (int64_t h = 0; h < H; ++h) {
         double g = 0, u = 0;
         for (int64_t c = 0; c < C; ++c) {
@@ -676,16 +724,31 @@ TEST_CASE("MoE FFN through the ops matches a naive per-token loop", "[moe][compo
     int64_t kept_ref = 0;
     std::vector<double> ref = naive_moe(m, &kept_ref);
     REQUIRE(m.offsets.i[MoeFfn::E] == kept_ref);
-    if (cap == 0) REQUIRE(kept_ref == MoeFfn::N * MoeFfn::K);
-    else REQUIRE(kept_ref < MoeFfn::N * MoeFfn::K);
+    if (cap == 0)
+      REQUIRE(kept_ref == MoeFfn::N * MoeFfn::K);
+    else
+      REQUIRE(kept_ref < MoeFfn::N * MoeFfn::K);
     double err = max_rel_diff(m.y.p(), ref.data(), ref.size(), 1e-2);
     std::printf("[composite] moe ffn capacity=%d kept=%lld/%lld rel=%.3e\n", cap,
                 (long long)kept_ref, (long long)(MoeFfn::N * MoeFfn::K), err);
     REQUIRE(err < 1e-5);
+    if (cap > 0) {
+      int64_t fully_dropped = 0;
+      for (int64_t n = 0; n < MoeFfn::N; ++n) {
+        bool any = false;
+        for (int64_t k = 0; k < MoeFfn::K; ++k) any |= m.row_map.i[size_t(n * MoeFfn::K + k)] >= 0;
+        if (any) continue;
+        ++fully_dropped;
+        REQUIRE(all_zero(m.y.p() + n * MoeFfn::C, size_t(MoeFfn::C)));
+      }
+      std::printf("[composite] tokens with every choice dropped: %lld\n", (long long)fully_dropped);
+      REQUIRE(fully_dropped > 0);
+    }
   }
 }
 
-TEST_CASE("MoE FFN backward through the ops matches finite differences", "[moe][composite][gradcheck]") {
+TEST_CASE("MoE FFN backward through the ops matches finite differences",
+          "[moe][composite][gradcheck]") {
   for (int cap : {0, 4}) {
     MoeFfn m(cap, 0.5f, 101);
     m.loss();
@@ -710,4 +773,35 @@ TEST_CASE("MoE FFN backward through the ops matches finite differences", "[moe][
     REQUIRE_FALSE(routing_changed);
     for (const auto& ri : r) REQUIRE(ri.max_rel_err < tol);
   }
+}
+
+TEST_CASE("MoE ops on inputs large enough to run threaded", "[moe]") {
+  // The small cases above stay under the OpenMP thresholds; this one does
+  // not, and must give the same answers as the plain loops.
+  const int64_t N = 6000, E = 4, K = 2, C = 16;
+  Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}),
+      row_map({N, K}, DType::I32), offsets({E + 1}, DType::I32), x({N, C}), xp({N * K, C}),
+      y({N, C});
+  fill_normal(logits.f, 111, 2.f);
+  fill_normal(x.f, 112);
+  cpu::moe_route_forward(probs, idx, w, logits, true);
+  RefRoute r = ref_route(logits.f, N, E, K, true);
+  REQUIRE(max_rel_diff(w.p(), r.w.data(), r.w.size()) < 1e-6);
+  for (size_t i = 0; i < r.idx.size(); ++i) REQUIRE(idx.i[i] == r.idx[i]);
+  cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), int(N * K / E / 2));
+  const int64_t kept = offsets.i[E];
+  REQUIRE(kept < N * K);
+  cpu::moe_permute(xp, x, row_map);
+  cpu::moe_unpermute(y, xp, row_map, w);
+  // unpermute(permute(x)) = x * (sum of kept weights) per token.
+  double m = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double ws = 0;
+    for (int64_t k = 0; k < K; ++k)
+      if (row_map.i[size_t(n * K + k)] >= 0) ws += w.f[size_t(n * K + k)];
+    for (int64_t c = 0; c < C; ++c)
+      m = std::max(m, std::fabs(y.f[size_t(n * C + c)] - ws * x.f[size_t(n * C + c)]));
+  }
+  REQUIRE(m < 1e-5);
+  REQUIRE(all_zero(xp.p() + kept * C, size_t((N * K - kept) * C)));
 }

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <sstream>
 
@@ -141,9 +140,10 @@ class Loader {
   // A map whose keys are relative to `prefix` ("" for the document root).
   void walk(const YAML::Node& map, const std::string& prefix) {
     std::map<std::string, int> here;  // key -> line, for duplicates in this map
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& kn = it->first;
-      const YAML::Node& vn = it->second;
+    for (const auto& entry : map) {
+      // Copies: the iterator yields a temporary pair, references would dangle.
+      const YAML::Node kn = entry.first;
+      const YAML::Node vn = entry.second;
       const YAML::Mark km = kn.Mark();
       if (!kn.IsScalar() || trim(kn.Scalar()).empty())
         fail(km, "keys must be plain names, got " + node_kind(kn) +
@@ -263,11 +263,21 @@ class Loader {
   std::map<std::string, int> assigned_;
 };
 
-[[noreturn]] void rethrow_yaml(const std::string& origin, const YAML::Exception& e) {
+[[noreturn]] void rethrow_yaml(const std::string& origin, const YAML::Exception& e,
+                               const std::string& text = "") {
   std::string where = origin;
-  if (mark_known(e.mark))
+  std::string hint;
+  if (mark_known(e.mark)) {
     where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
-  throw ConfigError(where + ": invalid YAML: " + (e.msg.empty() ? std::string("unreadable") : e.msg));
+    // yaml-cpp reports a tab indent as "illegal map value" or similar; the
+    // tab is the usual cause and invisible in most editors.
+    std::istringstream lines(text);
+    std::string line;
+    for (int i = 0; std::getline(lines, line); ++i)
+      if (i == e.mark.line || i == e.mark.line - 1)
+        if (line.find('\t') != std::string::npos) hint = " (a tab character is used for indentation; YAML needs spaces)";
+  }
+  throw ConfigError(where + ": invalid YAML: " + (e.msg.empty() ? std::string("unreadable") : e.msg) + hint);
 }
 
 void apply_text(Config& c, const std::string& yaml, const std::string& source) {
@@ -275,7 +285,7 @@ void apply_text(Config& c, const std::string& yaml, const std::string& source) {
   try {
     docs = YAML::LoadAll(yaml);
   } catch (const YAML::Exception& e) {
-    rethrow_yaml(source, e);
+    rethrow_yaml(source, e, yaml);
   }
   if (docs.size() > 1)
     throw ConfigError(source + ": invalid YAML: holds " + std::to_string(docs.size()) +

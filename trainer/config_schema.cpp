@@ -212,9 +212,13 @@ std::string format_double(double v) {
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
   std::string s(buf, r.ptr);
-  // A YAML reader (ours or anyone's) should see a float, not an int, for
-  // double-typed keys; "600" -> "600.0" keeps the file self-describing.
-  if (std::isfinite(v) && s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  // Other YAML readers (YAML 1.1, e.g. PyYAML) read "600" as an int and
+  // "1e-05" as a string; "600.0" and "1.0e-05" are floats to every reader.
+  if (std::isfinite(v) && s.find('.') == std::string::npos) {
+    const auto e = s.find('e');
+    if (e == std::string::npos) s += ".0";
+    else s.insert(e, ".0");
+  }
   return s;
 }
 

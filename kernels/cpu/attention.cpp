@@ -85,8 +85,11 @@ class SerialBlas {
   int saved_;
 };
 
-// With fewer pairs than cores, OpenBLAS's own threads use the machine better.
-int threads_for(int64_t pairs) {
+// Below about a million multiply-adds a parallel region costs more than it
+// saves; with fewer pairs than cores, OpenBLAS's own threads use the machine
+// better.
+int threads_for(int64_t pairs, int64_t macs) {
+  if (macs < (int64_t(1) << 20)) return 1;
   return int(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), pairs)));
 }
 
@@ -106,7 +109,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
   float *op_ = out.f32(), *lp = lse.f32();
 
   const int64_t pairs = B * Hq;
-  const int threads = threads_for(pairs);
+  const int threads = threads_for(pairs, pairs * T * T * D);
   const int64_t scratch = kBlock * T;
   std::vector<float> S(size_t(threads * scratch));
   SerialBlas serial(threads > 1);
@@ -164,7 +167,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   // One thread owns a kv head and every query head that reads it, so dk and dv
   // are summed over the group without atomics and in a fixed order.
   const int64_t pairs = B * Hkv;
-  const int threads = threads_for(pairs);
+  const int threads = threads_for(pairs, B * Hq * T * T * D);
   const int64_t scratch = 2 * kBlock * T + kBlock;
   std::vector<float> S(size_t(threads * scratch));
   SerialBlas serial(threads > 1);

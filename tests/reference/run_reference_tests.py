@@ -33,17 +33,20 @@ CONFIGS = {
     },
     # Tied embeddings (auto for gpt2), LayerNorm, biases, learned positions;
     # max_seq_len > seq_len leaves pos_embed rows that only weight decay moves.
+    # init_std 0.1 puts GELU inputs at O(1): at the default 0.02 they are so
+    # small that gelu_tanh and erf-GELU agree to ~1e-7 and a mix-up would pass.
     "gpt2_dense": {
         "model": {"arch": "gpt2", "vocab_size": 256, "d_model": 32, "n_layers": 2,
-                  "n_heads": 4, "max_seq_len": 32, "tie_embeddings": "auto"},
+                  "n_heads": 4, "max_seq_len": 32, "tie_embeddings": "auto", "init_std": 0.1},
         "optim": {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 3, "schedule": "linear",
                   "weight_decay": 0.1},
     },
     # capacity_factor 1.0 with top_k 2 of 4 experts: capacity = N*K/E, so any
     # imbalance drops assignments and the k-major admission order matters.
+    # init_std 0.1 spreads the router logits so fewer decisions are near-ties.
     "llama_moe": {
         "model": {"arch": "llama", "vocab_size": 256, "d_model": 32, "n_layers": 2,
-                  "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 16,
+                  "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 16, "init_std": 0.1,
                   "moe": {"num_experts": 4, "top_k": 2, "every": 1, "capacity_factor": 1.0,
                           "aux_loss_coeff": 0.01, "d_ff": 64, "normalize_topk": True}},
         "optim": {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 3, "schedule": "cosine",

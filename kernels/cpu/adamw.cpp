@@ -1,0 +1,68 @@
+// AdamW of the CPU backend (see kernels/ops.h). The arithmetic follows
+// torch.optim.AdamW's single-tensor path operation by operation, including
+// which constants are formed in double (Python floats) and rounded to fp32
+// only when they meet a tensor, so the PyTorch reference can track the
+// trainer's weights over many steps.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("adamw_update: " + what);
+}
+
+void need(const char* name, const Tensor& t, const Tensor& param) {
+  if (t.empty()) fail(std::string(name) + " is empty");
+  if (t.dtype != DType::F32)
+    fail(std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+  if (t.numel() != param.numel())
+    fail(std::string(name) + " " + t.shape_str() + " vs param " + param.shape_str());
+}
+
+}  // namespace
+
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
+  need("param", param, param);
+  need("grad", grad, param);
+  need("m", m, param);
+  need("v", v, param);
+  if (s.step < 1) fail("step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
+
+  const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
+  const float w1 = float(1.0 - double(s.beta1));  // lerp weight of exp_avg toward grad
+  const float b2 = s.beta2;
+  const float w2 = float(1.0 - double(s.beta2));
+  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+  const float neg_step_size = float(-(double(s.lr) / bc1));
+  const float bc2_sqrt = float(std::sqrt(bc2));
+  const float eps = s.eps;
+  const float gs = s.grad_scale;
+
+  float* p = param.f32();
+  const float* g = grad.f32();
+  float* mp = m.f32();
+  float* vp = v.f32();
+  const int64_t n = param.numel();
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * gs;
+    const float pi = p[i] * decay;
+    // torch's lerp switches form at weight 0.5 to stay exact at both ends.
+    const float mi = w1 < 0.5f ? mp[i] + w1 * (gi - mp[i]) : gi - (gi - mp[i]) * (1.f - w1);
+    const float vi = vp[i] * b2 + w2 * gi * gi;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    p[i] = pi + neg_step_size * mi / denom;
+    mp[i] = mi;
+    vp[i] = vi;
+  }
+}
+
+}  // namespace trainer::cpu
