@@ -8,10 +8,10 @@
 // h = 1e-2 and worse for smaller h), so the tolerance can be tight enough to
 // catch a small wrong term. The twin itself is pinned to the op by the
 // forward comparison.
-#include <catch2/catch.hpp>
 #include <omp.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -52,8 +52,8 @@ double weighted_sum(const Ref& out, const std::vector<float>& R) {
 double fd_check(const std::string& label, std::vector<float>& x, const std::vector<float>& analytic,
                 const std::function<Ref()>& twin, const std::vector<float>& R,
                 size_t max_points = 256) {
-  return test::grad_check(label, x, analytic, [&] { return weighted_sum(twin(), R); }, kH, 1e-2,
-                          max_points)
+  return test::grad_check(
+             label, x, analytic, [&] { return weighted_sum(twin(), R); }, kH, 1e-2, max_points)
       .max_rel_err;
 }
 
@@ -169,7 +169,8 @@ TEST_CASE("embedding forward (= and +=) and backward", "[ops][dense]") {
   fill_normal(dtable.f, 13);
   const std::vector<float> d0 = dtable.f;
   cpu::embedding_backward(dtable, ids, R);
-  REQUIRE(fd_check("embedding_backward dtable (+=)", table.f, minus(dtable.f, d0), twin, R.f) < kGradTol);
+  REQUIRE(fd_check("embedding_backward dtable (+=)", table.f, minus(dtable.f, d0), twin, R.f) <
+          kGradTol);
 
   ids.i[4] = int32_t(V);
   REQUIRE_THROWS_WITH(cpu::embedding_forward(out, ids, table, false),
@@ -235,7 +236,8 @@ TEST_CASE("layernorm forward and backward", "[ops][dense]") {
       for (int64_t c = 0; c < C; ++c) v += (x.f[n * C + c] - m) * (x.f[n * C + c] - m);
       ref_m[n] = m;
       ref_r[n] = 1.0 / std::sqrt(v / C + eps);
-      for (int64_t c = 0; c < C; ++c) y[n * C + c] = (x.f[n * C + c] - m) * ref_r[n] * w.f[c] + bias.f[c];
+      for (int64_t c = 0; c < C; ++c)
+        y[n * C + c] = (x.f[n * C + c] - m) * ref_r[n] * w.f[c] + bias.f[c];
     }
     return y;
   };
@@ -253,7 +255,8 @@ TEST_CASE("layernorm forward and backward", "[ops][dense]") {
   cpu::layernorm_backward(dx, dw, db, R, x, w, mean, rstd);
   REQUIRE(fd_check("layernorm_backward dx (+=)", x.f, minus(dx.f, dx0), twin, R.f) < kGradTol);
   REQUIRE(fd_check("layernorm_backward dweight (+=)", w.f, minus(dw.f, dw0), twin, R.f) < kGradTol);
-  REQUIRE(fd_check("layernorm_backward dbias (+=)", bias.f, minus(db.f, db0), twin, R.f) < kGradTol);
+  REQUIRE(fd_check("layernorm_backward dbias (+=)", bias.f, minus(db.f, db0), twin, R.f) <
+          kGradTol);
 }
 
 // ---- linear -----------------------------------------------------------------
@@ -284,7 +287,8 @@ TEST_CASE("linear forward, with and without bias", "[ops][dense]") {
     out.f.assign(out.f.size(), kNaN);  // forward must overwrite
     cpu::linear_forward(out, inp, w, with_bias ? Tensor(bias) : Tensor());
     const Ref ref = linear_twin(inp.f, w.f, with_bias ? bias.f.data() : nullptr, B * T, IC, OC);
-    REQUIRE(fwd_err(with_bias ? "linear_forward bias" : "linear_forward no bias", out.f, ref) < kFwdTol);
+    REQUIRE(fwd_err(with_bias ? "linear_forward bias" : "linear_forward no bias", out.f, ref) <
+            kFwdTol);
   }
   Owned bad({4, 6});
   REQUIRE_THROWS_WITH(cpu::linear_forward(out, inp, bad, Tensor()),
@@ -315,8 +319,10 @@ TEST_CASE("linear backward: dinp overwrite or +=, dweight/dbias +=, empty dinp/d
     const std::string tag = accumulate ? ", accumulate_dinp" : ", overwrite dinp";
     const auto ginp = accumulate ? minus(dinp.f, dinp0) : dinp.f;
     REQUIRE(fd_check("linear_backward dinp" + tag, inp.f, ginp, twin, R.f) < kGradTol);
-    REQUIRE(fd_check("linear_backward dweight (+=)" + tag, w.f, minus(dw.f, dw0), twin, R.f) < kGradTol);
-    REQUIRE(fd_check("linear_backward dbias (+=)" + tag, bias.f, minus(db.f, db0), twin, R.f) < kGradTol);
+    REQUIRE(fd_check("linear_backward dweight (+=)" + tag, w.f, minus(dw.f, dw0), twin, R.f) <
+            kGradTol);
+    REQUIRE(fd_check("linear_backward dbias (+=)" + tag, bias.f, minus(db.f, db0), twin, R.f) <
+            kGradTol);
   }
 
   // Empty dinp and dbias are skipped and leave dweight as it would be.
@@ -478,7 +484,11 @@ TEST_CASE("attention large enough to run threaded", "[ops][dense]") {
   struct Run {
     Owned out, lse, dq, dk, dv;
     Run(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
-        : out({B, T, Hq, D}), lse({B, Hq, T}), dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D}) {}
+        : out({B, T, Hq, D}),
+          lse({B, Hq, T}),
+          dq({B, T, Hq, D}),
+          dk({B, T, Hkv, D}),
+          dv({B, T, Hkv, D}) {}
   };
   auto run = [&](Run& r) {
     cpu::attention_forward(r.out, r.lse, q, k, v, true);
@@ -499,18 +509,41 @@ TEST_CASE("attention large enough to run threaded", "[ops][dense]") {
   diff(threaded.dq.f, serial.dq.f);
   diff(threaded.dk.f, serial.dk.f);
   diff(threaded.dv.f, serial.dv.f);
-  std::printf("[threads]   %-40s max_abs_diff=%.3e (threads=%d)\n", "attention threaded vs 1 thread", worst,
-              saved);
+  std::printf("[threads]   %-40s max_abs_diff=%.3e (threads=%d)\n",
+              "attention threaded vs 1 thread", worst, saved);
   REQUIRE(worst < 1e-5);
 }
 
 TEST_CASE("attention shape errors", "[ops][dense]") {
   Owned q({1, 5, 3, 4}), k({1, 5, 2, 4}), v({1, 5, 2, 4}), out({1, 5, 3, 4}), lse({1, 3, 5});
-  REQUIRE_THROWS_WITH(cpu::attention_forward(out, lse, q, k, v, true),
-                      "attention_forward: q [1, 5, 3, 4] vs k [1, 5, 2, 4]: Hq must be a multiple of Hkv");
+  REQUIRE_THROWS_WITH(
+      cpu::attention_forward(out, lse, q, k, v, true),
+      "attention_forward: q [1, 5, 3, 4] vs k [1, 5, 2, 4]: Hq must be a multiple of Hkv");
   Owned k4({1, 5, 3, 4}), v4({1, 5, 3, 4}), lse_bad({1, 3, 4});
   REQUIRE_THROWS_WITH(cpu::attention_forward(out, lse_bad, q, k4, v4, true),
                       "attention_forward: lse [1, 3, 4] vs q [1, 5, 3, 4]: expected [1, 3, 5]");
+}
+
+TEST_CASE("NaN inputs reach the outputs of attention and cross-entropy", "[ops][dense]") {
+  // A NaN must never be laundered into a plausible number (the max over a row
+  // skips NaN, so it has to travel through the exponentials).
+  Owned q({1, 4, 2, 4}), k({1, 4, 1, 4}), v({1, 4, 1, 4}), out({1, 4, 2, 4}), lse({1, 2, 4});
+  fill_normal(q.f, 130);
+  fill_normal(k.f, 131);
+  fill_normal(v.f, 132);
+  k.f[4] = kNaN;  // key 1: every query row from 1 on sees it (causal)
+  cpu::attention_forward(out, lse, q, k, v, true);
+  REQUIRE(!std::isnan(out.f[0]));  // row 0 sees key 0 only
+  REQUIRE(std::isnan(out.f[3 * 2 * 4]));
+  REQUIRE(std::isnan(lse.f[3]));
+
+  Owned logits({2, 5}), targets({2}, DType::I32), losses({2});
+  fill_normal(logits.f, 133);
+  targets.i = {1, 2};
+  logits.f[7] = kNaN;
+  cpu::cross_entropy_forward_backward(losses, logits, logits, targets, 1.f);
+  REQUIRE(!std::isnan(losses.f[0]));
+  REQUIRE(std::isnan(losses.f[1]));
 }
 
 // ---- activations ------------------------------------------------------------

@@ -19,7 +19,8 @@ constexpr float kGeluCubic = 0.044715f;
 void need_f32(const char* op, const char* name, const Tensor& t) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
   if (t.dtype != DType::F32)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
 }
 
 void same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {

@@ -33,7 +33,8 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
   need("grad", grad, param);
   need("m", m, param);
   need("v", v, param);
-  if (s.step < 1) fail("step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
+  if (s.step < 1)
+    fail("step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
 
   const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
   const float w1 = float(1.0 - double(s.beta1));  // lerp weight of exp_avg toward grad

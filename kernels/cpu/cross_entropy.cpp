@@ -21,8 +21,8 @@ constexpr int64_t kParallelMin = 1 << 15;
 void need(const char* op, const char* name, const Tensor& t, DType dt) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
   if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected " +
-                 dtype_name(dt));
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                 ", expected " + dtype_name(dt));
 }
 
 }  // namespace
@@ -38,7 +38,8 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
   const int64_t N = V > 0 ? logits.numel() / V : 0;
   if (targets.numel() != N)
     fail(op, "targets " + targets.shape_str() + " vs logits " + logits.shape_str());
-  if (losses.numel() != N) fail(op, "losses " + losses.shape_str() + " vs logits " + logits.shape_str());
+  if (losses.numel() != N)
+    fail(op, "losses " + losses.shape_str() + " vs logits " + logits.shape_str());
   if (!dlogits.empty()) {
     need(op, "dlogits", dlogits, DType::F32);
     if (dlogits.numel() != logits.numel() || dlogits.dim(-1) != V)

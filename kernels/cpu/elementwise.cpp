@@ -20,7 +20,8 @@ constexpr int64_t kParallelMin = 1 << 15;
 void need_f32(const char* op, const char* name, const Tensor& t) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
   if (t.dtype != DType::F32)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
 }
 
 void same_numel(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {

@@ -17,8 +17,8 @@ constexpr int64_t kParallelMin = 1 << 15;
 void need(const char* op, const char* name, const Tensor& t, DType dt) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
   if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected " +
-                 dtype_name(dt));
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                 ", expected " + dtype_name(dt));
 }
 
 // ids may be [N] or [B,T]; rows of `rows_t` ([..., C]) must match one to one.
@@ -28,11 +28,12 @@ void check(const char* op, const Tensor& rows_t, const char* rows_name, const Te
   need(op, "ids", ids, DType::I32);
   need(op, table_name, table, DType::F32);
   need(op, rows_name, rows_t, DType::F32);
-  if (table.ndim != 2) fail(op, std::string(table_name) + " " + table.shape_str() + " must be [V, C]");
+  if (table.ndim != 2)
+    fail(op, std::string(table_name) + " " + table.shape_str() + " must be [V, C]");
   const int64_t C = table.dim(1);
   if (rows_t.ndim < 1 || rows_t.dim(-1) != C || rows_t.numel() != ids.numel() * C)
-    fail(op, std::string(rows_name) + " " + rows_t.shape_str() + " vs ids " + ids.shape_str() + " and " +
-                 table_name + " " + table.shape_str());
+    fail(op, std::string(rows_name) + " " + rows_t.shape_str() + " vs ids " + ids.shape_str() +
+                 " and " + table_name + " " + table.shape_str());
   const int32_t* id = ids.i32();
   const int64_t V = table.dim(0);
   for (int64_t n = 0; n < ids.numel(); ++n)

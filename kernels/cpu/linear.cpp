@@ -21,7 +21,8 @@ constexpr int64_t kParallelMin = 1 << 15;
 void need_f32(const char* op, const char* name, const Tensor& t) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
   if (t.dtype != DType::F32)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
 }
 
 struct Dims {
@@ -50,7 +51,9 @@ Dims check(const char* op, const Tensor& outlike, const char* out_name, const Te
 
 void check_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
   need_f32(op, name, t);
-  if (t.numel() != n) fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(n) + " elements");
+  if (t.numel() != n)
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(n) + " elements");
 }
 
 }  // namespace

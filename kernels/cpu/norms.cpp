@@ -20,7 +20,8 @@ constexpr int64_t kParallelMin = 1 << 14;
 void need_f32(const char* op, const char* name, const Tensor& t) {
   if (t.empty()) fail(op, std::string(name) + " is empty");
   if (t.dtype != DType::F32)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+    fail(op,
+         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
 }
 
 // x is [..., C] with C taken from the 1-D weight; returns the number of rows.
@@ -91,7 +92,8 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps
   }
 }
 
-void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight, Tensor rstd) {
+void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight,
+                      Tensor rstd) {
   const char* op = "rmsnorm_backward";
   const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
   same_shape(op, "dx", dx, "x", x);
