@@ -101,6 +101,9 @@ struct LogConfig {
   int64_t interval = 1;
   bool jsonl = true;               // <run dir>/metrics.jsonl
   std::string progress = "auto";   // auto | bar | lines
+  int sample_tokens = 0;           // > 0: print this many generated tokens after training
+  std::string sample_prompt = "";
+  double sample_temperature = 0.8;
 };
 
 struct SmokeConfig {

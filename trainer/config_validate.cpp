@@ -157,9 +157,6 @@ void check_data_and_io(const Config& c, const Checker& ck) {
   no_empty("data.valid", c.data.valid);
   ck.require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
              "run.name='" + c.run.name + "' must be a non-empty name without '/' (use run.dir for a path)");
-  ck.require(c.checkpoint.interval == 0,
-             "checkpoint saving is not available in this build yet (checkpoint.interval must be 0, got " +
-                 std::to_string(c.checkpoint.interval) + ")");
 }
 
 }  // namespace

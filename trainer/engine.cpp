@@ -1,22 +1,26 @@
 #include "trainer/engine.h"
 
 #include <omp.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 
+#include "checkpoint/checkpoint.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "trainer/batch_sampler.h"
+#include "trainer/checkpointing.h"
 #include "trainer/device_select.h"
+#include "trainer/generate.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
 #include "trainer/reference_dump.h"
@@ -27,17 +31,13 @@ namespace trainer {
 
 namespace {
 
-struct StepBatches {
-  int64_t micro_steps = 1;
-  int64_t micro_batch = 1;
-};
+using clock_type = std::chrono::steady_clock;
 
 void load_micro_batch(const BatchSampler& s, Model& m, int64_t step, int64_t micro) {
   const ModelDims& d = m.dims;
   int32_t* ids = m.acts.ids.i32();
   int32_t* tg = m.acts.targets.i32();
-  for (int64_t b = 0; b < d.B; ++b)
-    s.sequence(step, micro * d.B + b, ids + b * d.T, tg + b * d.T);
+  for (int64_t b = 0; b < d.B; ++b) s.sequence(step, micro * d.B + b, ids + b * d.T, tg + b * d.T);
 }
 
 double evaluate(const BatchSampler& s, Model& m, int eval_steps) {
@@ -47,6 +47,55 @@ double evaluate(const BatchSampler& s, Model& m, int eval_steps) {
     sum += model_forward(m, 0.f).loss_sum;
   }
   return sum / double(eval_steps * m.dims.N());
+}
+
+// After a resume, rows logged past the checkpoint (by the run that crashed)
+// would repeat steps; keep only what the resumed state has seen.
+void trim_metrics(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const auto k = line.find("\"step\": ");
+    if (k != std::string::npos && std::stoll(line.substr(k + 8)) > last_step) continue;
+    kept += line + "\n";
+  }
+  in.close();
+  std::ofstream(path, std::ios::trunc) << kept;
+}
+
+// Saves, loads back and compares every byte, then restores into a fresh
+// model and checks that the same batch gives the same loss bit for bit.
+void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, int64_t step,
+                     int64_t tokens, const std::string& root, TrainSummary& sum) {
+  sum.roundtrip_checked = true;
+  try {
+    CheckpointWriter w(root, 0, false);
+    Snapshot snap = take_snapshot(cfg, m, opt, step, tokens);
+    w.save(snap);
+    const LoadedCheckpoint ck = load_checkpoint(w.last_completed());
+    size_t same = 0;
+    for (const ShardTensor& t : snap.tensors)
+      for (const ShardTensor& u : ck.tensors)
+        if (u.name == t.name && u.data == t.data) ++same;
+    Model m2;
+    build_model(m2, m.dims, cfg.model.init_std, m.param_arena.device());
+    AdamWState opt2;
+    adamw_init(opt2, opt.cfg, m2.params, m.param_arena.device());
+    restore_checkpoint(ck, m2, opt2);
+    std::memcpy(m2.acts.ids.data, m.acts.ids.data, m.acts.ids.nbytes());
+    std::memcpy(m2.acts.targets.data, m.acts.targets.data, m.acts.targets.nbytes());
+    Model& m1 = const_cast<Model&>(m);
+    const double l1 = model_forward(m1, 0.f).loss_sum, l2 = model_forward(m2, 0.f).loss_sum;
+    sum.roundtrip_ok = same == snap.tensors.size() && l1 == l2 && opt2.step == opt.step;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore",
+                  same, snap.tensors.size(), l1, l2);
+    sum.roundtrip_detail = buf;
+  } catch (const std::exception& e) {
+    sum.roundtrip_ok = false;
+    sum.roundtrip_detail = e.what();
+  }
 }
 
 }  // namespace
@@ -66,18 +115,19 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   const int64_t T = cfg.train.seq_len;
   const ModelDims dims = make_dims(cfg, micro, T);
 
+  TrainSummary summary;
   const MemoryPlan plan = plan_memory(cfg);
+  summary.planned_bytes = plan.total();
   std::printf("%s", format_plan(plan, device_name(dev.device)).c_str());
   std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld%s\n",
               cfg.model.arch.c_str(), (long long)dims.L, (long long)dims.C, (long long)dims.Hq,
               (long long)dims.Hkv, (long long)dims.F,
-              dims.E > 0 ? (", MoE " + std::to_string(dims.E) + " experts top-" +
-                            std::to_string(dims.K))
-                               .c_str()
+              dims.E > 0 ? (", MoE " + std::to_string(dims.E) + " experts top-" + std::to_string(dims.K)).c_str()
                          : "");
-  std::printf("batch: %lld sequences x %lld tokens = %lld tokens/step (%lld micro-batches of %lld)\n",
+  std::printf("batch: %lld sequences x %lld tokens = %lld tokens/step (%lld micro-batch%s of %lld)\n",
               (long long)cfg.train.global_batch_size, (long long)T,
-              (long long)(cfg.train.global_batch_size * T), (long long)M, (long long)micro);
+              (long long)(cfg.train.global_batch_size * T), (long long)M, M == 1 ? "" : "es",
+              (long long)micro);
 
   BatchSampler train_data(cfg.data.train, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed, "train");
   std::unique_ptr<BatchSampler> valid_data;
@@ -96,7 +146,26 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec) throw std::runtime_error(run_dir + ": cannot create run directory: " + ec.message());
-  MetricsLog log(cfg.log.jsonl ? run_dir + "/metrics.jsonl" : "");
+
+  const std::string ckpt_root = checkpoint_root(cfg);
+  int64_t start_step = 0, tokens = 0;
+  if (auto ck = resolve_resume(ckpt_root, cfg.checkpoint.resume)) {
+    restore_checkpoint(*ck, model, opt_state);
+    start_step = ck->meta.step;
+    tokens = ck->meta.tokens;
+    std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(),
+                (long long)start_step, (long long)tokens);
+  } else if (cfg.checkpoint.resume == "auto") {
+    std::printf("checkpoint: no complete checkpoint under %s, starting from step 0\n", ckpt_root.c_str());
+  }
+  summary.start_step = summary.end_step = start_step;
+  const std::string metrics_path = cfg.log.jsonl ? run_dir + "/metrics.jsonl" : "";
+  if (!metrics_path.empty() && start_step > 0) trim_metrics(metrics_path, start_step);
+  MetricsLog log(metrics_path, start_step > 0, cfg.log.progress);
+
+  std::unique_ptr<CheckpointWriter> writer;
+  if (cfg.checkpoint.interval > 0)
+    writer = std::make_unique<CheckpointWriter>(ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async);
 
   std::unique_ptr<ReferenceDump> dump;
   if (!opt.dump_reference_dir.empty())
@@ -106,13 +175,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
                    cfg.optim.decay_steps > 0 ? cfg.optim.decay_steps : cfg.train.steps};
   const float ce_scale = float(1.0 / double(M * dims.N()));
   const float aux_grad = float(double(dims.aux_coeff) / double(M));
-  TrainSummary summary;
-  int64_t tokens = 0;
-  using clock = std::chrono::steady_clock;
-  auto window_start = clock::now();
+  const int64_t end_step = opt.stop_after > 0 ? std::min(opt.stop_after, cfg.train.steps) : cfg.train.steps;
+  auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
 
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = start_step; step < end_step; ++step) {
+    const auto t0 = clock_type::now();
     zero_grads(model);
     double loss_sum = 0, aux_sum = 0;
     for (int64_t mb = 0; mb < M; ++mb) {
@@ -132,45 +200,88 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
                     "training diverged at step %lld: loss %g, grad norm %g (lower optim.lr, "
                     "raise optim.warmup_steps or set train.grad_clip)",
                     (long long)step + 1, loss, norm);
-      throw std::runtime_error(buf);
+      if (!opt.smoke) throw std::runtime_error(buf);
+      summary.diverged = true;
+      summary.divergence = buf;
+      summary.losses.push_back(loss);
+      summary.grad_norms.push_back(norm);
+      break;
     }
     if (dump && step == 0) dump->after_step0_backward();
     const double lr = learning_rate(sched, step);
     adamw_step(opt_state, model.params, model.param_tensors, model.grad_tensors, lr,
                clip_factor(norm, cfg.train.grad_clip));
-    tokens += M * dims.N() * dp;
-    window_tokens += M * dims.N() * dp;
+    const int64_t step_tokens = M * dims.N() * dp;
+    tokens += step_tokens;
+    window_tokens += step_tokens;
     window_steps += 1;
     summary.losses.push_back(loss);
+    summary.grad_norms.push_back(norm);
+    summary.step_ms.push_back(1e3 * std::chrono::duration<double>(clock_type::now() - t0).count());
+    summary.end_step = step + 1;
     if (dump) dump->record_step(loss, aux, lr, norm);
 
-    const bool last = step + 1 == cfg.train.steps;
+    const bool last = step + 1 == end_step;
+    const double secs = std::chrono::duration<double>(clock_type::now() - window_start).count();
+    StepMetrics sm;
+    sm.step = step + 1;
+    sm.total_steps = end_step;
+    sm.loss = loss;
+    sm.aux_loss = aux;
+    sm.has_aux = dims.E > 0;
+    sm.lr = lr;
+    sm.grad_norm = norm;
+    sm.tokens = tokens;
+    sm.tokens_per_s = double(window_tokens) / secs;
+    sm.ms_per_step = 1e3 * secs / double(window_steps);
     if ((step + 1) % cfg.log.interval == 0 || last) {
-      const double secs = std::chrono::duration<double>(clock::now() - window_start).count();
-      StepMetrics sm;
-      sm.step = step + 1;
-      sm.total_steps = cfg.train.steps;
-      sm.loss = loss;
-      sm.aux_loss = aux;
-      sm.has_aux = dims.E > 0;
-      sm.lr = lr;
-      sm.grad_norm = norm;
-      sm.tokens = tokens;
-      sm.tokens_per_s = double(window_tokens) / secs;
-      sm.ms_per_step = 1e3 * secs / double(window_steps);
       log.step(sm, !opt.quiet);
-      window_start = clock::now();
+      window_start = clock_type::now();
       window_tokens = window_steps = 0;
+    } else if (!opt.quiet) {
+      log.progress(sm);
+    }
+    if (writer && ((step + 1) % cfg.checkpoint.interval == 0 || last)) {
+      const auto c0 = clock_type::now();
+      Snapshot snap = take_snapshot(cfg, model, opt_state, step + 1, tokens);
+      const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
+      const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
+      writer->save(std::move(snap));
+      summary.checkpoints.push_back(name);
+      if (!opt.quiet)
+        std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), snap_ms,
+                    cfg.checkpoint.async ? "writing in the background while training continues"
+                                         : "written");
+      window_start = clock_type::now();
     }
     if (valid_data && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
       const double vl = evaluate(*valid_data, model, cfg.train.eval_steps);
       summary.val_losses.push_back(vl);
       summary.final_val_loss = vl;
       log.eval(step + 1, vl);
-      window_start = clock::now();  // eval time is not training throughput
+      window_start = clock_type::now();  // eval time is not training throughput
     }
   }
+  if (writer) {
+    writer->wait();
+    if (!opt.quiet && !writer->last_completed().empty())
+      std::printf("checkpoint: latest complete is %s\n", writer->last_completed().c_str());
+  }
   if (dump) dump->finish();
+  if (opt.smoke && !summary.diverged)
+    check_roundtrip(cfg, model, opt_state, summary.end_step, tokens, ckpt_root + "/roundtrip", summary);
+
+  if (cfg.log.sample_tokens > 0 && !summary.diverged) {
+    std::vector<int32_t> prompt;
+    if (cfg.model.vocab_size == 256)
+      for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);
+    const auto ids = generate_tokens(model, T, prompt, cfg.log.sample_tokens,
+                                     float(cfg.log.sample_temperature), cfg.run.seed);
+    summary.sample = (cfg.model.vocab_size == 256 ? cfg.log.sample_prompt : std::string()) +
+                     tokens_to_text(ids, cfg.model.vocab_size);
+    std::printf("\nsample (temperature %.2f, %d tokens):\n%s\n", cfg.log.sample_temperature,
+                cfg.log.sample_tokens, summary.sample.c_str());
+  }
   return summary;
 }
 

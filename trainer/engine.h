@@ -1,7 +1,9 @@
 // The training loop: micro-batches with gradient accumulation, global-norm
-// clipping, the LR schedule, AdamW, periodic evaluation and metrics.
+// clipping, the LR schedule, AdamW, periodic evaluation, metrics, checkpoints
+// and resume, and the text sample at the end.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,16 +14,27 @@ namespace trainer {
 struct RunOptions {
   std::string dump_reference_dir;  // non-empty: write the reference dump (docs/MODEL_MATH.md)
   bool quiet = false;              // no per-step lines (tests)
+  bool smoke = false;              // record divergence instead of throwing; check a checkpoint round trip
+  int64_t stop_after = 0;          // > 0: stop after this optimizer step (the schedule still spans train.steps)
 };
 
 struct TrainSummary {
-  std::vector<double> losses;      // lm loss per step
-  std::vector<double> val_losses;  // per eval
+  int64_t start_step = 0, end_step = 0;
+  std::vector<double> losses, grad_norms, step_ms;  // per step run in this process
+  std::vector<double> val_losses;
   double final_val_loss = -1;
+  bool diverged = false;
+  std::string divergence;          // what went non-finite, at which step
+  size_t planned_bytes = 0;
+  std::vector<std::string> checkpoints;  // directories written, in order
+  bool roundtrip_checked = false, roundtrip_ok = false;
+  std::string roundtrip_detail;
+  std::string sample;              // generated text, if log.sample_tokens > 0
 };
 
 // Runs the whole training; throws ConfigError for user mistakes and
-// std::runtime_error for data/IO/divergence problems.
+// std::runtime_error for data/IO/divergence problems (divergence is recorded
+// instead when opt.smoke is set).
 TrainSummary run_training(const Config& cfg, const RunOptions& opt);
 
 }  // namespace trainer

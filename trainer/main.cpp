@@ -1,5 +1,8 @@
 // trainer: one binary, configured by one YAML file.
 //   trainer --config run.yaml [--set key.path=value ...] [--print-config]
+//   trainer --config run.yaml --smoke-test [--steps N]
+//   trainer --config run.yaml --resume CKPT_DIR
+//   trainer inspect CKPT_DIR
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration.
 #include <CLI/CLI.hpp>
@@ -11,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/engine.h"
+#include "trainer/smoke.h"
 
 namespace {
 // OpenMP threads that spin after a parallel region steal the cores OpenBLAS's
@@ -39,6 +44,18 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", print_config, "print the resolved configuration as YAML and exit");
   app.add_option("--dump-reference", opt.dump_reference_dir,
                  "also write the PyTorch-reference dump (docs/MODEL_MATH.md) into this directory");
+  bool smoke = false;
+  int64_t smoke_steps = 0;
+  std::string resume;
+  app.add_flag("--smoke-test", smoke,
+               "run a short proof of this configuration (temporary checkpoints) and print a verdict");
+  app.add_option("--steps", smoke_steps, "steps of the smoke test (default smoke.steps)");
+  app.add_option("--resume", resume, "resume from this checkpoint directory (same as --set checkpoint.resume=PATH)");
+  app.add_option("--stop-after", opt.stop_after,
+                 "stop after this step; the LR schedule still spans train.steps");
+  std::string inspect_dir;
+  CLI::App* inspect = app.add_subcommand("inspect", "print what a checkpoint directory holds");
+  inspect->add_option("dir", inspect_dir, "checkpoint directory (step_XXXXXXXX)")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -49,6 +66,11 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*inspect) {
+      std::fputs(trainer::describe_checkpoint(inspect_dir).c_str(), stdout);
+      return 0;
+    }
+    if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())
       throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
     trainer::Config cfg = trainer::load_config_file(config_path, overrides);
@@ -57,6 +79,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("config: %s\n", cfg.source.c_str());
+    if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps);
+    if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
     trainer::run_training(cfg, opt);
     return 0;
   } catch (const trainer::ConfigError& e) {

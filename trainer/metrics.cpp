@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <unistd.h>
+
 namespace trainer {
 
 namespace {
@@ -17,18 +19,39 @@ std::string num(double v) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path) {
+MetricsLog::MetricsLog(const std::string& path, bool append, const std::string& progress) {
+  bar_ = progress == "bar" || (progress == "auto" && ::isatty(STDOUT_FILENO));
   if (path.empty()) return;
-  jsonl_ = std::fopen(path.c_str(), "w");
+  jsonl_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!jsonl_) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {
+  clear_bar();
   if (jsonl_) std::fclose(jsonl_);
+}
+
+void MetricsLog::clear_bar() {
+  if (!bar_drawn_) return;
+  std::printf("\r\033[K");
+  bar_drawn_ = false;
+}
+
+void MetricsLog::progress(const StepMetrics& m) {
+  if (!bar_) return;
+  const double eta = m.ms_per_step * double(m.total_steps - m.step) / 1e3;
+  const int width = 24;
+  const int filled = m.total_steps > 0 ? int(width * m.step / m.total_steps) : 0;
+  std::printf("\r[%.*s%*s] %lld/%lld | loss %.4f | %.0f tok/s | ETA %dm%02ds\033[K", filled,
+              "########################", width - filled, "", (long long)m.step,
+              (long long)m.total_steps, m.loss, m.tokens_per_s, int(eta) / 60, int(eta) % 60);
+  std::fflush(stdout);
+  bar_drawn_ = true;
 }
 
 void MetricsLog::step(const StepMetrics& m, bool print) {
   if (print) {
+    clear_bar();
     std::printf("step %6lld/%lld | loss %.4f", (long long)m.step, (long long)m.total_steps, m.loss);
     if (m.has_aux) std::printf(" | aux %.4f", m.aux_loss);
     std::printf(" | lr %.3e | grad norm %.3f | %.0f tok/s | %.1f ms/step\n", m.lr, m.grad_norm,
@@ -47,6 +70,7 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
 }
 
 void MetricsLog::eval(int64_t step, double val_loss) {
+  clear_bar();
   std::printf("eval @ step %lld | val loss %.4f\n", (long long)step, val_loss);
   std::fflush(stdout);
   if (jsonl_) {

@@ -1,5 +1,6 @@
-// Per-step reporting: one human line on stdout and one JSON object per line
-// in <run dir>/metrics.jsonl with the same fields.
+// Per-step reporting: one human line on stdout every log.interval steps, one
+// JSON object per line in <run dir>/metrics.jsonl with the same fields, and
+// on a terminal a progress line (step/total, ETA, tokens/s) redrawn in place.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +20,22 @@ struct StepMetrics {
 
 class MetricsLog {
  public:
-  // jsonl_path empty: no file.
-  explicit MetricsLog(const std::string& jsonl_path);
+  // jsonl_path empty: no file. append: continue a resumed run's file.
+  // progress: auto (a bar when stdout is a terminal) | bar | lines.
+  MetricsLog(const std::string& jsonl_path, bool append, const std::string& progress);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
   void step(const StepMetrics& m, bool print);
   void eval(int64_t step, double val_loss);
+  // Between log lines: redraws the progress line (no-op in lines mode).
+  void progress(const StepMetrics& m);
 
  private:
+  void clear_bar();
   FILE* jsonl_ = nullptr;
+  bool bar_ = false;
+  bool bar_drawn_ = false;
 };
 
 }  // namespace trainer

@@ -1,0 +1,106 @@
+// Sharded checkpoint directories (DESIGN.md "Checkpoints"):
+//
+//   <root>/step_00001000/manifest.json      step, tokens, config, layout, RNG,
+//                                           every tensor's global shape, dtype,
+//                                           which file holds which slice, checksums
+//   <root>/step_00001000/rank_00000.safetensors
+//   <root>/latest                            text file: "step_00001000\n"
+//
+// Saving: the caller hands a host snapshot (copied synchronously); a
+// background thread writes it into step_N.partial/, fsyncs, renames it to
+// step_N/ once every file is complete, then replaces `latest` atomically and
+// removes checkpoints beyond keep_last. A directory without a complete
+// manifest, or whose files do not match the manifest's sizes and checksums,
+// is never loaded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace trainer {
+
+// One tensor of a rank's shard. `offset` is where this slice starts in the
+// global tensor along each dimension (all zero while a rank holds the whole
+// tensor); `global_shape` is the full tensor's shape.
+struct ShardTensor {
+  std::string name;                 // "model/<param>", "optim/m/<param>", "optim/v/<param>"
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offset;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;       // this slice's shape
+  std::vector<char> data;           // host bytes of the slice
+};
+
+struct CheckpointMeta {
+  int64_t step = 0;                 // optimizer steps completed
+  int64_t tokens = 0;               // tokens consumed
+  uint64_t seed = 0;
+  int64_t optimizer_step = 0;       // AdamW bias-correction counter
+  std::string config_yaml;          // resolved configuration at save time
+  int world_size = 1;               // parallel layout at save time
+  std::string layout;               // e.g. "tp1.pp1.dp1.cp1.ep1.zero0"
+};
+
+struct Snapshot {
+  CheckpointMeta meta;
+  int rank = 0;
+  std::vector<ShardTensor> tensors;
+};
+
+// Name of the directory for a step: "step_00001000".
+std::string checkpoint_dir_name(int64_t step);
+
+class CheckpointWriter {
+ public:
+  // async=false writes inside save() before returning.
+  CheckpointWriter(std::string root, int keep_last, bool async);
+  ~CheckpointWriter();  // waits for an in-flight write
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Takes ownership of the snapshot. Waits for the previous write first (one
+  // in flight at a time). Errors of a background write are rethrown by the
+  // next save() or wait().
+  void save(Snapshot snap);
+  void wait();
+  bool busy() const;
+  // Directory of the last completed save, "" if none.
+  std::string last_completed() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct LoadedCheckpoint {
+  std::string dir;
+  CheckpointMeta meta;
+  std::vector<ShardTensor> tensors;  // every tensor of every rank file, verified
+};
+
+// Verifies sizes and checksums of every file named by the manifest and loads
+// all tensors. Throws std::runtime_error naming the file on any mismatch.
+LoadedCheckpoint load_checkpoint(const std::string& dir);
+
+// checkpoint.resume: "none" -> nullopt; "auto" -> the newest complete and
+// valid checkpoint under root (a corrupt one is reported on stderr and the
+// previous one is tried; nullopt when none); anything else is a path that
+// must be a valid checkpoint (throws otherwise).
+std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode);
+
+// Human-readable summary for `trainer inspect DIR`.
+std::string describe_checkpoint(const std::string& dir);
+
+// Copies the region of `src` (a slice of a global tensor) that overlaps
+// `dst_offset`/`dst_shape` into dst (F32/any dtype, row-major). Returns the
+// number of elements copied. Used to assemble a local slice from saved slices
+// of another layout.
+int64_t copy_overlap(const ShardTensor& src, const std::vector<int64_t>& dst_offset,
+                     const std::vector<int64_t>& dst_shape, void* dst);
+
+}  // namespace trainer
