@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Sets up, builds, prepares English text that every Debian machine has
-# (/usr/share/common-licenses) and trains configs/quickstart.yaml.
+# Sets up, builds, prepares English text (the quotations of Debian's
+# `fortunes` package, installed by setup.sh) and trains configs/quickstart.yaml,
+# which ends by printing text the model generates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-[ -f data/licenses/train.bin ] || python3 scripts/prepare_text.py --out-dir data/licenses '/usr/share/common-licenses/*'
+if [ ! -f data/fortunes/train.bin ]; then
+  mapfile -t texts < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name '*art*' | sort)
+  python3 scripts/prepare_text.py --out-dir data/fortunes "${texts[@]}"
+fi
 exec build/trainer --config configs/quickstart.yaml "$@"

@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-dev libgloo-dev
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
+  fortunes   # ~2.5 MB of English text: the quickstart's training data
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,34 +1,17 @@
 // GELU (tanh approximation) and SwiGLU of the CPU backend (see kernels/ops.h).
 #include <cmath>
-#include <stdexcept>
-#include <string>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::same_rows_f32;
+
 constexpr int64_t kParallelMin = 1 << 15;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need_f32(const char* op, const char* name, const Tensor& t) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-}
-
-void same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  need_f32(op, an, a);
-  need_f32(op, bn, b);
-  if (a.numel() != b.numel() || a.dim(-1) != b.dim(-1))
-    fail(op, std::string(an) + " " + a.shape_str() + " vs " + bn + " " + b.shape_str());
-}
 
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
@@ -37,7 +20,7 @@ inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 // 0.5 x (1 + tanh(u)) is evaluated as x * sigmoid(2u), the same function: for
 // negative x, 1 + tanh(u) cancels to a few ulps in fp32, the sigmoid does not.
 void gelu_forward(Tensor out, Tensor inp) {
-  same_shape("gelu_forward", "out", out, "inp", inp);
+  same_rows_f32("gelu_forward", "out", out, "inp", inp);
   const float* x = inp.f32();
   float* y = out.f32();
   const int64_t n = inp.numel();
@@ -51,8 +34,8 @@ void gelu_forward(Tensor out, Tensor inp) {
 
 // d/dx [x s(2u)] = s + 2 x s (1 - s) u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
-  same_shape("gelu_backward", "dinp", dinp, "inp", inp);
-  same_shape("gelu_backward", "dout", dout, "inp", inp);
+  same_rows_f32("gelu_backward", "dinp", dinp, "inp", inp);
+  same_rows_f32("gelu_backward", "dout", dout, "inp", inp);
   const float* x = inp.f32();
   const float* g = dout.f32();
   float* d = dinp.f32();
@@ -68,8 +51,8 @@ void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
 }
 
 void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
-  same_shape("swiglu_forward", "out", out, "gate", gate);
-  same_shape("swiglu_forward", "up", up, "gate", gate);
+  same_rows_f32("swiglu_forward", "out", out, "gate", gate);
+  same_rows_f32("swiglu_forward", "up", up, "gate", gate);
   const float* a = gate.f32();
   const float* b = up.f32();
   float* y = out.f32();
@@ -82,10 +65,10 @@ void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
 // outputs are written, so dgate/dup may alias dout, gate or up elementwise.
 void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
   const char* op = "swiglu_backward";
-  same_shape(op, "dgate", dgate, "gate", gate);
-  same_shape(op, "dup", dup, "gate", gate);
-  same_shape(op, "dout", dout, "gate", gate);
-  same_shape(op, "up", up, "gate", gate);
+  same_rows_f32(op, "dgate", dgate, "gate", gate);
+  same_rows_f32(op, "dup", dup, "gate", gate);
+  same_rows_f32(op, "dout", dout, "gate", gate);
+  same_rows_f32(op, "up", up, "gate", gate);
   const float* a = gate.f32();
   const float* b = up.f32();
   const float* g = dout.f32();

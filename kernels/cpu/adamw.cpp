@@ -4,26 +4,21 @@
 // only when they meet a tensor, so the PyTorch reference can track the
 // trainer's weights over many steps.
 #include <cmath>
-#include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
+constexpr const char* kOp = "adamw_update";
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::invalid_argument("adamw_update: " + what);
-}
-
+// Every tensor of the update is F32 with one element per parameter.
 void need(const char* name, const Tensor& t, const Tensor& param) {
-  if (t.empty()) fail(std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-  if (t.numel() != param.numel())
-    fail(std::string(name) + " " + t.shape_str() + " vs param " + param.shape_str());
+  checks::need_f32(kOp, name, t);
+  checks::same_numel(kOp, name, t, "param", param);
 }
 
 }  // namespace
@@ -34,7 +29,8 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
   need("m", m, param);
   need("v", v, param);
   if (s.step < 1)
-    fail("step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
+    checks::fail(kOp,
+                 "step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
 
   const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
   const float w1 = float(1.0 - double(s.beta1));  // lerp weight of exp_avg toward grad

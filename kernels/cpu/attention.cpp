@@ -16,27 +16,20 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need_f32;
+using checks::same_shape_f32;
+
 constexpr int64_t kBlock = 64;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need_f32(const char* op, const char* name, const Tensor& t) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-}
 
 struct Dims {
   int64_t B, T, Hq, Hkv, D;
@@ -63,12 +56,6 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   if (d.T > INT_MAX / 2 || d.Hq * d.D > INT_MAX)
     fail(op, "q " + q.shape_str() + " is too large for a 32-bit BLAS");
   return d;
-}
-
-void same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  need_f32(op, an, a);
-  if (a.ndim != b.ndim || a.shape != b.shape)
-    fail(op, std::string(an) + " " + a.shape_str() + " vs " + bn + " " + b.shape_str());
 }
 
 // Debian's OpenBLAS is the pthread build: it cannot tell that it is called
@@ -153,7 +140,7 @@ double row_sum(const float* x, int64_t n) {
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
   const char* op = "attention_forward";
   const auto [B, T, Hq, Hkv, D] = check_qkv(op, q, k, v, lse);
-  same_shape(op, "out", out, "q", q);
+  same_shape_f32(op, "out", out, "q", q);
   if (B == 0 || T == 0 || Hq == 0) return;
   const int64_t group = Hq / Hkv, ldq = Hq * D, ldk = Hkv * D;
   const float scale = float(1.0 / std::sqrt(double(D)));
@@ -200,11 +187,11 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
                         Tensor out, Tensor lse, bool causal) {
   const char* op = "attention_backward";
   const auto [B, T, Hq, Hkv, D] = check_qkv(op, q, k, v, lse);
-  same_shape(op, "out", out, "q", q);
-  same_shape(op, "dout", dout, "q", q);
-  same_shape(op, "dq", dq, "q", q);
-  same_shape(op, "dk", dk, "k", k);
-  same_shape(op, "dv", dv, "v", v);
+  same_shape_f32(op, "out", out, "q", q);
+  same_shape_f32(op, "dout", dout, "q", q);
+  same_shape_f32(op, "dq", dq, "q", q);
+  same_shape_f32(op, "dk", dk, "k", k);
+  same_shape_f32(op, "dv", dv, "v", v);
   if (B == 0 || T == 0 || Hq == 0) return;
   const int64_t group = Hq / Hkv, ldq = Hq * D, ldk = Hkv * D;
   const float scale = float(1.0 / std::sqrt(double(D)));

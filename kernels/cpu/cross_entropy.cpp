@@ -4,26 +4,19 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need;
+using checks::same_rows;
+
 constexpr int64_t kParallelMin = 1 << 15;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need(const char* op, const char* name, const Tensor& t, DType dt) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(dt));
-}
 
 }  // namespace
 
@@ -42,8 +35,7 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
     fail(op, "losses " + losses.shape_str() + " vs logits " + logits.shape_str());
   if (!dlogits.empty()) {
     need(op, "dlogits", dlogits, DType::F32);
-    if (dlogits.numel() != logits.numel() || dlogits.dim(-1) != V)
-      fail(op, "dlogits " + dlogits.shape_str() + " vs logits " + logits.shape_str());
+    same_rows(op, "dlogits", dlogits, "logits", logits);
   }
   const int32_t* tg = targets.i32();
   // Checked up front: a throw cannot leave an OpenMP loop, and a bad target

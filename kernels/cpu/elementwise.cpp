@@ -1,33 +1,21 @@
 // Elementwise and memory ops of the CPU backend (see kernels/ops.h).
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need_f32;
+using checks::same_numel;
+
 // Below this many elements a parallel region costs more than the loop.
 constexpr int64_t kParallelMin = 1 << 15;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need_f32(const char* op, const char* name, const Tensor& t) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-}
-
-void same_numel(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  if (a.numel() != b.numel())
-    fail(op, std::string(an) + " " + a.shape_str() + " vs " + bn + " " + b.shape_str());
-}
 
 }  // namespace
 

@@ -1,25 +1,17 @@
 // Token (and position) embedding lookup of the CPU backend (see kernels/ops.h).
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need;
+
 constexpr int64_t kParallelMin = 1 << 15;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need(const char* op, const char* name, const Tensor& t, DType dt) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(dt));
-}
 
 // ids may be [N] or [B,T]; rows of `rows_t` ([..., C]) must match one to one.
 // Every id is checked before any write so a bad batch leaves outputs untouched.

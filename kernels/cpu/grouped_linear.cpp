@@ -6,30 +6,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& msg) {
-  throw std::invalid_argument(std::string(op) + ": " + msg);
-}
-
-void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim) {
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is missing");
-  if (t.device != Device::CPU)
-    fail(op, std::string(name) + " " + t.shape_str() + " is not on the CPU");
-  if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(dt));
-  if (t.ndim != ndim)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
-}
+using checks::fail;
+using checks::must_match;
+using checks::need_cpu;
 
 struct Groups {
   int64_t E, OC, IC, rows;
@@ -40,8 +28,8 @@ struct Groups {
 // Offsets may come from another rank's counts (EP), so they are checked
 // before any row is touched.
 Groups check_groups(const char* op, const Tensor& weight, const Tensor& offsets, int64_t rows) {
-  need(op, "weight", weight, DType::F32, 3);
-  need(op, "offsets", offsets, DType::I32, 1);
+  need_cpu(op, "weight", weight, DType::F32, 3);
+  need_cpu(op, "offsets", offsets, DType::I32, 1);
   Groups g{weight.dim(0), weight.dim(1), weight.dim(2), rows, {}};
   if (offsets.dim(0) != g.E + 1)
     fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(g.E + 1) +
@@ -61,7 +49,7 @@ Groups check_groups(const char* op, const Tensor& weight, const Tensor& offsets,
 
 void check_rows(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols,
                 const Tensor& weight) {
-  need(op, name, t, DType::F32, 2);
+  need_cpu(op, name, t, DType::F32, 2);
   if (t.dim(0) != rows || t.dim(1) != cols)
     fail(op, std::string(name) + " " + t.shape_str() + " must be [" + std::to_string(rows) + ", " +
                  std::to_string(cols) + "] for weight " + weight.shape_str());
@@ -71,7 +59,7 @@ void check_rows(const char* op, const char* name, const Tensor& t, int64_t rows,
 
 void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offsets) {
   const char* op = "grouped_linear_forward";
-  need(op, "inp", inp, DType::F32, 2);
+  need_cpu(op, "inp", inp, DType::F32, 2);
   const Groups g = check_groups(op, weight, offsets, inp.dim(0));
   if (inp.dim(1) != g.IC)
     fail(op, "inp " + inp.shape_str() + " must have IC = " + std::to_string(g.IC) +
@@ -101,7 +89,7 @@ void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offset
 void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                              Tensor offsets) {
   const char* op = "grouped_linear_backward";
-  need(op, "inp", inp, DType::F32, 2);
+  need_cpu(op, "inp", inp, DType::F32, 2);
   const Groups g = check_groups(op, weight, offsets, inp.dim(0));
   if (inp.dim(1) != g.IC)
     fail(op, "inp " + inp.shape_str() + " must have IC = " + std::to_string(g.IC) +
@@ -112,9 +100,8 @@ void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor in
   const bool want_dinp = !dinp.empty(), want_dw = !dweight.empty();
   if (want_dinp) check_rows(op, "dinp", dinp, g.rows, g.IC, weight);
   if (want_dw) {
-    need(op, "dweight", dweight, DType::F32, 3);
-    if (dweight.dim(0) != g.E || dweight.dim(1) != g.OC || dweight.dim(2) != g.IC)
-      fail(op, "dweight " + dweight.shape_str() + " must match weight " + weight.shape_str());
+    need_cpu(op, "dweight", dweight, DType::F32, 3);
+    must_match(op, "dweight", dweight, "weight", weight);
   }
   const float* X = inp.f32();
   const float* Wt = weight.f32();

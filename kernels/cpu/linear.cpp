@@ -4,26 +4,19 @@
 
 #include <algorithm>
 #include <climits>
-#include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need_f32;
+using checks::same_rows;
+
 constexpr int64_t kParallelMin = 1 << 15;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need_f32(const char* op, const char* name, const Tensor& t) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-}
 
 struct Dims {
   int64_t N, IC, OC;
@@ -81,12 +74,10 @@ void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Ten
   const char* op = "linear_backward";
   const auto [N, IC, OC] = check(op, dout, "dout", inp, weight);
   need_f32(op, "dweight", dweight);
-  if (dweight.numel() != OC * IC || dweight.dim(-1) != IC)
-    fail(op, "dweight " + dweight.shape_str() + " vs weight " + weight.shape_str());
+  same_rows(op, "dweight", dweight, "weight", weight);
   if (!dinp.empty()) {
     need_f32(op, "dinp", dinp);
-    if (dinp.numel() != inp.numel() || dinp.dim(-1) != IC)
-      fail(op, "dinp " + dinp.shape_str() + " vs inp " + inp.shape_str());
+    same_rows(op, "dinp", dinp, "inp", inp);
   }
   if (!dbias.empty()) check_vec(op, "dbias", dbias, OC);
   if (N == 0) return;

@@ -3,37 +3,25 @@
 // only link between the two layouts.
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& msg) {
-  throw std::invalid_argument(std::string(op) + ": " + msg);
-}
-
-void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim) {
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is missing");
-  if (t.device != Device::CPU)
-    fail(op, std::string(name) + " " + t.shape_str() + " is not on the CPU");
-  if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(dt));
-  if (t.ndim != ndim)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
-}
+using checks::fail;
+using checks::must_match;
+using checks::need_cpu;
 
 // Token-side [N,C] and expert-side [N*K,C] tensors against row_map [N,K].
 void check_layout(const char* op, const char* tok_name, const Tensor& tok, const char* perm_name,
                   const Tensor& perm, const Tensor& row_map) {
-  need(op, "row_map", row_map, DType::I32, 2);
-  need(op, tok_name, tok, DType::F32, 2);
-  need(op, perm_name, perm, DType::F32, 2);
+  need_cpu(op, "row_map", row_map, DType::I32, 2);
+  need_cpu(op, tok_name, tok, DType::F32, 2);
+  need_cpu(op, perm_name, perm, DType::F32, 2);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = tok.dim(1);
   if (tok.dim(0) != N || perm.dim(0) != N * K || perm.dim(1) != C)
     fail(op, std::string(tok_name) + " " + tok.shape_str() + " and " + perm_name + " " +
@@ -71,10 +59,8 @@ int64_t check_row_map(const char* op, const Tensor& row_map) {
 }
 
 void check_weights(const char* op, const Tensor& w, const char* name, const Tensor& row_map) {
-  need(op, name, w, DType::F32, 2);
-  if (w.dim(0) != row_map.dim(0) || w.dim(1) != row_map.dim(1))
-    fail(op,
-         std::string(name) + " " + w.shape_str() + " must match row_map " + row_map.shape_str());
+  need_cpu(op, name, w, DType::F32, 2);
+  must_match(op, name, w, "row_map", row_map);
 }
 
 }  // namespace

@@ -3,40 +3,18 @@
 // row loops run in double for an accurate reference and parallelize over tokens.
 #include <cmath>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& msg) {
-  throw std::invalid_argument(std::string(op) + ": " + msg);
-}
-
-// A required tensor: present, on the host, of the given dtype and rank.
-void need(const char* op, const char* name, const Tensor& t, DType dt, int ndim) {
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is missing");
-  if (t.device != Device::CPU)
-    fail(op, std::string(name) + " " + t.shape_str() + " is not on the CPU");
-  if (t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(dt));
-  if (t.ndim != ndim)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
-}
-
-void same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
-                const Tensor& b) {
-  bool same = a.ndim == b.ndim;
-  for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
-  if (!same)
-    fail(op,
-         std::string(a_name) + " " + a.shape_str() + " must match " + b_name + " " + b.shape_str());
-}
+using checks::fail;
+using checks::must_match;
+using checks::need_cpu;
 
 // Expert ids come from another op or another rank (EP); a bad one would
 // index out of bounds silently, so every consumer checks them.
@@ -66,12 +44,12 @@ std::vector<double> assignment_fractions(const Tensor& topk_idx, int64_t E) {
 void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits,
                        bool normalize) {
   const char* op = "moe_route_forward";
-  need(op, "logits", logits, DType::F32, 2);
-  need(op, "probs", probs, DType::F32, 2);
-  need(op, "topk_idx", topk_idx, DType::I32, 2);
-  need(op, "topk_w", topk_w, DType::F32, 2);
-  same_shape(op, "probs", probs, "logits", logits);
-  same_shape(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  need_cpu(op, "logits", logits, DType::F32, 2);
+  need_cpu(op, "probs", probs, DType::F32, 2);
+  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
+  need_cpu(op, "topk_w", topk_w, DType::F32, 2);
+  must_match(op, "probs", probs, "logits", logits);
+  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
   const int64_t N = logits.dim(0), E = logits.dim(1), K = topk_idx.dim(1);
   if (topk_idx.dim(0) != N)
     fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
@@ -122,8 +100,8 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
 
 void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
   const char* op = "moe_aux_loss_forward";
-  need(op, "probs", probs, DType::F32, 2);
-  need(op, "topk_idx", topk_idx, DType::I32, 2);
+  need_cpu(op, "probs", probs, DType::F32, 2);
+  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
   if (aux.data == nullptr) fail(op, "aux is missing");
   if (aux.dtype != DType::F32 || aux.numel() != 1)
     fail(op, "aux " + aux.shape_str() + " " + dtype_name(aux.dtype) + " must be one F32 value");
@@ -150,18 +128,18 @@ void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
 void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx,
                         Tensor topk_w, bool normalize, float aux_grad) {
   const char* op = "moe_route_backward";
-  need(op, "probs", probs, DType::F32, 2);
-  need(op, "dlogits", dlogits, DType::F32, 2);
-  need(op, "topk_idx", topk_idx, DType::I32, 2);
-  need(op, "topk_w", topk_w, DType::F32, 2);
-  same_shape(op, "dlogits", dlogits, "probs", probs);
-  same_shape(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  need_cpu(op, "probs", probs, DType::F32, 2);
+  need_cpu(op, "dlogits", dlogits, DType::F32, 2);
+  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
+  need_cpu(op, "topk_w", topk_w, DType::F32, 2);
+  must_match(op, "dlogits", dlogits, "probs", probs);
+  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
   // An absent dtopk_w means the combine weights received no gradient (only
   // the aux loss drives the router), which is cheaper than a zero tensor.
   const bool have_dw = !dtopk_w.empty();
   if (have_dw) {
-    need(op, "dtopk_w", dtopk_w, DType::F32, 2);
-    same_shape(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
+    need_cpu(op, "dtopk_w", dtopk_w, DType::F32, 2);
+    must_match(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
   }
   const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1);
   if (topk_idx.dim(0) != N)
@@ -215,10 +193,10 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
 void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts,
                        int capacity) {
   const char* op = "moe_dispatch_plan";
-  need(op, "topk_idx", topk_idx, DType::I32, 2);
-  need(op, "row_map", row_map, DType::I32, 2);
-  need(op, "offsets", offsets, DType::I32, 1);
-  same_shape(op, "row_map", row_map, "topk_idx", topk_idx);
+  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
+  need_cpu(op, "row_map", row_map, DType::I32, 2);
+  need_cpu(op, "offsets", offsets, DType::I32, 1);
+  must_match(op, "row_map", row_map, "topk_idx", topk_idx);
   if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1);
   if (offsets.dim(0) != E + 1)

@@ -3,26 +3,20 @@
 // and the PyTorch model are judged against.
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need_f32;
+using checks::same_numel;
+using checks::same_rows_f32;
+
 constexpr int64_t kParallelMin = 1 << 14;
-
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-void need_f32(const char* op, const char* name, const Tensor& t) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-}
 
 // x is [..., C] with C taken from the 1-D weight; returns the number of rows.
 int64_t rows_of(const char* op, const Tensor& x, const Tensor& weight) {
@@ -31,12 +25,6 @@ int64_t rows_of(const char* op, const Tensor& x, const Tensor& weight) {
   if (weight.ndim != 1 || x.ndim < 1 || x.dim(-1) != weight.dim(0))
     fail(op, "x " + x.shape_str() + " vs weight " + weight.shape_str());
   return x.numel() / weight.dim(0);
-}
-
-void same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  need_f32(op, an, a);
-  if (a.numel() != b.numel() || a.dim(-1) != b.dim(-1))
-    fail(op, std::string(an) + " " + a.shape_str() + " vs " + bn + " " + b.shape_str());
 }
 
 void per_row(const char* op, const char* name, const Tensor& t, int64_t rows) {
@@ -48,8 +36,7 @@ void per_row(const char* op, const char* name, const Tensor& t, int64_t rows) {
 
 void same_as_weight(const char* op, const char* name, const Tensor& t, const Tensor& weight) {
   need_f32(op, name, t);
-  if (t.numel() != weight.numel())
-    fail(op, std::string(name) + " " + t.shape_str() + " vs weight " + weight.shape_str());
+  same_numel(op, name, t, "weight", weight);
 }
 
 // Parameter gradients sum over rows. Threads own column slabs and walk the
@@ -74,7 +61,7 @@ void column_sums(float* acc, int64_t N, int64_t C, F f) {
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps) {
   const char* op = "rmsnorm_forward";
   const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_shape(op, "out", out, "x", x);
+  same_rows_f32(op, "out", out, "x", x);
   per_row(op, "rstd", rstd, N);
   const float* xp = x.f32();
   const float* w = weight.f32();
@@ -96,8 +83,8 @@ void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor w
                       Tensor rstd) {
   const char* op = "rmsnorm_backward";
   const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_shape(op, "dx", dx, "x", x);
-  same_shape(op, "dout", dout, "x", x);
+  same_rows_f32(op, "dx", dx, "x", x);
+  same_rows_f32(op, "dout", dout, "x", x);
   same_as_weight(op, "dweight", dweight, weight);
   per_row(op, "rstd", rstd, N);
   const float* xp = x.f32();
@@ -127,7 +114,7 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor we
                        float eps) {
   const char* op = "layernorm_forward";
   const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_shape(op, "out", out, "x", x);
+  same_rows_f32(op, "out", out, "x", x);
   per_row(op, "mean", mean, N);
   per_row(op, "rstd", rstd, N);
   if (!bias.empty()) same_as_weight(op, "bias", bias, weight);
@@ -162,8 +149,8 @@ void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Te
                         Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
   const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_shape(op, "dx", dx, "x", x);
-  same_shape(op, "dout", dout, "x", x);
+  same_rows_f32(op, "dx", dx, "x", x);
+  same_rows_f32(op, "dout", dout, "x", x);
   same_as_weight(op, "dweight", dweight, weight);
   if (!dbias.empty()) same_as_weight(op, "dbias", dbias, weight);
   per_row(op, "mean", mean, N);

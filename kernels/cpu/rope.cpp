@@ -2,26 +2,23 @@
 // half-split convention: pair (x[i], x[i + D/2]) at position t turns by
 // t * theta^(-2i/D).
 #include <cmath>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trainer::cpu {
 namespace {
 
+using checks::fail;
+using checks::need_f32;
+using checks::same_shape;
+
 constexpr int64_t kParallelMin = 1 << 15;
 
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
 void need_bthd(const char* op, const char* name, const Tensor& t) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.dtype != DType::F32)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
+  need_f32(op, name, t);
   if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
   if (t.dim(3) % 2 != 0)
     fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
@@ -32,9 +29,7 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
             float theta, float sign) {
   need_bthd(op, out_name, out);
   need_bthd(op, inp_name, inp);
-  if (out.shape != inp.shape)
-    fail(op,
-         std::string(out_name) + " " + out.shape_str() + " vs " + inp_name + " " + inp.shape_str());
+  same_shape(op, out_name, out, inp_name, inp);
   if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
   const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
   // Angles in double, rounded once to float cos/sin: at t in the thousands a
