@@ -103,4 +103,11 @@ std::string describe_checkpoint(const std::string& dir);
 int64_t copy_overlap(const ShardTensor& src, const std::vector<int64_t>& dst_offset,
                      const std::vector<int64_t>& dst_shape, void* dst);
 
+// Test hook: the next save (of any writer) fails at `stage` as a full disk
+// would: "rank_file" (after the rank file, before the manifest), "manifest"
+// (after the manifest, before the rename), "publish" (after an existing
+// directory of the same step was moved aside, before the rename), "latest"
+// (checkpoint complete, before `latest` is replaced). "" disarms it.
+void checkpoint_fail_next_save_at(const std::string& stage);
+
 }  // namespace trainer

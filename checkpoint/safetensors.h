@@ -3,7 +3,10 @@
 // Readable by the Python reference without any extra package.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,5 +18,41 @@ namespace trainer {
 // never sees a half-written file. Throws std::runtime_error naming the file.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors);
+
+// A tensor to write, for callers whose data is not a `Tensor` (any number of
+// dimensions, bytes owned elsewhere). `data` holds numel(shape) elements.
+struct SafetensorsView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;  // of the whole file, computed from the bytes written
+};
+
+// Writes straight to `path` (no temporary + rename: a checkpoint's .partial
+// directory is already the unit that becomes visible atomically) and fsyncs
+// the file before returning. Throws std::runtime_error naming the file.
+WrittenFile write_safetensors_synced(const std::string& path, const std::vector<SafetensorsView>& tensors);
+
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<char> data;
+};
+
+// Reads and validates a whole file: header length against the file size, the
+// header JSON, every dtype, shape and data_offsets; tensors must tile the data
+// area exactly (contiguous, no overlap, no gap, no trailing bytes), each
+// holding numel * dtype size bytes. Tensors come back in file order;
+// "__metadata__" is skipped. Throws std::runtime_error starting with the path.
+std::vector<SafetensorsTensor> read_safetensors(const std::string& path);
+
+// "F32" -> DType::F32 etc. (the spellings dtype_name produces); nullopt otherwise.
+std::optional<DType> dtype_from_name(std::string_view name);
 
 }  // namespace trainer

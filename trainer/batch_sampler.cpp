@@ -1,54 +1,123 @@
 #include "trainer/batch_sampler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
+
+#include "trainer/dataset_blend.h"
 
 namespace trainer {
 
 namespace {
+
 uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+uint64_t split_salt(const std::string& split) {
+  // train/valid keep the salts of the single-file sampler so existing runs
+  // draw the same windows; any other split name gets its own stream.
+  if (split == "train") return 0;
+  if (split == "valid") return 0x5eed;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : split) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
 }  // namespace
 
-BatchSampler::BatchSampler(const std::vector<std::string>& files, const std::string& dtype,
-                           int64_t seq_len, int64_t vocab_size, uint64_t seed,
-                           const std::string& split_name)
-    : seq_len_(seq_len), vocab_(vocab_size), seed_(seed ^ (split_name == "train" ? 0 : 0x5eed)) {
-  const int bytes = dtype == "uint32" ? 4 : 2;
-  int64_t acc = 0;
-  for (const auto& f : files) {
-    auto tf = std::make_unique<TokenFile>(f, bytes);
-    if (tf->size() < seq_len + 1)
-      throw std::runtime_error(f + ": holds " + std::to_string(tf->size()) +
-                               " tokens, fewer than one sequence (train.seq_len + 1 = " +
-                               std::to_string(seq_len + 1) + ")");
-    acc += tf->size() - seq_len;
-    total_ += tf->size();
-    windows_.push_back(acc);
-    files_.push_back(std::move(tf));
+BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
+                           int64_t vocab_size, uint64_t seed, const std::string& split_name,
+                           const std::string& format)
+    : split_(split_name), seq_len_(seq_len), vocab_(vocab_size), seed_(seed ^ split_salt(split_name)) {
+  const std::string base = "data." + split_name;
+  if (entries.empty()) throw std::runtime_error(base + ": no token files given");
+  if (seq_len < 1) throw std::runtime_error(base + ": train.seq_len must be >= 1");
+  double weight_sum = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string key = base + "[" + std::to_string(i) + "]";
+    const DataEntry de = parse_data_entry(entries[i], key);
+    Entry e;
+    e.text = entries[i];
+    e.weight = de.weight;
+    int64_t acc = 0;
+    for (const auto& path : expand_data_entry(de, entries[i], key, format)) {
+      auto src = open_token_source(path, format, dtype);
+      if (src->size() < seq_len + 1)
+        throw std::runtime_error(path + ": holds " + std::to_string(src->size()) +
+                                 " tokens, fewer than one sequence (train.seq_len + 1 = " +
+                                 std::to_string(seq_len + 1) + "), in " + key);
+      acc += src->size() - seq_len;
+      e.tokens += src->size();
+      e.windows.push_back(acc);
+      e.files.push_back(std::move(src));
+    }
+    weight_sum += e.weight;
+    total_ += e.tokens;
+    entries_.push_back(std::move(e));
   }
-  if (files_.empty()) throw std::runtime_error("data." + split_name + ": no token files given");
+  double acc = 0;
+  for (auto& e : entries_) {
+    e.share = e.weight / weight_sum;
+    acc += e.weight;
+    cumulative_share_.push_back(acc / weight_sum);
+  }
+}
+
+uint64_t BatchSampler::hash(int64_t step, int64_t index) const {
+  return mix(seed_ ^ mix(uint64_t(step) * 0x9E3779B97F4A7C15ull ^ mix(uint64_t(index) + 1)));
+}
+
+size_t BatchSampler::entry_of(int64_t step, int64_t index) const {
+  if (entries_.size() == 1) return 0;
+  // A second, independent draw from the same hash: 53 bits as a double in [0, 1).
+  const double u = double(mix(hash(step, index) ^ 0xD1B54A32D192ED03ull) >> 11) * 0x1.0p-53;
+  const size_t e = size_t(std::upper_bound(cumulative_share_.begin(), cumulative_share_.end(), u) -
+                          cumulative_share_.begin());
+  return std::min(e, entries_.size() - 1);  // rounding may leave the last bound just under 1
 }
 
 void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets) const {
-  const uint64_t h = mix(seed_ ^ mix(uint64_t(step) * 0x9E3779B97F4A7C15ull ^ mix(uint64_t(index) + 1)));
-  const int64_t pos = int64_t(h % uint64_t(windows_.back()));
-  const size_t fi = size_t(std::upper_bound(windows_.begin(), windows_.end(), pos) - windows_.begin());
-  const int64_t start = pos - (fi == 0 ? 0 : windows_[fi - 1]);
-  const TokenFile& f = *files_[fi];
-  for (int64_t t = 0; t <= seq_len_; ++t) {
-    const uint32_t tok = f.at(start + t);
-    if (int64_t(tok) >= vocab_)
-      throw std::runtime_error(f.path() + ": token " + std::to_string(tok) + " at index " +
-                               std::to_string(start + t) + " (byte offset " +
-                               std::to_string((start + t) * f.token_bytes()) +
-                               ") is >= model.vocab_size " + std::to_string(vocab_));
-    if (t < seq_len_) inputs[t] = int32_t(tok);
-    if (t > 0) targets[t - 1] = int32_t(tok);
+  const Entry& e = entries_[entry_of(step, index)];
+  const int64_t pos = int64_t(hash(step, index) % uint64_t(e.windows.back()));
+  const size_t fi = size_t(std::upper_bound(e.windows.begin(), e.windows.end(), pos) - e.windows.begin());
+  const int64_t start = pos - (fi == 0 ? 0 : e.windows[fi - 1]);
+  const TokenSource& f = *e.files[fi];
+
+  // Chunks keep the buffer on the stack: no allocation, no shared state.
+  constexpr int64_t kChunk = 512;
+  int64_t buf[kChunk];
+  for (int64_t t0 = 0; t0 <= seq_len_; t0 += kChunk) {
+    const int64_t n = std::min(kChunk, seq_len_ + 1 - t0);
+    f.read(start + t0, n, buf);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t tok = buf[k];
+      const int64_t t = t0 + k;
+      if (tok < 0 || tok >= vocab_) {
+        const int64_t i = start + t;
+        throw std::runtime_error(f.data_path() + ": token " + std::to_string(tok) + " at token index " +
+                                 std::to_string(i) + " (byte offset " + std::to_string(f.byte_offset(i)) + ") " +
+                                 (tok < 0 ? "is negative" : "is >= model.vocab_size " + std::to_string(vocab_)) +
+                                 " (" + f.format() + ")");
+      }
+      if (t < seq_len_) inputs[t] = int32_t(tok);
+      if (t > 0) targets[t - 1] = int32_t(tok);
+    }
   }
+}
+
+std::string BatchSampler::describe() const {
+  std::string out;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    char buf[128];
+    std::snprintf(buf, sizeof buf, ": %.1f%% of sequences, %zu file%s, %lld tokens (", 100.0 * e.share,
+                  e.files.size(), e.files.size() == 1 ? "" : "s", (long long)e.tokens);
+    out += "data." + split_ + "[" + std::to_string(i) + "] '" + e.text + "'" + buf + e.files[0]->format() + ")\n";
+  }
+  return out;
 }
 
 }  // namespace trainer

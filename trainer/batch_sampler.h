@@ -1,6 +1,14 @@
 // Which tokens a training sequence holds is a pure function of
 // (seed, split, step, global sequence index): resuming needs only the step,
 // and a different parallel layout sees the same global batch.
+//
+// A split is a blend of entries (data.train / data.valid), each
+// "PATH_OR_GLOB" or "WEIGHT PATH_OR_GLOB". A sequence first draws its entry
+// with probability weight / sum(weights), then a window uniformly among the
+// entry's start positions; a glob's files thus share their entry's weight in
+// proportion to their windows (token count - seq_len). Windows never cross
+// files; inside a Megatron dataset they may cross document boundaries, as
+// they do in a raw .bin.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +22,45 @@ namespace trainer {
 
 class BatchSampler {
  public:
-  // files: token files of one split (sampled in proportion to their size).
-  BatchSampler(const std::vector<std::string>& files, const std::string& dtype, int64_t seq_len,
-               int64_t vocab_size, uint64_t seed, const std::string& split_name);
+  struct Entry {
+    std::string text;                   // the entry as configured
+    double weight = 1;                  // as configured
+    double share = 1;                   // weight / sum of the split's weights
+    std::vector<std::unique_ptr<TokenSource>> files;
+    std::vector<int64_t> windows;       // cumulative valid start positions per file
+    int64_t tokens = 0;
+  };
+
+  // entries: data.train or data.valid. format: data.format (auto | raw | llmc
+  // | megatron); dtype: data.dtype, used by raw files. split_name ("train",
+  // "valid") names the keys in messages and selects an independent stream.
+  // Opens and validates every file; throws std::runtime_error naming the
+  // entry/file on any problem.
+  BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
+               int64_t vocab_size, uint64_t seed, const std::string& split_name,
+               const std::string& format = "auto");
+
   // Writes inputs/targets [seq_len] of global sequence `index` at `step`.
+  // Const and free of shared mutable state: safe to call from several
+  // threads at once. Throws (naming file, token index and byte offset) when
+  // a token is outside [0, model.vocab_size).
   void sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets) const;
+
+  // Which entry sequence (step, index) draws from; sequence() uses the same.
+  size_t entry_of(int64_t step, int64_t index) const;
+
+  int64_t seq_len() const { return seq_len_; }
   int64_t total_tokens() const { return total_; }
+  const std::vector<Entry>& entries() const { return entries_; }
+  // One line per entry: share, token count, file count and format.
+  std::string describe() const;
 
  private:
-  std::vector<std::unique_ptr<TokenFile>> files_;
-  std::vector<int64_t> windows_;  // cumulative count of valid start positions
+  uint64_t hash(int64_t step, int64_t index) const;
+
+  std::string split_;
+  std::vector<Entry> entries_;
+  std::vector<double> cumulative_share_;
   int64_t seq_len_, vocab_;
   uint64_t seed_;
   int64_t total_ = 0;

@@ -84,9 +84,12 @@ struct OptimConfig {
 };
 
 struct DataConfig {
-  std::vector<std::string> train;  // token files
+  // Entries "PATH_OR_GLOB" or "WEIGHT PATH_OR_GLOB"; a path may be a raw .bin,
+  // an llm.c shard or a Megatron prefix/.bin/.idx (trainer/batch_sampler.h).
+  std::vector<std::string> train;
   std::vector<std::string> valid;
-  std::string dtype = "uint16";    // uint16 | uint32
+  std::string dtype = "uint16";    // uint16 | uint32 (raw files only)
+  std::string format = "auto";     // auto | raw | llmc | megatron
 };
 
 struct CheckpointConfig {

@@ -145,12 +145,14 @@ std::vector<KeySpec> build_schema() {
       Row("optim.weight_decay", FIELD(optim.weight_decay), "decoupled weight decay (matrices only)")
           .at_least(0).aka("wd decay"),
 
-      Row("data.train", FIELD(data.train), "training token files (one path or a list)")
+      Row("data.train", FIELD(data.train), "training data: entries 'PATH' or 'WEIGHT PATH', PATH a file, glob or Megatron prefix")
           .aka("train_data train_files data_path train_bin training"),
-      Row("data.valid", FIELD(data.valid), "validation token files (one path or a list)")
+      Row("data.valid", FIELD(data.valid), "validation data, entries as in data.train")
           .aka("val valid_data val_data validation eval eval_data val_files"),
-      Row("data.dtype", FIELD(data.dtype), "token id type of raw .bin files")
+      Row("data.dtype", FIELD(data.dtype), "token id type of raw .bin files (llm.c and Megatron files record their own)")
           .one_of("uint16|uint32").aka("token_dtype type"),
+      Row("data.format", FIELD(data.format), "token file layout; auto: Megatron if a PREFIX.idx is there, llm.c by its magic, else raw")
+          .one_of("auto|raw|llmc|megatron").aka("data_impl dataset_impl data_format file_format"),
 
       Row("checkpoint.dir", FIELD(checkpoint.dir), "checkpoint directory; empty: <run dir>/ckpt")
           .aka("ckpt_dir checkpoint_dir save_dir save path"),

@@ -1,9 +1,11 @@
 // Range and cross-key checks. Types were settled by the loader; here every
 // message names the keys involved, their values and what would be accepted.
+#include <stdexcept>
 #include <string>
 
 #include "trainer/config.h"
 #include "trainer/config_schema.h"
+#include "trainer/dataset_blend.h"
 
 namespace trainer {
 
@@ -149,12 +151,21 @@ void check_data_and_io(const Config& c, const Checker& ck) {
   ck.require(!c.data.train.empty(),
              "data.train is empty: set data.train to your token files (e.g. 'data: {train: [data/train.bin]}' "
              "in the YAML, or --set data.train=data/train.bin)");
-  auto no_empty = [&](const char* key, const std::vector<std::string>& files) {
-    for (size_t i = 0; i < files.size(); ++i)
-      ck.require(!files[i].empty(), std::string(key) + "[" + std::to_string(i) + "] is an empty path");
+  // Only the entry syntax (weights) is checked here; files are opened, and
+  // globs expanded, when the sampler is built.
+  auto check_entries = [&](const char* key, const std::vector<std::string>& files) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      const std::string k = std::string(key) + "[" + std::to_string(i) + "]";
+      ck.require(!files[i].empty(), k + " is an empty path");
+      try {
+        parse_data_entry(files[i], k);
+      } catch (const std::runtime_error& e) {
+        ck.fail(e.what());
+      }
+    }
   };
-  no_empty("data.train", c.data.train);
-  no_empty("data.valid", c.data.valid);
+  check_entries("data.train", c.data.train);
+  check_entries("data.valid", c.data.valid);
   ck.require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
              "run.name='" + c.run.name + "' must be a non-empty name without '/' (use run.dir for a path)");
 }

@@ -23,6 +23,7 @@
 #include "trainer/generate.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
+#include "trainer/prefetch.h"
 #include "trainer/reference_dump.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -32,6 +33,11 @@ namespace trainer {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
+  std::memcpy(m.acts.ids.data, hb.inputs_of(micro), m.acts.ids.nbytes());
+  std::memcpy(m.acts.targets.data, hb.targets_of(micro), m.acts.targets.nbytes());
+}
 
 void load_micro_batch(const BatchSampler& s, Model& m, int64_t step, int64_t micro) {
   const ModelDims& d = m.dims;
@@ -129,11 +135,15 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
               (long long)(cfg.train.global_batch_size * T), (long long)M, M == 1 ? "" : "es",
               (long long)micro);
 
-  BatchSampler train_data(cfg.data.train, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed, "train");
+  BatchSampler train_data(cfg.data.train, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed,
+                          "train", cfg.data.format);
   std::unique_ptr<BatchSampler> valid_data;
   if (!cfg.data.valid.empty())
-    valid_data = std::make_unique<BatchSampler>(cfg.data.valid, cfg.data.dtype, T,
-                                                cfg.model.vocab_size, cfg.run.seed, "valid");
+    valid_data = std::make_unique<BatchSampler>(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size,
+                                                cfg.run.seed, "valid", cfg.data.format);
+  std::printf("data: %s\n", train_data.describe().c_str());
+  // The next step's tokens are read in a background thread while this step computes.
+  BatchPrefetcher prefetch(train_data, M, micro);
 
   Model model;
   build_model(model, dims, cfg.model.init_std, dev.device);
@@ -183,8 +193,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
     const auto t0 = clock_type::now();
     zero_grads(model);
     double loss_sum = 0, aux_sum = 0;
+    const HostBatch& batch = prefetch.get(step);
     for (int64_t mb = 0; mb < M; ++mb) {
-      load_micro_batch(train_data, model, step, mb);
+      load_prefetched(batch, model, mb);
       if (dump) dump->before_forward(step, mb);
       ForwardResult fr = model_forward(model, ce_scale);
       loss_sum += fr.loss_sum;

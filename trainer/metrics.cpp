@@ -14,7 +14,7 @@ namespace {
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
   char b[32];
-  std::snprintf(b, sizeof b, "%.8g", v);
+  std::snprintf(b, sizeof b, "%.17g", v);  // exact: resumed runs are compared bit for bit
   return b;
 }
 }  // namespace

@@ -1,36 +1,78 @@
-// A memory-mapped file of token ids (raw little-endian uint16 or uint32, the
-// nanoGPT .bin layout). The OS pages it in on demand, so corpora far larger
+// Token datasets seen as one flat stream of token ids, whatever the layout on
+// disk: raw nanoGPT .bin, llm.c shards, Megatron indexed datasets. Every file
+// is memory-mapped, so the OS pages it in on demand and corpora far larger
 // than RAM cost nothing up front.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace trainer {
 
-class TokenFile {
+// A read-only mapping of a whole file. Empty files map to nothing (mmap of
+// length 0 fails), so data() may be null when size() is 0.
+class MappedFile {
  public:
-  // Throws std::runtime_error naming the file on open/size problems.
-  TokenFile(const std::string& path, int token_bytes);
-  ~TokenFile();
-  TokenFile(const TokenFile&) = delete;
-  TokenFile& operator=(const TokenFile&) = delete;
+  // Throws std::runtime_error naming the file when it cannot be opened.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
 
-  int64_t size() const { return count_; }
-  uint32_t at(int64_t i) const {
-    return token_bytes_ == 2 ? reinterpret_cast<const uint16_t*>(base_)[i]
-                             : reinterpret_cast<const uint32_t*>(base_)[i];
-  }
+  const unsigned char* data() const { return base_; }
+  uint64_t size() const { return bytes_; }
   const std::string& path() const { return path_; }
-  int token_bytes() const { return token_bytes_; }
 
  private:
   std::string path_;
-  int token_bytes_;
   const unsigned char* base_ = nullptr;
-  size_t bytes_ = 0;
-  int64_t count_ = 0;
+  uint64_t bytes_ = 0;
 };
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+
+  // Tokens in the stream.
+  virtual int64_t size() const = 0;
+  // Token i as stored. Signed Megatron dtypes may hold negative values, so
+  // this is int64_t: the sampler rejects anything outside [0, vocab_size).
+  virtual int64_t at(int64_t i) const = 0;
+  // Tokens [start, start + n) into out; bounds are the caller's job.
+  virtual void read(int64_t start, int64_t n, int64_t* out) const;
+  // Where token i lives, for error messages that point into the file.
+  virtual const std::string& data_path() const { return path_; }
+  virtual uint64_t byte_offset(int64_t i) const = 0;
+  // "raw uint16", "llm.c uint16", "megatron int32": for logs and errors.
+  virtual std::string format() const = 0;
+
+  // The path as the user gave it (a Megatron prefix stays a prefix).
+  const std::string& path() const { return path_; }
+
+ protected:
+  explicit TokenSource(std::string path) : path_(std::move(path)) {}
+
+ private:
+  std::string path_;
+};
+
+// format: auto | raw | llmc | megatron. dtype (uint16 | uint32) is used only by
+// raw files; the other layouts record their own token type.
+//   auto: PATH.idx, or PATH/PATH.bin with a sibling PREFIX.idx -> megatron;
+//         first int32 is an llm.c magic -> llmc; otherwise raw.
+// Errors name the file, and the byte offset where one applies.
+std::unique_ptr<TokenSource> open_token_source(const std::string& path, const std::string& format,
+                                               const std::string& dtype);
+
+// The format `auto` resolves to for path ("raw", "llmc" or "megatron"),
+// without opening more than the first 4 bytes.
+std::string detect_token_format(const std::string& path);
+
+// The Megatron prefix a path names (strips .bin/.idx), or "" when there is
+// no PREFIX.idx next to it. Globs over a Megatron directory match both
+// halves of each dataset; the prefix lets them be counted once.
+std::string megatron_prefix(const std::string& path);
 
 }  // namespace trainer

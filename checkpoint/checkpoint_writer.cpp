@@ -1,0 +1,429 @@
+// Saving a checkpoint. The order of operations is what makes a crash at any
+// point harmless: files are complete and fsynced before the directory is
+// renamed from step_N.partial to step_N, the rename is fsynced before `latest`
+// names it, and old checkpoints are deleted only after `latest` moved on.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <unordered_set>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_internal.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/json.h"
+#include "checkpoint/safetensors.h"
+
+namespace trainer {
+
+namespace fs = std::filesystem;
+using namespace ckpt_detail;
+
+namespace {
+
+std::mutex g_fault_mu;
+std::string g_fault_stage;
+
+void maybe_inject_failure(const char* stage) {
+  std::lock_guard<std::mutex> lock(g_fault_mu);
+  if (g_fault_stage.empty() || g_fault_stage != stage) return;
+  g_fault_stage.clear();
+  throw std::runtime_error(std::string("injected failure at stage '") + stage + "' (test hook): " +
+                           std::strerror(ENOSPC));
+}
+
+// A rename or a new file is durable only once its directory entry is: fsync
+// the directory itself.
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) throw std::runtime_error(path + ": cannot open for fsync: " + std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw std::runtime_error(path + ": fsync failed: " + std::strerror(err));
+}
+
+void write_text_synced(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(path + ": cannot create: " + std::strerror(errno));
+  const char* p = text.data();
+  size_t left = text.size();
+  int err = 0;
+  while (!err && left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      err = w < 0 ? errno : EIO;
+    } else {
+      p += w;
+      left -= size_t(w);
+    }
+  }
+  if (!err && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && !err) err = errno;
+  if (err) throw std::runtime_error(path + ": write failed: " + std::strerror(err));
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    throw std::runtime_error("cannot rename " + from.string() + " to " + to.string() + ": " + std::strerror(errno));
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json::Value int_array(const std::vector<int64_t>& v) {
+  json::Value a = json::Value::array();
+  for (int64_t x : v) a.push_back(x);
+  return a;
+}
+
+// Catches caller mistakes before anything touches the disk, so a bad snapshot
+// can never produce a checkpoint that fails to load later.
+void validate_snapshot(Snapshot& snap) {
+  if (snap.meta.world_size < 1)
+    throw std::invalid_argument("checkpoint save: world_size " + std::to_string(snap.meta.world_size) + " < 1");
+  if (snap.rank < 0 || snap.rank >= snap.meta.world_size)
+    throw std::invalid_argument("checkpoint save: rank " + std::to_string(snap.rank) + " outside world size " +
+                                std::to_string(snap.meta.world_size));
+  if (snap.meta.step < 0) throw std::invalid_argument("checkpoint save: negative step " + std::to_string(snap.meta.step));
+  std::unordered_set<std::string> names;
+  for (ShardTensor& t : snap.tensors) {
+    const std::string where = "checkpoint save: tensor \"" + t.name + "\": ";
+    if (t.name.empty()) throw std::invalid_argument("checkpoint save: a tensor has an empty name");
+    if (!names.insert(t.name).second) throw std::invalid_argument(where + "name appears twice in one rank's snapshot");
+    // The header's convention: a rank holding the whole tensor may leave it empty.
+    if (t.offset.empty()) t.offset.assign(t.shape.size(), 0);
+    if (t.global_shape.size() != t.shape.size() || t.offset.size() != t.shape.size())
+      throw std::invalid_argument(where + "shape " + shape_str(t.shape) + ", offset " + shape_str(t.offset) +
+                                  " and global shape " + shape_str(t.global_shape) + " differ in rank");
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      if (t.offset[d] < 0 || t.shape[d] < 0 || t.offset[d] > t.global_shape[d] - t.shape[d])
+        throw std::invalid_argument(where + "slice at " + shape_str(t.offset) + " of shape " + shape_str(t.shape) +
+                                    " does not fit in the global shape " + shape_str(t.global_shape));
+    const auto numel = checked_numel(t.shape);
+    if (!numel) throw std::invalid_argument(where + "invalid shape " + shape_str(t.shape));
+    const uint64_t need = uint64_t(*numel) * dtype_size(t.dtype);
+    if (t.data.size() != need)
+      throw std::invalid_argument(where + "holds " + std::to_string(t.data.size()) + " bytes, shape " +
+                                  shape_str(t.shape) + " of " + dtype_name(t.dtype) + " needs " + std::to_string(need));
+  }
+}
+
+// What one rank contributes to the manifest: its file and the slices in it
+// (tensor data not included).
+struct RankReport {
+  int rank = 0;
+  std::string file;
+  WrittenFile written;
+  std::vector<ShardTensor> slices;
+};
+
+RankReport write_rank_file(const fs::path& partial, const Snapshot& snap) {
+  RankReport r;
+  r.rank = snap.rank;
+  r.file = rank_file_name(snap.rank);
+  std::vector<SafetensorsView> views;
+  views.reserve(snap.tensors.size());
+  for (const ShardTensor& t : snap.tensors) {
+    views.push_back({t.name, t.dtype, t.shape, t.data.data()});
+    ShardTensor meta = t;
+    meta.data.clear();
+    meta.data.shrink_to_fit();
+    r.slices.push_back(std::move(meta));
+  }
+  r.written = write_safetensors_synced((partial / r.file).string(), views);
+  return r;
+}
+
+// The multi-rank synchronization point. When several processes save, every
+// rank writes its own rank_XXXXX.safetensors into the shared .partial
+// directory (rank 0 creates it and the others wait on a barrier before
+// writing), then each rank sends its RankReport -- or its error, so rank 0
+// never publishes a checkpoint with a missing file -- to rank 0 here (a gather
+// over the world group). Only rank 0 continues to the manifest, the rename,
+// `latest` and pruning; the other ranks return once their report is sent.
+std::vector<RankReport> gather_rank_reports(const Snapshot& snap, RankReport local) {
+  if (snap.meta.world_size != 1)
+    throw std::logic_error("checkpoint save: world_size " + std::to_string(snap.meta.world_size) +
+                           " needs the cross-rank gather of file reports, which is not built yet");
+  std::vector<RankReport> all;
+  all.push_back(std::move(local));
+  return all;
+}
+
+json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankReport>& reports) {
+  json::Value files = json::Value::object();
+  json::Value tensors = json::Value::array();
+  std::map<std::string, size_t> index;  // name -> position in `tensors`
+  std::map<std::string, std::vector<SliceBox>> boxes;
+  for (const RankReport& r : reports) {
+    json::Value f = json::Value::object();
+    f["bytes"] = r.written.bytes;
+    f["crc32c"] = crc32c_hex(r.written.crc32c);
+    files.as_object().emplace_back(r.file, std::move(f));
+    for (const ShardTensor& t : r.slices) {
+      auto [it, fresh] = index.emplace(t.name, tensors.as_array().size());
+      if (fresh) {
+        json::Value e = json::Value::object();
+        e["name"] = t.name;
+        e["dtype"] = dtype_name(t.dtype);
+        e["global_shape"] = int_array(t.global_shape);
+        e["slices"] = json::Value::array();
+        tensors.push_back(std::move(e));
+      }
+      json::Value& e = tensors.as_array()[it->second];
+      if (e.at("dtype").as_string() != dtype_name(t.dtype) || e.at("global_shape") != int_array(t.global_shape))
+        throw std::logic_error("checkpoint save: ranks disagree on dtype or global shape of \"" + t.name + "\"");
+      json::Value s = json::Value::object();
+      s["rank"] = r.rank;
+      s["file"] = r.file;
+      s["offset"] = int_array(t.offset);
+      s["shape"] = int_array(t.shape);
+      e["slices"].push_back(std::move(s));
+      boxes[t.name].push_back(SliceBox{t.offset, t.shape});
+    }
+  }
+  for (const auto& e : tensors.as_array()) {
+    const std::string& name = e.at("name").as_string();
+    std::vector<int64_t> global;
+    for (const auto& d : e.at("global_shape").as_array()) global.push_back(d.as_int64());
+    const std::string bad = check_slice_cover(global, boxes[name]);
+    if (!bad.empty()) throw std::logic_error("checkpoint save: tensor \"" + name + "\": " + bad);
+  }
+
+  json::Value m = json::Value::object();
+  m["format"] = kFormatName;
+  m["format_version"] = kFormatVersion;
+  m["step"] = meta.step;
+  m["tokens"] = meta.tokens;
+  m["seed"] = meta.seed;
+  m["optimizer_step"] = meta.optimizer_step;
+  m["world_size"] = meta.world_size;
+  m["layout"] = meta.layout;
+  m["created"] = utc_now_iso8601();
+  m["files"] = std::move(files);
+  m["tensors"] = std::move(tensors);
+  m["config_yaml"] = meta.config_yaml;
+  return m;
+}
+
+void warn(const std::string& msg) { std::cerr << "checkpoint: " << msg << "\n"; }
+
+// Deletes leftovers of interrupted saves and the complete checkpoints beyond
+// keep_last. The one just written is always kept, even when older-looking
+// steps exist from an earlier run, so a resume from an older checkpoint never
+// deletes its own progress. Failures only warn: the save itself succeeded.
+void prune(const fs::path& root, int keep_last, const std::string& current) {
+  std::error_code ec;
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == current || !it->is_directory()) continue;
+    const size_t dot = name.find('.');
+    const std::string base = name.substr(0, dot);
+    if (!parse_step_dir_name(base)) continue;
+    if (dot != std::string::npos) {
+      const std::string suffix = name.substr(dot);
+      if (suffix == kPartialSuffix || suffix == kReplacedSuffix) {
+        std::error_code rm;
+        fs::remove_all(it->path(), rm);
+        if (rm) warn("could not remove stale " + it->path().string() + ": " + rm.message());
+      }
+      continue;
+    }
+    // A step directory without a manifest is not ours to judge (it might be
+    // inspected by hand); resume skips it and it is left alone.
+    if (fs::exists(it->path() / kManifestName)) complete.emplace_back(*parse_step_dir_name(base), it->path());
+  }
+  if (ec) {
+    warn("could not list " + root.string() + " for pruning: " + ec.message());
+    return;
+  }
+  if (keep_last <= 0) return;
+  std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = size_t(keep_last - 1); i < complete.size(); ++i) {
+    std::error_code rm;
+    fs::remove_all(complete[i].second, rm);
+    if (rm) warn("could not remove old checkpoint " + complete[i].second.string() + ": " + rm.message());
+  }
+}
+
+// Makes a finished .partial directory the checkpoint of its step and points
+// `latest` at it.
+void publish(const fs::path& root, const fs::path& partial, const fs::path& final_dir) {
+  std::error_code ec;
+  fs::path aside;
+  if (fs::exists(fs::symlink_status(final_dir, ec))) {
+    // rename() cannot replace a non-empty directory; move the old one aside
+    // first and delete it only after the new one is in place.
+    aside = final_dir;
+    aside += kReplacedSuffix;
+    fs::remove_all(aside, ec);
+    if (ec) throw std::runtime_error("cannot remove " + aside.string() + ": " + ec.message());
+    rename_or_throw(final_dir, aside);
+  }
+  try {
+    maybe_inject_failure("publish");
+    rename_or_throw(partial, final_dir);
+  } catch (...) {
+    if (!aside.empty()) std::rename(aside.c_str(), final_dir.c_str());
+    throw;
+  }
+  fsync_path(root.string(), true);
+
+  maybe_inject_failure("latest");
+  const fs::path latest = root / kLatestName;
+  fs::path tmp = latest;
+  tmp += ".tmp";
+  write_text_synced(tmp.string(), final_dir.filename().string() + "\n");
+  rename_or_throw(tmp, latest);
+  fsync_path(root.string(), true);
+
+  if (!aside.empty()) {
+    fs::remove_all(aside, ec);
+    if (ec) warn("could not remove replaced " + aside.string() + ": " + ec.message());
+  }
+}
+
+// The whole save; returns the final directory. Runs on the writer thread when
+// asynchronous.
+std::string write_checkpoint(const std::string& root_str, int keep_last, Snapshot& snap) {
+  validate_snapshot(snap);
+  const fs::path root(root_str);
+  const std::string name = checkpoint_dir_name(snap.meta.step);
+  const fs::path final_dir = root / name;
+  const fs::path partial = root / (name + kPartialSuffix);
+
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec || !fs::is_directory(root))
+    throw std::runtime_error(root_str + ": cannot create checkpoint directory: " +
+                             (ec ? ec.message() : std::string("exists and is not a directory")));
+  // A .partial of this step is a crashed earlier attempt; its contents are
+  // unknown, so start over.
+  fs::remove_all(partial, ec);
+  if (ec) throw std::runtime_error("cannot remove stale " + partial.string() + ": " + ec.message());
+  if (!fs::create_directory(partial, ec) || ec)
+    throw std::runtime_error(partial.string() + ": cannot create: " + (ec ? ec.message() : "exists"));
+
+  try {
+    RankReport local = write_rank_file(partial, snap);
+    maybe_inject_failure("rank_file");
+    std::vector<RankReport> reports = gather_rank_reports(snap, std::move(local));
+    if (snap.rank != 0) return final_dir.string();
+
+    const json::Value manifest = build_manifest(snap.meta, reports);
+    write_text_synced((partial / kManifestName).string(), json::dump(manifest, 2) + "\n");
+    maybe_inject_failure("manifest");
+    fsync_path(partial.string(), true);
+    publish(root, partial, final_dir);
+  } catch (...) {
+    // Nothing of a failed save may look like a checkpoint; `latest` and the
+    // existing step directories were not touched (publish restores them).
+    std::error_code rm;
+    fs::remove_all(partial, rm);
+    throw;
+  }
+  prune(root, keep_last, name);
+  return final_dir.string();
+}
+
+}  // namespace
+
+void checkpoint_fail_next_save_at(const std::string& stage) {
+  std::lock_guard<std::mutex> lock(g_fault_mu);
+  g_fault_stage = stage;
+}
+
+struct CheckpointWriter::Impl {
+  std::string root;
+  int keep_last = 0;
+  bool async = false;
+  std::thread worker;
+  std::atomic<bool> running{false};
+  std::exception_ptr error;  // set by the worker before `running` drops; read after join
+  mutable std::mutex mu;
+  std::string last_completed;
+
+  void join_and_rethrow() {
+    if (worker.joinable()) worker.join();
+    if (error) {
+      std::exception_ptr e = error;
+      error = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+  void set_completed(const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mu);
+    last_completed = dir;
+  }
+};
+
+CheckpointWriter::CheckpointWriter(std::string root, int keep_last, bool async) : impl_(std::make_unique<Impl>()) {
+  impl_->root = std::move(root);
+  impl_->keep_last = keep_last;
+  impl_->async = async;
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    impl_->join_and_rethrow();
+  } catch (const std::exception& e) {
+    // Nobody is left to rethrow to; at least say that the last save is missing.
+    warn(std::string("background save failed: ") + e.what());
+  }
+}
+
+void CheckpointWriter::save(Snapshot snap) {
+  impl_->join_and_rethrow();
+  if (!impl_->async) {
+    impl_->set_completed(write_checkpoint(impl_->root, impl_->keep_last, snap));
+    return;
+  }
+  impl_->running = true;
+  try {
+    impl_->worker = std::thread([impl = impl_.get(), s = std::move(snap)]() mutable {
+      try {
+        impl->set_completed(write_checkpoint(impl->root, impl->keep_last, s));
+      } catch (...) {
+        impl->error = std::current_exception();
+      }
+      s.tensors.clear();  // free the host copy before reporting idle
+      impl->running = false;
+    });
+  } catch (...) {
+    impl_->running = false;
+    throw;
+  }
+}
+
+void CheckpointWriter::wait() { impl_->join_and_rethrow(); }
+
+bool CheckpointWriter::busy() const { return impl_->running.load(); }
+
+std::string CheckpointWriter::last_completed() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last_completed;
+}
+
+}  // namespace trainer

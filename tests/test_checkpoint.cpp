@@ -1,0 +1,907 @@
+// Checkpoint layer: JSON, CRC32C, safetensors reader, save/load round trips,
+// crash and corruption handling, retention, and slice re-assembly.
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/json.h"
+#include "checkpoint/safetensors.h"
+
+using namespace trainer;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string str() const { return path.string(); }
+  std::string operator/(const std::string& s) const { return (path / s).string(); }
+};
+
+// Collects what the code under test prints on std::cerr.
+struct CaptureStderr {
+  std::ostringstream buf;
+  std::streambuf* old;
+  CaptureStderr() : old(std::cerr.rdbuf(buf.rdbuf())) {}
+  ~CaptureStderr() { std::cerr.rdbuf(old); }
+  std::string text() const { return buf.str(); }
+};
+
+std::vector<char> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<char> v(n);
+  for (auto& c : v) c = char(rng() & 0xFF);
+  return v;
+}
+
+ShardTensor whole(const std::string& name, DType dt, std::vector<int64_t> shape, uint32_t seed) {
+  ShardTensor t;
+  t.name = name;
+  t.dtype = dt;
+  t.shape = shape;
+  t.global_shape = shape;
+  t.offset.assign(shape.size(), 0);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  t.data = random_bytes(size_t(n) * dtype_size(dt), seed);
+  return t;
+}
+
+// A snapshot whose bytes depend on `variant`, so checkpoints of different
+// steps (or re-saves of one step) are distinguishable.
+Snapshot make_snapshot(int64_t step, uint32_t variant = 0) {
+  Snapshot s;
+  s.meta.step = step;
+  s.meta.tokens = step * 4096 + 7;
+  s.meta.seed = 0xDEADBEEFCAFEBABEull;  // above INT64_MAX: must survive JSON exactly
+  s.meta.optimizer_step = step;
+  s.meta.world_size = 1;
+  s.meta.layout = "tp1.pp1.dp1.cp1.ep1.zero0";
+  s.meta.config_yaml = "model:\n  name: \"tiny\"  # quote \" backslash \\ tab\t\n  note: h\xC3\xA9llo\n";
+  s.rank = 0;
+  const uint32_t b = uint32_t(step) * 100 + variant * 7919;
+  s.tensors.push_back(whole("model/embed", DType::F32, {16, 8}, b + 1));
+  s.tensors.push_back(whole("model/layers.0.norm", DType::F32, {8}, b + 2));
+  s.tensors.push_back(whole("model/layers.0.attn.wq", DType::BF16, {3, 5, 2}, b + 3));
+  s.tensors.push_back(whole("optim/m/embed", DType::F32, {16, 8}, b + 4));
+  s.tensors.push_back(whole("optim/v/embed", DType::F32, {16, 8}, b + 5));
+  s.tensors.push_back(whole("optim/scale", DType::F64, {}, b + 6));
+  s.tensors.push_back(whole("data/empty", DType::I32, {0, 4}, b + 7));
+  return s;
+}
+
+void require_same(const LoadedCheckpoint& got, const Snapshot& want) {
+  CHECK(got.meta.step == want.meta.step);
+  CHECK(got.meta.tokens == want.meta.tokens);
+  CHECK(got.meta.seed == want.meta.seed);
+  CHECK(got.meta.optimizer_step == want.meta.optimizer_step);
+  CHECK(got.meta.world_size == want.meta.world_size);
+  CHECK(got.meta.layout == want.meta.layout);
+  CHECK(got.meta.config_yaml == want.meta.config_yaml);
+  REQUIRE(got.tensors.size() == want.tensors.size());
+  for (size_t i = 0; i < want.tensors.size(); ++i) {
+    const ShardTensor& a = got.tensors[i];
+    const ShardTensor& b = want.tensors[i];
+    INFO(b.name);
+    CHECK(a.name == b.name);
+    CHECK(a.dtype == b.dtype);
+    CHECK(a.shape == b.shape);
+    CHECK(a.global_shape == b.global_shape);
+    CHECK(a.offset == b.offset);
+    CHECK(a.data == b.data);  // bitwise
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+void flip_byte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  char c;
+  f.read(&c, 1);
+  c = char(c ^ 0x01);
+  f.seekp(std::streamoff(at));
+  f.write(&c, 1);
+}
+
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+const std::string kRank0 = "rank_00000.safetensors";
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// JSON
+
+TEST_CASE("json: values round-trip through dump and parse", "[checkpoint][json]") {
+  json::Value v = json::Value::object();
+  v["null"] = nullptr;
+  v["t"] = true;
+  v["f"] = false;
+  v["zero"] = 0;
+  v["int_min"] = INT64_MIN;
+  v["int_max"] = INT64_MAX;
+  v["uint_max"] = UINT64_MAX;
+  v["tenth"] = 0.1;
+  v["two"] = 2.0;
+  v["big"] = 1.7976931348623157e308;
+  v["tiny"] = 4.9406564584124654e-324;
+  v["neg"] = -123.456e-7;
+  v["text"] = std::string("quote\" backslash\\ slash/ \b\f\n\r\t ctrl\x01\x1f h\xC3\xA9 \xF0\x9F\x98\x80");
+  v["empty_s"] = "";
+  v["empty_a"] = json::Value::array();
+  v["empty_o"] = json::Value::object();
+  json::Value arr = json::Value::array();
+  arr.push_back(1);
+  arr.push_back("two");
+  arr.push_back(json::Array{json::Value(3), json::Value(json::Object{{"four", json::Value(4.5)}})});
+  v["nested"] = arr;
+
+  for (int indent : {-1, 0, 2}) {
+    INFO("indent " << indent);
+    const std::string text = json::dump(v, indent);
+    const json::Value back = json::parse(text);
+    CHECK(back == v);
+    CHECK(json::dump(back, indent) == text);
+  }
+  const json::Value back = json::parse(json::dump(v));
+  CHECK(back.at("int_min").as_int64() == INT64_MIN);
+  CHECK(back.at("int_max").as_int64() == INT64_MAX);
+  CHECK(back.at("uint_max").as_uint64() == UINT64_MAX);
+  CHECK(back.at("tenth").as_double() == 0.1);
+  CHECK(!back.at("two").is_integer());  // a double stays a double
+  CHECK(back.at("zero").is_integer());
+  CHECK(back.at("tiny").as_double() == 4.9406564584124654e-324);
+  // Insertion order is kept.
+  CHECK(back.as_object().front().first == "null");
+  CHECK(back.as_object().back().first == "nested");
+
+  CHECK(json::dump(json::Value(2.0)) == "2.0");
+  CHECK(json::dump(json::Value("\x01")) == "\"\\u0001\"");
+  CHECK(json::parse(R"("\u00e9\ud83d\ude00\/")").as_string() == "\xC3\xA9\xF0\x9F\x98\x80/");
+  CHECK(json::parse(" \t\r\n[ 1 , -0.5e+2 ]\n").as_array()[1].as_double() == -50.0);
+  CHECK(json::parse("1e-400").as_double() == 0.0);  // underflow is zero, not an error
+  // Invalid UTF-8 is replaced, so the output always parses.
+  const std::string bad_utf8 = json::dump(json::Value(std::string("a\xFF" "b")));
+  CHECK(json::parse(bad_utf8).as_string() == "a\xEF\xBF\xBD" "b");
+  CHECK_THROWS_AS(json::dump(json::Value(std::nan(""))), json::TypeError);
+  CHECK_THROWS_AS(json::dump(json::Value(HUGE_VAL)), json::TypeError);
+
+  // Typed access errors.
+  CHECK_THROWS_WITH(json::parse("1.5").as_int64(), Contains("fractional"));
+  CHECK_THROWS_WITH(json::parse("-1").as_uint64(), Contains("non-negative"));
+  CHECK_THROWS_WITH(json::parse("18446744073709551615").as_int64(), Contains("does not fit"));
+  CHECK_THROWS_WITH(json::parse("{}").at("step"), Contains("missing key \"step\""));
+  CHECK_THROWS_WITH(json::parse("[]").as_string(), Contains("expected a string, got array"));
+}
+
+TEST_CASE("json: malformed input is rejected with the byte offset", "[checkpoint][json]") {
+  struct Case {
+    std::string text;
+    size_t offset;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"", 0, "end of input"},
+      {"   ", 3, "end of input"},
+      {"{", 1, "expected a string key"},
+      {"[1,]", 3, "expected a value"},
+      {"{\"a\":1,}", 7, "expected a string key"},
+      {"01", 0, "leading zero"},
+      {"-01", 0, "leading zero"},
+      {"1.", 2, "digit after '.'"},
+      {".5", 0, "expected a value"},
+      {"+1", 0, "expected a value"},
+      {"1e", 2, "exponent"},
+      {"-", 1, "expected a digit"},
+      {"\"abc", 0, "unterminated string"},
+      {"\"\\x\"", 1, "invalid escape"},
+      {"\"a\x01\"", 2, "control character"},
+      {"\"\\u12G4\"", 5, "hex digit"},
+      {"tru", 0, "invalid literal"},
+      {"nul", 0, "invalid literal"},
+      {"NaN", 0, "expected a value"},
+      {"'a'", 0, "expected a value"},
+      {"[1 2]", 3, "expected ',' or ']'"},
+      {"{\"a\" 1}", 5, "expected ':'"},
+      {"{\"a\":1 \"b\":2}", 7, "expected ',' or '}'"},
+      {"{1:2}", 1, "expected a string key"},
+      {"{\"a\":1} x", 8, "after the JSON value"},
+      {"{\"a\":1}//c", 7, "after the JSON value"},
+      {"{\"a\":1,\"a\":2}", 7, "duplicate key \"a\""},
+      {"\"\\ud800\"", 1, "surrogate"},
+      {"\"\\udc00\"", 1, "surrogate"},
+      {"\"\\ud800\\u0041\"", 1, "surrogate"},
+      {"\"\xFF\"", 1, "invalid UTF-8"},
+      {"\"\xC0\xAF\"", 1, "invalid UTF-8"},      // overlong '/'
+      {"\"\xED\xA0\x80\"", 1, "invalid UTF-8"},  // encoded surrogate
+      {"1e400", 0, "out of range"},
+      {"[1]]", 3, "after the JSON value"},
+      {"\xEF\xBB\xBF{}", 0, "expected a value"},  // byte order mark
+      {std::string(300, '['), 256, "nesting deeper than 256"},
+  };
+  for (const Case& c : cases) {
+    INFO("input: " << c.text.substr(0, 40));
+    try {
+      json::parse(c.text);
+      FAIL("parsed without error");
+    } catch (const json::ParseError& e) {
+      CHECK(e.offset() == c.offset);
+      CHECK_THAT(e.reason(), Contains(c.fragment));
+      CHECK_THAT(std::string(e.what()), Contains("at byte " + std::to_string(c.offset)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// CRC32C
+
+TEST_CASE("crc32c: known vectors, chaining and files", "[checkpoint][crc]") {
+  CHECK(crc32c("", 0) == 0u);
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(crc32c_hex(0xE3069283u) == "e3069283");
+  CHECK(crc32c_hex(0x0000ABCDu) == "0000abcd");
+  // RFC 3720 (iSCSI) appendix B.4.
+  std::vector<unsigned char> zeros(32, 0), ones(32, 0xFF), inc(32), dec(32);
+  for (int i = 0; i < 32; ++i) inc[size_t(i)] = (unsigned char)i, dec[size_t(i)] = (unsigned char)(31 - i);
+  CHECK(crc32c(zeros.data(), 32) == 0x8A9136AAu);
+  CHECK(crc32c(ones.data(), 32) == 0x62A8AB43u);
+  CHECK(crc32c(inc.data(), 32) == 0x46DD794Eu);
+  CHECK(crc32c(dec.data(), 32) == 0x113FDB5Cu);
+
+  // Any split, including unaligned ones, gives the one-shot result.
+  const std::vector<char> data = random_bytes(100003, 42);
+  const uint32_t whole_crc = crc32c(data.data(), data.size());
+  for (size_t split : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(4097), data.size() - 3, data.size()}) {
+    const uint32_t c = crc32c(data.data() + split, data.size() - split, crc32c(data.data(), split));
+    CHECK(c == whole_crc);
+  }
+  // The sliced fast path agrees with a bit-at-a-time definition.
+  uint32_t ref = 0xFFFFFFFFu;
+  for (char ch : data) {
+    ref ^= (unsigned char)ch;
+    for (int k = 0; k < 8; ++k) ref = (ref & 1) ? (ref >> 1) ^ 0x82F63B78u : ref >> 1;
+  }
+  CHECK(~ref == whole_crc);
+
+  TempDir dir;
+  const std::string p = dir / "blob";
+  { std::ofstream(p, std::ios::binary).write(data.data(), std::streamsize(data.size())); }
+  uint64_t bytes = 0;
+  CHECK(crc32c_file(p, &bytes) == whole_crc);
+  CHECK(bytes == data.size());
+  CHECK_THROWS_WITH(crc32c_file(dir / "missing"), Contains(dir / "missing"));
+}
+
+// ---------------------------------------------------------------------------
+// safetensors
+
+TEST_CASE("safetensors: written files read back exactly", "[checkpoint][safetensors]") {
+  TempDir dir;
+  std::vector<float> a(6);
+  for (int i = 0; i < 6; ++i) a[size_t(i)] = float(i) * 0.5f - 1.f;
+  std::vector<int32_t> b = {7, -8, 9};
+  const std::string p1 = dir / "plain.safetensors";
+  write_safetensors(p1, {{"a", Tensor(a.data(), DType::F32, {2, 3})}, {"b", Tensor(b.data(), DType::I32, {3})}});
+  auto got = read_safetensors(p1);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].name == "a");
+  CHECK(got[0].dtype == DType::F32);
+  CHECK(got[0].shape == std::vector<int64_t>{2, 3});
+  CHECK(std::memcmp(got[0].data.data(), a.data(), 24) == 0);
+  CHECK(got[1].name == "b");
+  CHECK(got[1].dtype == DType::I32);
+  CHECK(std::memcmp(got[1].data.data(), b.data(), 12) == 0);
+  // Data starts 8-byte aligned.
+  const std::string raw = read_text(p1);
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t((unsigned char)raw[size_t(i)]) << (8 * i);
+  CHECK((8 + hlen) % 8 == 0);
+
+  // The synced writer: any rank, odd names, empty and scalar tensors.
+  const std::vector<char> x = random_bytes(2 * 3 * 4 * 5 * 2, 1), s = random_bytes(8, 2);
+  const std::string p2 = dir / "views.safetensors";
+  const WrittenFile w = write_safetensors_synced(
+      p2, {{"five/\"dims\"", DType::BF16, {2, 3, 4, 5, 1}, x.data()},
+           {"scalar", DType::F64, {}, s.data()},
+           {"empty", DType::U16, {0}, nullptr}});
+  CHECK(w.bytes == fs::file_size(p2));
+  CHECK(w.crc32c == crc32c_file(p2));
+  got = read_safetensors(p2);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].name == "five/\"dims\"");
+  CHECK(got[0].shape == std::vector<int64_t>{2, 3, 4, 5, 1});
+  CHECK(got[0].data == x);
+  CHECK(got[1].shape.empty());
+  CHECK(got[1].data == s);
+  CHECK(got[2].data.empty());
+  CHECK(dtype_from_name("BF16") == DType::BF16);
+  CHECK(!dtype_from_name("I8"));
+}
+
+TEST_CASE("safetensors: corrupt files are refused with the file and the problem", "[checkpoint][safetensors]") {
+  TempDir dir;
+  // Header text padded like the writer, then `data_bytes` bytes.
+  auto craft = [&](const std::string& name, std::string header, size_t data_bytes, int64_t fake_len = -1) {
+    const std::string p = dir / name;
+    std::string out(8, '\0');
+    const uint64_t n = fake_len >= 0 ? uint64_t(fake_len) : header.size();
+    for (int i = 0; i < 8; ++i) out[size_t(i)] = char((n >> (8 * i)) & 0xFF);
+    out += header;
+    out += std::string(data_bytes, 'x');
+    write_text(p, out);
+    return p;
+  };
+  struct Case {
+    std::string file, header;
+    size_t data;
+    int64_t fake_len;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"short", "", 0, -2, "too short"},
+      {"len_past_end", "{}", 0, 1000, "header length 1000 exceeds"},
+      {"len_huge", "{}", 0, int64_t(1) << 60, "exceeds"},
+      {"not_json", "{\"a\":{\"dtype\":\"F32\",", 0, -1, "header is not valid JSON"},
+      {"not_object", "[1,2]", 0, -1, "not an object"},
+      {"unknown_dtype", R"({"a":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})", 1, -1, "unknown dtype \"Q8\""},
+      {"missing_key", R"({"a":{"dtype":"F32","shape":[1]}})", 4, -1, "missing key \"data_offsets\""},
+      {"extra_key", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4, -1, "unexpected key"},
+      {"negative_dim", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, -1, "negative dimension"},
+      {"past_end", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12, -1, "run past the end"},
+      {"backwards", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", 4, -1, "run backwards"},
+      {"size", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, -1, "needs 12"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, -1, "overlaps tensor \"a\""},
+      {"gap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})",
+       20, -1, "gap of 4 bytes"},
+      {"trailing", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12, -1, "4 bytes after the last"},
+      {"overflow", R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0, -1, "overflows"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.file);
+    std::string p;
+    if (c.fake_len == -2) {
+      p = dir / c.file;
+      write_text(p, "abc");
+    } else {
+      p = craft(c.file, c.header, c.data, c.fake_len);
+    }
+    CHECK_THROWS_WITH(read_safetensors(p), Contains(p) && Contains(c.fragment));
+  }
+  // The JSON error offset is given in file bytes.
+  const std::string bad = craft("bad_json_offset", "{\"a\" 1}", 0);
+  CHECK_THROWS_WITH(read_safetensors(bad), Contains("at byte 13 of the file"));
+
+  // A real file cut short.
+  std::vector<float> v(100, 1.f);
+  const std::string p = dir / "truncated.safetensors";
+  write_safetensors(p, {{"v", Tensor(v.data(), DType::F32, {100})}});
+  fs::resize_file(p, fs::file_size(p) - 10);
+  CHECK_THROWS_WITH(read_safetensors(p), Contains(p) && Contains("run past the end"));
+  fs::resize_file(p, 20);
+  CHECK_THROWS_WITH(read_safetensors(p), Contains(p) && Contains("exceeds"));
+  CHECK_THROWS_WITH(read_safetensors(dir / "nope"), Contains(dir / "nope") && Contains("cannot open"));
+}
+
+// ---------------------------------------------------------------------------
+// Save and load
+
+TEST_CASE("checkpoint: sync and async saves load back bitwise identical", "[checkpoint]") {
+  TempDir root;
+  CHECK(checkpoint_dir_name(1000) == "step_00001000");
+  CHECK(checkpoint_dir_name(123456789) == "step_123456789");
+
+  for (bool async : {false, true}) {
+    INFO("async " << async);
+    TempDir dir;
+    CheckpointWriter w(dir.str(), 0, async);
+    CHECK(w.last_completed().empty());
+    const Snapshot s1 = make_snapshot(10), s2 = make_snapshot(20);
+    w.save(s1);
+    w.save(s2);  // waits for the first
+    w.wait();
+    CHECK(!w.busy());
+    CHECK(w.last_completed() == dir / "step_00000020");
+    CHECK(read_text(dir / "latest") == "step_00000020\n");
+    CHECK(!fs::exists(dir / "latest.tmp"));
+    CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000010", "step_00000020"});
+    CHECK(entries(dir.path / "step_00000020") == std::set<std::string>{"manifest.json", kRank0});
+
+    require_same(load_checkpoint(dir / "step_00000010"), s1);
+    require_same(load_checkpoint(dir / "step_00000020/"), s2);
+    auto r = resolve_resume(dir.str(), "auto");
+    REQUIRE(r);
+    CHECK(r->dir == dir / "step_00000020");
+    require_same(*r, s2);
+  }
+}
+
+TEST_CASE("checkpoint: manifest records everything needed to resume and verify", "[checkpoint]") {
+  TempDir dir;
+  Snapshot s = make_snapshot(5);
+  s.tensors[0].offset.clear();  // "whole tensor" may leave the offset empty
+  CheckpointWriter(dir.str(), 3, false).save(s);
+  const std::string step_dir = dir / "step_00000005";
+  const json::Value m = json::parse(read_text(step_dir + "/manifest.json"));
+  CHECK(m.at("format_version").as_int64() == 1);
+  CHECK(m.at("step").as_int64() == 5);
+  CHECK(m.at("tokens").as_int64() == 5 * 4096 + 7);
+  CHECK(m.at("seed").as_uint64() == 0xDEADBEEFCAFEBABEull);
+  CHECK(m.at("optimizer_step").as_int64() == 5);
+  CHECK(m.at("world_size").as_int64() == 1);
+  CHECK(m.at("layout").as_string() == "tp1.pp1.dp1.cp1.ep1.zero0");
+  CHECK(m.at("config_yaml").as_string() == s.meta.config_yaml);
+  CHECK(m.at("created").as_string().size() == 20);  // 2024-01-02T03:04:05Z
+
+  const json::Value& f = m.at("files").at(kRank0);
+  CHECK(f.at("bytes").as_uint64() == fs::file_size(step_dir + "/" + kRank0));
+  CHECK(f.at("crc32c").as_string() == crc32c_hex(crc32c_file(step_dir + "/" + kRank0)));
+
+  const auto& tensors = m.at("tensors").as_array();
+  REQUIRE(tensors.size() == s.tensors.size());
+  const json::Value& wq = tensors[2];
+  CHECK(wq.at("name").as_string() == "model/layers.0.attn.wq");
+  CHECK(wq.at("dtype").as_string() == "BF16");
+  CHECK(json::dump(wq.at("global_shape")) == "[3,5,2]");
+  const auto& slices = wq.at("slices").as_array();
+  REQUIRE(slices.size() == 1);
+  CHECK(slices[0].at("rank").as_int64() == 0);
+  CHECK(slices[0].at("file").as_string() == kRank0);
+  CHECK(json::dump(slices[0].at("offset")) == "[0,0,0]");
+  CHECK(json::dump(slices[0].at("shape")) == "[3,5,2]");
+
+  // The rank file is plain safetensors with the tensor names as given.
+  const auto st = read_safetensors(step_dir + "/" + kRank0);
+  REQUIRE(st.size() == s.tensors.size());
+  for (size_t i = 0; i < st.size(); ++i) CHECK(st[i].name == s.tensors[i].name);
+
+  const std::string text = describe_checkpoint(step_dir);
+  CHECK_THAT(text, Contains("step 5, tokens 20487"));
+  CHECK_THAT(text, Contains("layout tp1.pp1.dp1.cp1.ep1.zero0, world size 1"));
+  CHECK_THAT(text, Contains(kRank0));
+  CHECK_THAT(text, Contains("model/layers.0.attn.wq"));
+  CHECK_THAT(text, Contains("[3, 5, 2]"));
+  CHECK_THAT(text, Contains("rank 0 [3, 5, 2] @ [0, 0, 0]"));
+  CHECK_THAT(text, Contains("every file matches the manifest"));
+}
+
+TEST_CASE("checkpoint: async save returns before the write completes", "[checkpoint]") {
+  TempDir dir;
+  Snapshot s = make_snapshot(1);
+  ShardTensor big;
+  big.name = "model/big";
+  big.shape = big.global_shape = {4096, 4096};
+  big.offset = {0, 0};
+  big.data.assign(size_t(4096) * 4096 * 4, 0);  // 64 MiB: write, CRC and fsync take far longer than save()
+  big.data[12345] = 7;
+  s.tensors.push_back(std::move(big));
+  const Snapshot copy = s;
+
+  CheckpointWriter w(dir.str(), 0, true);
+  w.save(std::move(s));
+  CHECK(w.busy());
+  CHECK(!fs::exists(dir / "step_00000001"));
+  w.wait();
+  CHECK(!w.busy());
+  CHECK(w.last_completed() == dir / "step_00000001");
+  require_same(load_checkpoint(dir / "step_00000001"), copy);
+}
+
+TEST_CASE("checkpoint: keep_last keeps exactly the newest K", "[checkpoint]") {
+  TempDir dir;
+  {
+    CheckpointWriter w(dir.str(), 2, true);
+    for (int step = 1; step <= 5; ++step) w.save(make_snapshot(step));
+  }  // the destructor waits
+  CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000004", "step_00000005"});
+
+  TempDir all;
+  CheckpointWriter w(all.str(), 0, false);
+  for (int step = 1; step <= 4; ++step) w.save(make_snapshot(step));
+  CHECK(entries(all.path).size() == 5);
+
+  // Saving an older step (a resume from further back) never deletes itself.
+  TempDir back;
+  CheckpointWriter wb(back.str(), 1, false);
+  wb.save(make_snapshot(9));
+  wb.save(make_snapshot(3));
+  CHECK(entries(back.path) == std::set<std::string>{"latest", "step_00000003"});
+  CHECK(read_text(back / "latest") == "step_00000003\n");
+}
+
+TEST_CASE("checkpoint: crashed saves and incomplete directories are never resumed", "[checkpoint]") {
+  TempDir dir;
+  CheckpointWriter w(dir.str(), 0, false);
+  const Snapshot s2 = make_snapshot(2);
+  w.save(make_snapshot(1));
+  w.save(s2);
+
+  // A crash mid-save leaves step_3.partial (here even with a manifest), and a
+  // directory whose manifest never made it.
+  fs::copy(dir / "step_00000002", dir / "step_00000003.partial");
+  fs::create_directory(dir / "step_00000004");
+  fs::copy(dir / ("step_00000002/" + kRank0), dir / ("step_00000004/" + kRank0));
+  write_text(dir / "latest", "step_00000004\n");  // even if `latest` names it
+
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000004"),
+                    Contains("incomplete or corrupt checkpoint") && Contains("manifest.json is missing"));
+  {
+    CaptureStderr err;
+    auto r = resolve_resume(dir.str(), "auto");
+    REQUIRE(r);
+    CHECK(r->dir == dir / "step_00000002");
+    require_same(*r, s2);
+    CHECK_THAT(err.text(), Contains("checkpoint: skipping " + (dir / "step_00000004") + ": "));
+    CHECK_THAT(err.text(), Contains("incomplete or corrupt checkpoint"));
+    CHECK_THAT(err.text(), !Contains(".partial"));
+  }
+  CHECK_THROWS_WITH(resolve_resume("", dir / "step_00000003.partial"), Contains("unfinished"));
+
+  // An unparsable manifest is as bad as a missing one.
+  fs::copy(dir / "step_00000002", dir / "step_00000007", fs::copy_options::recursive);
+  write_text(dir / "step_00000007/manifest.json", "{\"format\": \"trainer-checkpoint\", \"step\": 7,");
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000007"),
+                    Contains("step_00000007/manifest.json") && Contains("incomplete or corrupt checkpoint") &&
+                        Contains("not valid JSON"));
+  // So is a manifest that lost a key, or whose step disagrees with its directory.
+  fs::copy(dir / "step_00000002", dir / "step_00000008", fs::copy_options::recursive);
+  {
+    std::string text = read_text(dir / "step_00000008/manifest.json");
+    text.replace(text.find("\"tokens\""), 8, "\"tokenz\"");
+    write_text(dir / "step_00000008/manifest.json", text);
+  }
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000008"), Contains("missing key \"tokens\""));
+  fs::copy(dir / "step_00000002", dir / "step_00000009", fs::copy_options::recursive);
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000009"), Contains("records step 2"));
+  {
+    CaptureStderr err;
+    auto r = resolve_resume(dir.str(), "auto");
+    REQUIRE(r);
+    CHECK(r->meta.step == 2);
+    CHECK_THAT(err.text(), Contains("skipping " + (dir / "step_00000009")));
+    CHECK_THAT(err.text(), Contains("skipping " + (dir / "step_00000008")));
+    CHECK_THAT(err.text(), Contains("skipping " + (dir / "step_00000007")));
+  }
+
+  // The next save clears the stale .partial; the manifest-less directory is left for a human.
+  w.save(make_snapshot(10));
+  CHECK(!fs::exists(dir / "step_00000003.partial"));
+  CHECK(fs::exists(dir / "step_00000004"));
+}
+
+TEST_CASE("checkpoint: corrupt or truncated files are refused and resume falls back", "[checkpoint]") {
+  TempDir dir;
+  CheckpointWriter w(dir.str(), 0, false);
+  const Snapshot s1 = make_snapshot(1), s2 = make_snapshot(2);
+  w.save(s1);
+  w.save(s2);
+  w.save(make_snapshot(3));
+
+  const std::string f3 = dir / ("step_00000003/" + kRank0);
+  flip_byte(f3, fs::file_size(f3) - 100);
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000003"),
+                    Contains(f3) && Contains("CRC32C mismatch") && Contains("manifest says"));
+  const std::string desc = describe_checkpoint(dir / "step_00000003");
+  CHECK_THAT(desc, Contains("CRC32C mismatch"));
+  CHECK_THAT(desc, Contains("CORRUPT"));
+  {
+    CaptureStderr err;
+    auto r = resolve_resume(dir.str(), "auto");  // `latest` names step 3
+    REQUIRE(r);
+    require_same(*r, s2);
+    CHECK_THAT(err.text(), Contains("checkpoint: skipping " + (dir / "step_00000003")) && Contains(f3));
+  }
+  // An explicit path must load or fail.
+  CHECK_THROWS_WITH(resolve_resume("", dir / "step_00000003"), Contains("CRC32C mismatch"));
+  CHECK_THROWS_WITH(resolve_resume("unused", dir.str()), Contains("CRC32C mismatch"));  // root -> `latest`
+
+  const std::string f2 = dir / ("step_00000002/" + kRank0);
+  fs::resize_file(f2, fs::file_size(f2) - 1);
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000002"), Contains(f2) && Contains("truncated"));
+  {
+    CaptureStderr err;
+    auto r = resolve_resume(dir.str(), "auto");
+    REQUIRE(r);
+    require_same(*r, s1);
+  }
+  // A missing rank file.
+  fs::remove(dir / ("step_00000001/" + kRank0));
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000001"), Contains("missing"));
+  {
+    CaptureStderr err;
+    CHECK(!resolve_resume(dir.str(), "auto"));
+  }
+}
+
+TEST_CASE("checkpoint: resume modes", "[checkpoint]") {
+  TempDir dir;
+  CHECK(!resolve_resume(dir / "does/not/exist", "auto"));
+  CHECK(!resolve_resume(dir.str(), "auto"));  // empty root
+  CHECK(!resolve_resume(dir.str(), "none"));
+  CHECK_THROWS_WITH(resolve_resume(dir.str(), dir / "nowhere"), Contains("does not exist"));
+  CHECK_THROWS_WITH(resolve_resume(dir.str(), dir.str()), Contains("neither a checkpoint directory"));
+
+  CheckpointWriter w(dir.str(), 0, false);
+  const Snapshot s4 = make_snapshot(4), s9 = make_snapshot(9);
+  w.save(s9);
+  w.save(s4);  // resumed from further back: `latest` says step 4 although step 9 exists
+  CHECK(!resolve_resume(dir.str(), "none"));
+  require_same(*resolve_resume(dir.str(), "auto"), s4);
+  require_same(*resolve_resume("ignored", dir / "step_00000009"), s9);
+  require_same(*resolve_resume("ignored", dir.str() + "/"), s4);  // a root: follows `latest`
+
+  // `latest` is only a hint: garbage or a missing target falls back to the newest step.
+  write_text(dir / "latest", "../../etc\n");
+  require_same(*resolve_resume(dir.str(), "auto"), s9);
+  CHECK_THROWS_WITH(resolve_resume("", dir.str()), Contains("does not name a step directory"));
+  fs::remove(dir / "latest");
+  require_same(*resolve_resume(dir.str(), "auto"), s9);
+
+  // A regular file where the root should be.
+  write_text(dir / "file", "x");
+  CHECK_THROWS_WITH(resolve_resume(dir / "file", "auto"), Contains("not a directory"));
+}
+
+TEST_CASE("checkpoint: a failed save leaves latest and existing checkpoints untouched", "[checkpoint]") {
+  for (const std::string stage : {"rank_file", "manifest", "publish", "latest"}) {
+    for (bool async : {false, true}) {
+      INFO("stage " << stage << ", async " << async);
+      TempDir dir;
+      CheckpointWriter w(dir.str(), 1, async);
+      const Snapshot s1 = make_snapshot(1);
+      w.save(s1);
+      w.wait();
+      checkpoint_fail_next_save_at(stage);
+      if (async) {
+        w.save(make_snapshot(2));  // the error surfaces on wait()
+        CHECK_THROWS_WITH(w.wait(), Contains("injected failure at stage '" + stage + "'"));
+        w.wait();  // reported once
+      } else {
+        CHECK_THROWS_WITH(w.save(make_snapshot(2)), Contains("injected failure"));
+      }
+      CHECK(read_text(dir / "latest") == "step_00000001\n");
+      CHECK(!fs::exists(dir / "step_00000002.partial"));
+      // Only a failure after the rename can leave step 2, and then it is complete.
+      CHECK(fs::exists(dir / "step_00000002") == (stage == "latest"));
+      require_same(load_checkpoint(dir / "step_00000001"), s1);
+      {
+        CaptureStderr err;
+        require_same(*resolve_resume(dir.str(), "auto"), s1);
+      }
+      // The writer keeps working.
+      w.save(make_snapshot(3));
+      w.wait();
+      CHECK(read_text(dir / "latest") == "step_00000003\n");
+      CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000003"});
+    }
+  }
+}
+
+TEST_CASE("checkpoint: re-saving an existing step replaces it only when complete", "[checkpoint]") {
+  TempDir dir;
+  CheckpointWriter w(dir.str(), 0, false);
+  const Snapshot a = make_snapshot(6, 0), b = make_snapshot(6, 1);
+  REQUIRE(a.tensors[0].data != b.tensors[0].data);
+  w.save(a);
+  checkpoint_fail_next_save_at("publish");  // after the old one was moved aside
+  CHECK_THROWS(w.save(b));
+  require_same(load_checkpoint(dir / "step_00000006"), a);
+  CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000006"});
+
+  w.save(b);
+  require_same(load_checkpoint(dir / "step_00000006"), b);
+  CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000006"});
+}
+
+TEST_CASE("checkpoint: background errors are rethrown by the next save or wait", "[checkpoint]") {
+  TempDir dir;
+  const std::string not_a_dir = dir / "plain_file";
+  write_text(not_a_dir, "x");
+  CheckpointWriter w(not_a_dir, 0, true);
+  w.save(make_snapshot(1));  // returns; the failure happens on the writer thread
+  CHECK_THROWS_WITH(w.save(make_snapshot(2)), Contains(not_a_dir));
+  w.wait();  // nothing left to report
+
+  // A bad snapshot is reported the same way, naming the tensor.
+  TempDir ok;
+  CheckpointWriter w2(ok.str(), 0, true);
+  Snapshot bad = make_snapshot(1);
+  bad.tensors[1].data.pop_back();
+  w2.save(bad);
+  CHECK_THROWS_WITH(w2.wait(), Contains("model/layers.0.norm") && Contains("bytes"));
+  CHECK(!fs::exists(ok / "latest"));
+  CHECK(entries(ok.path).empty());
+
+  CheckpointWriter w3(ok.str(), 0, false);
+  Snapshot dup = make_snapshot(1);
+  dup.tensors.push_back(dup.tensors[0]);
+  CHECK_THROWS_WITH(w3.save(dup), Contains("appears twice"));
+  Snapshot outside = make_snapshot(1);
+  outside.tensors[0].offset = {1, 0};
+  CHECK_THROWS_WITH(w3.save(outside), Contains("does not fit"));
+}
+
+// ---------------------------------------------------------------------------
+// Re-slicing
+
+TEST_CASE("copy_overlap: four 2-D quarters assemble the full tensor", "[checkpoint][reslice]") {
+  const int64_t R = 6, C = 10;
+  std::vector<float> full(size_t(R * C));
+  for (int64_t i = 0; i < R * C; ++i) full[size_t(i)] = float(i) + 0.25f;
+  auto quarter = [&](int64_t r0, int64_t c0) {
+    ShardTensor t;
+    t.name = "w";
+    t.global_shape = {R, C};
+    t.offset = {r0, c0};
+    t.shape = {R / 2, C / 2};
+    for (int64_t r = r0; r < r0 + R / 2; ++r)
+      for (int64_t c = c0; c < c0 + C / 2; ++c) {
+        const char* p = reinterpret_cast<const char*>(&full[size_t(r * C + c)]);
+        t.data.insert(t.data.end(), p, p + 4);
+      }
+    return t;
+  };
+  std::vector<float> out(size_t(R * C), -1.f);
+  int64_t copied = 0;
+  for (int64_t r0 : {int64_t(0), R / 2})
+    for (int64_t c0 : {int64_t(0), C / 2}) copied += copy_overlap(quarter(r0, c0), {0, 0}, {R, C}, out.data());
+  CHECK(copied == R * C);
+  CHECK(out == full);
+
+  // And back: a centred 4x6 window drawn from all four quarters.
+  std::vector<float> win(24, -1.f);
+  copied = 0;
+  for (int64_t r0 : {int64_t(0), R / 2})
+    for (int64_t c0 : {int64_t(0), C / 2}) copied += copy_overlap(quarter(r0, c0), {1, 2}, {4, 6}, win.data());
+  CHECK(copied == 24);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 6; ++c) CHECK(win[size_t(r * 6 + c)] == full[size_t((r + 1) * C + c + 2)]);
+
+  // No overlap copies nothing and touches nothing.
+  std::vector<float> none(4, -1.f);
+  CHECK(copy_overlap(quarter(0, 0), {3, 5}, {2, 2}, none.data()) == 0);
+  CHECK(none == std::vector<float>(4, -1.f));
+}
+
+TEST_CASE("copy_overlap: 1-D resplit from 2 pieces to 3", "[checkpoint][reslice]") {
+  std::vector<int32_t> global(12);
+  for (int i = 0; i < 12; ++i) global[size_t(i)] = 100 + i;
+  std::vector<ShardTensor> saved;
+  for (int64_t off : {0, 6}) {
+    ShardTensor t;
+    t.name = "b";
+    t.dtype = DType::I32;
+    t.global_shape = {12};
+    t.offset = {off};
+    t.shape = {6};
+    const char* p = reinterpret_cast<const char*>(global.data() + off);
+    t.data.assign(p, p + 24);
+    saved.push_back(t);
+  }
+  const int64_t expect_from[3][2] = {{4, 0}, {2, 2}, {0, 4}};
+  for (int64_t piece = 0; piece < 3; ++piece) {
+    std::vector<int32_t> out(4, -1);
+    for (int k = 0; k < 2; ++k)
+      CHECK(copy_overlap(saved[size_t(k)], {piece * 4}, {4}, out.data()) == expect_from[piece][k]);
+    CHECK(out == std::vector<int32_t>(global.begin() + piece * 4, global.begin() + piece * 4 + 4));
+  }
+}
+
+TEST_CASE("copy_overlap: random boxes in 0 to 4 dimensions match a naive copy", "[checkpoint][reslice]") {
+  std::mt19937 rng(7);
+  auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t nd = size_t(trial % 5);
+    const DType dt = trial % 3 == 0 ? DType::BF16 : (trial % 3 == 1 ? DType::F32 : DType::F64);
+    const size_t es = dtype_size(dt);
+    std::vector<int64_t> g(nd), so(nd), ss(nd), dof(nd), ds(nd);
+    for (size_t d = 0; d < nd; ++d) {
+      g[d] = uni(1, 6);
+      so[d] = uni(0, g[d] - 1);
+      ss[d] = uni(1, g[d] - so[d]);
+      dof[d] = uni(0, g[d] - 1);
+      ds[d] = uni(1, g[d] - dof[d]);
+    }
+    // Element value = its global flat index, written in es bytes.
+    auto global_index = [&](const std::vector<int64_t>& idx) {
+      int64_t f = 0;
+      for (size_t d = 0; d < nd; ++d) f = f * g[d] + idx[d];
+      return f;
+    };
+    auto for_each = [&](const std::vector<int64_t>& shape, auto&& fn) {
+      std::vector<int64_t> idx(nd, 0);
+      int64_t n = 1;
+      for (int64_t s : shape) n *= s;
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t rem = k;
+        for (size_t d = nd; d-- > 0;) idx[d] = rem % shape[d], rem /= shape[d];
+        fn(idx, k);
+      }
+    };
+    ShardTensor src;
+    src.name = "r";
+    src.dtype = dt;
+    src.global_shape = g;
+    src.offset = so;
+    src.shape = ss;
+    int64_t sn = 1, dn = 1;
+    for (size_t d = 0; d < nd; ++d) sn *= ss[d], dn *= ds[d];
+    src.data.assign(size_t(sn) * es, 0);
+    for_each(ss, [&](const std::vector<int64_t>& idx, int64_t k) {
+      std::vector<int64_t> gi(nd);
+      for (size_t d = 0; d < nd; ++d) gi[d] = idx[d] + so[d];
+      const int64_t v = global_index(gi) + 1;
+      std::memcpy(src.data.data() + k * int64_t(es), &v, es);  // low bytes, little-endian
+    });
+    std::vector<char> got(size_t(dn) * es, 0), want(size_t(dn) * es, 0);
+    int64_t expect = 0;
+    for_each(ds, [&](const std::vector<int64_t>& idx, int64_t k) {
+      std::vector<int64_t> gi(nd);
+      bool inside = true;
+      for (size_t d = 0; d < nd; ++d) {
+        gi[d] = idx[d] + dof[d];
+        inside = inside && gi[d] >= so[d] && gi[d] < so[d] + ss[d];
+      }
+      if (!inside) return;
+      const int64_t v = global_index(gi) + 1;
+      std::memcpy(want.data() + k * int64_t(es), &v, es);
+      ++expect;
+    });
+    INFO("trial " << trial << " dims " << nd);
+    CHECK(copy_overlap(src, dof, ds, got.data()) == expect);
+    CHECK(got == want);
+  }
+
+  ShardTensor bad;
+  bad.name = "bad";
+  bad.global_shape = {4};
+  bad.offset = {0};
+  bad.shape = {4};
+  bad.data.resize(3);
+  float sink[4];
+  CHECK_THROWS_WITH(copy_overlap(bad, {0}, {4}, sink), Contains("bad"));
+  bad.data.resize(16);
+  CHECK_THROWS_WITH(copy_overlap(bad, {0, 0}, {4, 1}, sink), Contains("dimensions"));
+}

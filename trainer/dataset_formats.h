@@ -1,0 +1,36 @@
+// One opener per on-disk layout; open_token_source (token_file.cpp) picks.
+// Kept out of token_file.h because nothing but the factory and the tests
+// should depend on which concrete class backs a source.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "trainer/token_file.h"
+
+namespace trainer {
+
+// nanoGPT .bin: little-endian tokens of token_bytes (2 or 4) each, no header.
+std::unique_ptr<TokenSource> open_raw_tokens(const std::string& path, int token_bytes);
+
+// llm.c shard: 256 int32 header {magic, version, count, ...} then the tokens.
+constexpr int32_t kLlmcMagic = 20240520;         // GPT-2 shards, version 1, uint16
+constexpr int32_t kLlmcMagicLlama3 = 20240801;   // Llama-3 shards, version 7, uint32
+constexpr uint64_t kLlmcHeaderBytes = 1024;
+std::unique_ptr<TokenSource> open_llmc_tokens(const std::string& path);
+
+// Megatron-LM indexed dataset: PREFIX.idx (index) + PREFIX.bin (tokens).
+// path may be the prefix, PREFIX.bin or PREFIX.idx.
+std::unique_ptr<TokenSource> open_megatron_tokens(const std::string& path);
+
+// Little-endian loads from possibly unaligned addresses: the Megatron index
+// puts its int32/int64 arrays at odd offsets (after a 34-byte header).
+template <class T>
+T load_le(const unsigned char* p) {
+  T v;
+  __builtin_memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace trainer
