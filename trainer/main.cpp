@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
 
   try {
     if (*inspect) {
-      std::fputs(trainer::describe_checkpoint(inspect_dir).c_str(), stdout);
-      return 0;
+      const std::string report = trainer::describe_checkpoint(inspect_dir);
+      std::fputs(report.c_str(), stdout);
+      // Scripts check the exit code before they trust a checkpoint.
+      return report.find("status: CORRUPT") == std::string::npos ? 0 : 1;
     }
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())

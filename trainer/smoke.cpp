@@ -63,10 +63,18 @@ std::vector<SmokeCheck> judge_smoke(const TrainSummary& s, size_t device_bytes) 
       c.detail = "only " + std::to_string(n) + " steps ran (need 10)";
     } else {
       const size_t w = std::max<size_t>(1, n / 10);
+      const double first = s.losses[0];
       const double a = mean(s.losses, 0, w), b = mean(s.losses, n - w, n);
-      // At least 1% lower over the run; a flat or rising curve fails.
-      c.pass = std::isfinite(a) && std::isfinite(b) && b < 0.99 * a;
-      c.detail = fmt("mean of first %.0f steps %.4f -> last steps %.4f", double(w), a, b);
+      const double peak = *std::max_element(s.losses.begin(), s.losses.end());
+      // The end must be below both the start window and the loss at step 1
+      // (the untrained model), and no step may blow up to twice the start: a
+      // run that explodes and then recovers part of the way is not healthy.
+      c.pass = std::isfinite(a) && std::isfinite(b) && b < 0.99 * a && b < first && peak < 2 * first;
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "step 1 %.4f, mean of first %zu steps %.4f -> last %zu steps %.4f, peak %.4f", first,
+                    w, a, w, b, peak);
+      c.detail = buf;
     }
     out.push_back(c);
   }
