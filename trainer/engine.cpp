@@ -92,7 +92,8 @@ void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, i
     std::memcpy(m2.acts.ids.data, m.acts.ids.data, m.acts.ids.nbytes());
     std::memcpy(m2.acts.targets.data, m.acts.targets.data, m.acts.targets.nbytes());
     Model& m1 = const_cast<Model&>(m);
-    const double l1 = model_forward(m1, 0.f).loss_sum, l2 = model_forward(m2, 0.f).loss_sum;
+    const double n = double(m.dims.N());
+    const double l1 = model_forward(m1, 0.f).loss_sum / n, l2 = model_forward(m2, 0.f).loss_sum / n;
     sum.roundtrip_ok = same == snap.tensors.size() && l1 == l2 && opt2.step == opt.step;
     char buf[256];
     std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore",
@@ -141,7 +142,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   if (!cfg.data.valid.empty())
     valid_data = std::make_unique<BatchSampler>(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size,
                                                 cfg.run.seed, "valid", cfg.data.format);
-  std::printf("data: %s\n", train_data.describe().c_str());
+  std::printf("data: %s", train_data.describe().c_str());  // describe() ends each entry with a newline
   // The next step's tokens are read in a background thread while this step computes.
   BatchPrefetcher prefetch(train_data, M, micro);
 
@@ -282,7 +283,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   if (opt.smoke && !summary.diverged)
     check_roundtrip(cfg, model, opt_state, summary.end_step, tokens, ckpt_root + "/roundtrip", summary);
 
-  if (cfg.log.sample_tokens > 0 && !summary.diverged) {
+  if (cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke) {
     std::vector<int32_t> prompt;
     if (cfg.model.vocab_size == 256)
       for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);
