@@ -1,5 +1,7 @@
 #include "kernels/arena.h"
 
+#include "kernels/device_memory.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -22,24 +24,17 @@ size_t arena_bytes(const std::vector<TensorSpec>& specs) {
 
 Arena::Arena(std::string label, size_t bytes, Device device)
     : label_(std::move(label)), capacity_(bytes), device_(device) {
-  if (device != Device::CPU)
-    throw std::logic_error("Arena " + label_ + ": only host arenas exist in this build");
-  if (bytes == 0) return;
-  base_ = static_cast<char*>(std::aligned_alloc(kArenaAlign, arena_round(bytes)));
-  if (!base_)
-    throw std::runtime_error("out of host memory: arena '" + label_ + "' needs " +
-                             std::to_string(bytes) + " bytes");
   // Zeroed so gradients start at 0 and unused tail rows are defined.
-  std::memset(base_, 0, arena_round(bytes));
+  base_ = static_cast<char*>(device_alloc(arena_round(bytes), device, "arena '" + label_ + "'"));
 }
 
-Arena::~Arena() { std::free(base_); }
+Arena::~Arena() { device_free(base_, device_); }
 
 Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
-    std::free(base_);
+    device_free(base_, device_);
     label_ = std::move(o.label_);
     base_ = std::exchange(o.base_, nullptr);
     capacity_ = std::exchange(o.capacity_, 0);

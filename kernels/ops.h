@@ -21,6 +21,9 @@ void copy(Tensor dst, Tensor src);               // same numel
 void add(Tensor out, Tensor a, Tensor b);        // out may alias a or b
 void add_inplace(Tensor acc, Tensor x);          // acc += x
 void scale_inplace(Tensor t, float s);
+// dst = src converted to dst's dtype (F32/BF16/F16); same numel. Also moves
+// bytes between host and device when the devices differ (same dtype then).
+void convert(Tensor dst, Tensor src);
 double sum_squares(Tensor x);                    // sum of x^2 in double (NaN propagates)
 double sum(Tensor x);                            // sum in double (losses, aux terms)
 
@@ -128,5 +131,10 @@ struct AdamWStep {
 };
 // PyTorch AdamW order: p *= 1 - lr*wd; m,v updated; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+// Mixed precision: the update runs on the fp32 master copy (same order as
+// adamw_update) and writes the rounded result into param (BF16/F16/F32), in
+// one pass; grad may be BF16/F16/F32.
+void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                         const AdamWStep& s);
 
 }  // namespace trainer::ops

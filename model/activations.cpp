@@ -18,84 +18,88 @@ std::unordered_map<std::string, Tensor> by_name(const std::vector<TensorSpec>& s
 }  // namespace
 
 std::vector<TensorSpec> activation_specs(const ModelDims& d) {
-  const int64_t N = d.N(), C = d.C, F = d.F;
+  const int64_t N = d.N(), C = d.C, FF = d.F;
   std::vector<TensorSpec> s;
-  auto add = [&](std::string n, Shape sh, DType t = DType::F32) { s.push_back({std::move(n), std::move(sh), t}); };
+  // Activations use the storage type; statistics read back or reduced
+  // across tokens stay F32; indices are I32.
+  const DType A = d.act, F = DType::F32;
+  auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
   add("ids", {N}, DType::I32);
   add("targets", {N}, DType::I32);
   if (!d.llama) add("pos_ids", {N}, DType::I32);
   for (int64_t i = 0; i < d.L; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    add(p + "x_in", {N, C});
-    add(p + "h1", {N, C});
-    if (!d.llama) add(p + "mean1", {N});
-    add(p + "rstd1", {N});
-    add(p + "q", {d.B, d.T, d.Hq, d.D});
-    add(p + "k", {d.B, d.T, d.Hkv, d.D});
-    add(p + "v", {d.B, d.T, d.Hkv, d.D});
-    add(p + "o", {N, d.Hq * d.D});
-    add(p + "lse", {d.B, d.Hq, d.T});
-    add(p + "x_mid", {N, C});
-    add(p + "h2", {N, C});
-    if (!d.llama) add(p + "mean2", {N});
-    add(p + "rstd2", {N});
+    add(p + "x_in", {N, C}, A);
+    add(p + "h1", {N, C}, A);
+    if (!d.llama) add(p + "mean1", {N}, F);
+    add(p + "rstd1", {N}, F);
+    add(p + "q", {d.B, d.T, d.Hq, d.D}, A);
+    add(p + "k", {d.B, d.T, d.Hkv, d.D}, A);
+    add(p + "v", {d.B, d.T, d.Hkv, d.D}, A);
+    add(p + "o", {N, d.Hq * d.D}, A);
+    add(p + "lse", {d.B, d.Hq, d.T}, F);
+    add(p + "x_mid", {N, C}, A);
+    add(p + "h2", {N, C}, A);
+    if (!d.llama) add(p + "mean2", {N}, F);
+    add(p + "rstd2", {N}, F);
     if (d.moe_layer(i)) {
       const int64_t NK = N * d.K;
-      add(p + "rlogits", {N, d.E});
-      add(p + "probs", {N, d.E});
+      add(p + "rlogits", {N, d.E}, A);
+      add(p + "probs", {N, d.E}, F);
       add(p + "topk_idx", {N, d.K}, DType::I32);
-      add(p + "topk_w", {N, d.K});
+      add(p + "topk_w", {N, d.K}, F);
       add(p + "row_map", {N, d.K}, DType::I32);
       add(p + "offsets", {d.E + 1}, DType::I32);
-      add(p + "aux", {1});
-      add(p + "xp", {NK, C});
-      add(p + "e1", {NK, d.Fm});
-      if (d.llama) add(p + "e2", {NK, d.Fm});
-      add(p + "eact", {NK, d.Fm});
-      add(p + "yp", {NK, C});
+      add(p + "aux", {1}, F);
+      add(p + "xp", {NK, C}, A);
+      add(p + "e1", {NK, d.Fm}, A);
+      if (d.llama) add(p + "e2", {NK, d.Fm}, A);
+      add(p + "eact", {NK, d.Fm}, A);
+      add(p + "yp", {NK, C}, A);
     } else {
-      add(p + "a1", {N, F});
-      if (d.llama) add(p + "a2", {N, F});
-      add(p + "act", {N, F});
+      add(p + "a1", {N, FF}, A);
+      if (d.llama) add(p + "a2", {N, FF}, A);
+      add(p + "act", {N, FF}, A);
     }
   }
-  add("x_final", {N, C});
-  add("hf", {N, C});
-  if (!d.llama) add("meanf", {N});
-  add("rstdf", {N});
-  add("logits", {N, d.V});
-  add("losses", {N});
-  if (d.E > 0) add("moe_out", {N, C});
+  add("x_final", {N, C}, A);
+  add("hf", {N, C}, A);
+  if (!d.llama) add("meanf", {N}, F);
+  add("rstdf", {N}, F);
+  add("logits", {N, d.V}, A);
+  add("losses", {N}, F);
+  if (d.E > 0) add("moe_out", {N, C}, A);
   return s;
 }
 
 std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
   const int64_t N = d.N(), C = d.C;
   std::vector<TensorSpec> s;
-  auto add = [&](std::string n, Shape sh) { s.push_back({std::move(n), std::move(sh), DType::F32}); };
-  add("dres", {N, C});
-  add("dh", {N, C});
-  add("dq", {d.B, d.T, d.Hq, d.D});
-  add("dk", {d.B, d.T, d.Hkv, d.D});
-  add("dv", {d.B, d.T, d.Hkv, d.D});
-  add("dout", {N, d.Hq * d.D});
+  auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
+  const DType A = d.act;
+  add("dres", {N, C}, A);
+  add("dh", {N, C}, A);
+  add("dq", {d.B, d.T, d.Hq, d.D}, A);
+  add("dk", {d.B, d.T, d.Hkv, d.D}, A);
+  add("dv", {d.B, d.T, d.Hkv, d.D}, A);
+  add("dout", {N, d.Hq * d.D}, A);
   bool any_dense = false, any_moe = false;
   for (int64_t i = 0; i < d.L; ++i) (d.moe_layer(i) ? any_moe : any_dense) = true;
   if (any_dense) {
-    add("d1", {N, d.F});
-    add("d2", {N, d.F});
-    add("dact", {N, d.F});
+    add("d1", {N, d.F}, A);
+    add("d2", {N, d.F}, A);
+    add("dact", {N, d.F}, A);
   }
   if (any_moe) {
     const int64_t NK = N * d.K;
-    add("drlogits", {N, d.E});
-    add("dtopk_w", {N, d.K});
-    add("dxp", {NK, C});
-    add("dxp2", {NK, C});
-    add("dyp", {NK, C});
-    add("de1", {NK, d.Fm});
-    add("de2", {NK, d.Fm});
-    add("deact", {NK, d.Fm});
+    add("drlogits", {N, d.E}, A);
+    add("dtopk_w", {N, d.K}, DType::F32);
+    add("dxp", {NK, C}, A);
+    add("dxp2", {NK, C}, A);
+    add("dyp", {NK, C}, A);
+    add("de1", {NK, d.Fm}, A);
+    add("de2", {NK, d.Fm}, A);
+    add("deact", {NK, d.Fm}, A);
   }
   return s;
 }

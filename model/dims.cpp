@@ -4,8 +4,9 @@
 
 namespace trainer {
 
-ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len) {
+ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType storage) {
   ModelDims d;
+  d.act = storage;
   d.llama = c.model.arch == "llama";
   d.tied = c.model.tied();
   d.B = micro_batch;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/tensor.h"
+
 #include "trainer/config.h"
 
 namespace trainer {
@@ -21,10 +23,13 @@ struct ModelDims {
   bool normalize_topk = true;
   float eps = 1e-5f, rope_theta = 10000.f;
   float aux_coeff = 0.f;
+  // Storage type of weights, their gradients and activations (F32 on the CPU;
+  // BF16/F16 under mixed precision on a GPU). Statistics stay F32.
+  DType act = DType::F32;
   int64_t N() const { return B * T; }
   bool moe_layer(int64_t i) const { return E > 0 && (i + 1) % moe_every == 0; }
 };
 
-ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len);
+ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType storage = DType::F32);
 
 }  // namespace trainer

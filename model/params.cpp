@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <unordered_map>
@@ -24,10 +25,10 @@ std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
   // stream keeps its variance from growing with depth.
   const float std_out = float(init_std / std::sqrt(2.0 * double(d.L)));
   auto mat = [&](std::string name, std::vector<int64_t> shape, Split split, float sd) {
-    out.push_back({{std::move(name), std::move(shape)}, split, Init::Normal, sd, true});
+    out.push_back({{std::move(name), std::move(shape), d.act}, split, Init::Normal, sd, true});
   };
   auto vec = [&](std::string name, int64_t n, Split split, Init init) {
-    out.push_back({{std::move(name), {n}}, split, init, 0.f, false});
+    out.push_back({{std::move(name), {n}, d.act}, split, init, 0.f, false});
   };
   auto norm = [&](const std::string& prefix) {
     vec(prefix + ".weight", d.C, Split::Replicated, Init::Ones);
@@ -148,26 +149,30 @@ uint64_t hash_name(const std::string& s) {
 }
 }  // namespace
 
+std::vector<float> initial_values(const ParamInfo& p, uint64_t seed) {
+  std::vector<float> x(size_t(p.spec.numel()));
+  if (p.init != Init::Normal) {
+    std::fill(x.begin(), x.end(), p.init == Init::Ones ? 1.f : 0.f);
+    return x;
+  }
+  uint64_t state = seed ^ hash_name(p.spec.name);
+  const size_t n = x.size();
+  // Box-Muller on 53-bit uniforms; two normals per pair of draws.
+  for (size_t j = 0; j < n; j += 2) {
+    double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+    double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    x[j] = float(r * std::cos(2 * M_PI * u2) * p.init_std);
+    if (j + 1 < n) x[j + 1] = float(r * std::sin(2 * M_PI * u2) * p.init_std);
+  }
+  return x;
+}
+
 void init_parameters(const std::vector<ParamInfo>& params, const std::vector<Tensor>& tensors,
                      uint64_t seed) {
   for (size_t i = 0; i < params.size(); ++i) {
-    const ParamInfo& p = params[i];
-    float* x = tensors[i].f32();
-    const int64_t n = tensors[i].numel();
-    if (p.init != Init::Normal) {
-      const float v = p.init == Init::Ones ? 1.f : 0.f;
-      for (int64_t j = 0; j < n; ++j) x[j] = v;
-      continue;
-    }
-    uint64_t state = seed ^ hash_name(p.spec.name);
-    // Box-Muller on 53-bit uniforms; two normals per pair of draws.
-    for (int64_t j = 0; j < n; j += 2) {
-      double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
-      double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
-      double r = std::sqrt(-2.0 * std::log(u1));
-      x[j] = float(r * std::cos(2 * M_PI * u2) * p.init_std);
-      if (j + 1 < n) x[j + 1] = float(r * std::sin(2 * M_PI * u2) * p.init_std);
-    }
+    const std::vector<float> x = initial_values(params[i], seed);
+    std::copy(x.begin(), x.end(), tensors[i].f32());
   }
 }
 

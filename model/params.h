@@ -59,7 +59,10 @@ struct Weights {
 Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
                      const std::vector<Tensor>& tensors);
 
-// Deterministic init: each tensor draws from a stream seeded by (seed, name).
+// Deterministic init: each tensor draws from a stream seeded by (seed, name),
+// so the values do not depend on the device, the dtype or the layout.
+std::vector<float> initial_values(const ParamInfo& p, uint64_t seed);
+// Host F32 tensors only (tests, CPU runs); the engine uploads initial_values.
 void init_parameters(const std::vector<ParamInfo>& params, const std::vector<Tensor>& tensors,
                      uint64_t seed);
 

@@ -1,5 +1,8 @@
 #include "model/transformer.h"
 
+#include <vector>
+
+#include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "model/layers.h"
 
@@ -23,8 +26,9 @@ void build_model(Model& m, const ModelDims& d, double init_std, Device device) {
   m.g = bind_grad_scratch(gspecs, m.scratch_arena.alloc_all(gspecs));
   if (!d.llama) {
     // Position ids never change; written once here.
-    int32_t* pos = m.acts.pos_ids.i32();
-    for (int64_t n = 0; n < d.N(); ++n) pos[n] = int32_t(n % d.T);
+    std::vector<int32_t> pos(size_t(d.N()));
+    for (int64_t n = 0; n < d.N(); ++n) pos[size_t(n)] = int32_t(n % d.T);
+    write_from_host(m.acts.pos_ids, pos.data());
   }
 }
 

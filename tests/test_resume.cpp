@@ -128,7 +128,7 @@ TEST_CASE("40 steps straight == 20 steps, stop, resume, 20 steps (bitwise)", "[r
   fs::remove_all(dir);
 }
 
-TEST_CASE("kill -9 while checkpoints are written never leaves a loadable partial", "[resume][crash]") {
+TEST_CASE("kill -9 while checkpoints are written never leaves a loadable partial", "[resume][crash][serial]") {
   const fs::path dir = fresh_dir("crash");
   const std::string tokens = make_tokens(dir);
   // A wider model makes every save take long enough to be caught mid-write;
@@ -204,7 +204,7 @@ TEST_CASE("a flipped byte is refused and auto falls back to the previous checkpo
   fs::remove_all(dir);
 }
 
-TEST_CASE("smoke test passes on a healthy config and fails on a diverging one", "[smoke][e2e]") {
+TEST_CASE("smoke test passes on a healthy config and fails on a diverging one", "[smoke][e2e][serial]") {
   const fs::path dir = fresh_dir("smoke");
   const std::string tokens = make_tokens(dir);
   const std::string cfg = write_config(dir, tokens, "");

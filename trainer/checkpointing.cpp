@@ -1,6 +1,9 @@
 #include "trainer/checkpointing.h"
 
 #include <cstring>
+
+#include "kernels/device_memory.h"
+#include "kernels/ops.h"
 #include <stdexcept>
 #include <unordered_map>
 
@@ -17,8 +20,8 @@ ShardTensor shard_of(const std::string& name, const Tensor& t) {
     s.shape.push_back(t.shape[i]);
     s.offset.push_back(0);
   }
-  const char* p = static_cast<const char*>(t.data);
-  s.data.assign(p, p + t.nbytes());
+  s.data.resize(t.nbytes());
+  read_to_host(t, s.data.data());  // device tensors come back through one copy
   return s;
 }
 
@@ -48,7 +51,9 @@ Snapshot take_snapshot(const Config& cfg, const Model& m, const AdamWState& opt,
   s.rank = 0;
   for (size_t i = 0; i < m.params.size(); ++i) {
     const std::string& n = m.params[i].spec.name;
-    s.tensors.push_back(shard_of("model/" + n, m.param_tensors[i]));
+    // fp32 always: the master copy under mixed precision, so a checkpoint
+    // written on a GPU in bf16 resumes on a CPU (and back) without loss.
+    s.tensors.push_back(shard_of("model/" + n, fp32_weight(opt, m.param_tensors, i)));
     s.tensors.push_back(shard_of("optim/m/" + n, opt.m[i]));
     s.tensors.push_back(shard_of("optim/v/" + n, opt.v[i]));
   }
@@ -61,6 +66,7 @@ void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, AdamWState& opt) {
   auto fill = [&](const std::string& name, const Tensor& dst) {
     std::vector<int64_t> shape(dst.shape.begin(), dst.shape.begin() + dst.ndim);
     std::vector<int64_t> offset(size_t(dst.ndim), 0);
+    std::vector<char> host(dst.nbytes());
     auto [lo, hi] = by_name.equal_range(name);
     if (lo == hi)
       throw std::runtime_error(ck.dir + ": checkpoint has no tensor '" + name +
@@ -71,16 +77,19 @@ void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, AdamWState& opt) {
       if (src.global_shape != shape || src.dtype != dst.dtype)
         throw std::runtime_error(ck.dir + ": tensor '" + name + "' has global shape " +
                                  dst.shape_str() + " in this model but a different shape or dtype in the checkpoint");
-      copied += copy_overlap(src, offset, shape, dst.data);
+      copied += copy_overlap(src, offset, shape, host.data());
     }
     if (copied != dst.numel())
       throw std::runtime_error(ck.dir + ": tensor '" + name + "': the saved slices cover " +
                                std::to_string(copied) + " of " + std::to_string(dst.numel()) +
                                " elements");
+    write_from_host(dst, host.data());
   };
   for (size_t i = 0; i < m.params.size(); ++i) {
     const std::string& n = m.params[i].spec.name;
-    fill("model/" + n, m.param_tensors[i]);
+    const Tensor w = fp32_weight(opt, m.param_tensors, i);
+    fill("model/" + n, w);
+    if (opt.mixed()) ops::convert(m.param_tensors[i], w);
     fill("optim/m/" + n, opt.m[i]);
     fill("optim/v/" + n, opt.v[i]);
   }

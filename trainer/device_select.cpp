@@ -1,5 +1,7 @@
 #include "trainer/device_select.h"
 
+#include <cstdio>
+
 #include "trainer/config.h"
 
 #ifdef TRAINER_HAVE_CUDA
@@ -24,23 +26,49 @@ int cuda_device_count(std::string* why) {
 #endif
 }
 
-DeviceChoice select_device(const std::string& requested) {
+DeviceChoice select_device(const std::string& requested, int local_rank) {
   DeviceChoice c;
   if (requested == "cpu") {
     c.line = "device: cpu (train.device=cpu)";
     return c;
   }
+  (void)local_rank;  // used only by the CUDA build
   std::string why;
   const int n = cuda_device_count(&why);
-  // The CUDA kernels are not part of this build yet: a visible GPU is reported
-  // but the model still runs on the CPU reference backend.
-  const std::string reason = n > 0 ? std::to_string(n) + " CUDA device(s) visible, but the CUDA op backend is not built yet"
-                                   : "no CUDA device: " + why;
-  if (requested == "cuda")
-    throw ConfigError("train.device: 'cuda' requested but CUDA cannot be used (" + reason +
-                      "); use train.device=cpu or auto");
-  c.line = "device: cpu (" + reason + ")";
+  if (n <= 0) {
+    if (requested == "cuda")
+      throw ConfigError("train.device: 'cuda' requested but no CUDA device can be used (" + why +
+                        "); use train.device=cpu or auto");
+    c.line = "device: cpu (no CUDA device: " + why + ")";
+    return c;
+  }
+#ifdef TRAINER_HAVE_CUDA
+  c.device = Device::CUDA;
+  c.index = local_rank % n;
+  cudaError_t e = cudaSetDevice(c.index);
+  if (e != cudaSuccess)
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(c.index) + "): " + cudaGetErrorString(e));
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, c.index);
+  c.memory_bytes = prop.totalGlobalMem;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "device: cuda:%d (%s, %.1f GiB, sm_%d%d, %d SMs)", c.index, prop.name,
+                double(prop.totalGlobalMem) / (1 << 30), prop.major, prop.minor, prop.multiProcessorCount);
+  c.line = buf;
+#endif
   return c;
+}
+
+DType storage_dtype(const std::string& precision, Device device) {
+  if (device == Device::CPU) {
+    if (precision == "auto" || precision == "fp32") return DType::F32;
+    throw ConfigError("train.precision=" + precision +
+                      " needs a GPU, but this run is on the CPU (whose backend computes in fp32); "
+                      "use train.precision: fp32 or auto");
+  }
+  if (precision == "fp16") return DType::F16;
+  if (precision == "fp32") return DType::F32;
+  return DType::BF16;
 }
 
 }  // namespace trainer

@@ -1,7 +1,9 @@
 // train.device: auto picks CUDA when a GPU answers and the CUDA backend is
-// built, else the CPU, and says which in one line.
+// built, else the CPU, and says which in one line. train.precision picks the
+// storage type of weights, gradients and activations on that device.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "kernels/tensor.h"
@@ -10,12 +12,17 @@ namespace trainer {
 
 struct DeviceChoice {
   Device device = Device::CPU;
-  std::string line;  // "device: cpu (no CUDA device: ...)"
+  int index = 0;             // CUDA device ordinal (LOCAL_RANK later)
+  size_t memory_bytes = 0;   // device memory (0: unknown / host)
+  std::string line;          // "device: cpu (no CUDA device: ...)"
 };
 
 // Throws ConfigError when train.device=cuda cannot be honoured.
-DeviceChoice select_device(const std::string& requested);
+DeviceChoice select_device(const std::string& requested, int local_rank = 0);
 // Number of visible CUDA devices, or -1 with the reason in *why.
 int cuda_device_count(std::string* why);
+// auto: BF16 on a GPU, F32 on the CPU; fp16 -> F16; fp32 -> F32. Throws
+// ConfigError for a 16-bit precision on the CPU (whose backend is fp32).
+DType storage_dtype(const std::string& precision, Device device);
 
 }  // namespace trainer

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "checkpoint/checkpoint.h"
+#include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -35,15 +36,26 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
-  std::memcpy(m.acts.ids.data, hb.inputs_of(micro), m.acts.ids.nbytes());
-  std::memcpy(m.acts.targets.data, hb.targets_of(micro), m.acts.targets.nbytes());
+  write_from_host(m.acts.ids, hb.inputs_of(micro));
+  write_from_host(m.acts.targets, hb.targets_of(micro));
 }
 
 void load_micro_batch(const BatchSampler& s, Model& m, int64_t step, int64_t micro) {
   const ModelDims& d = m.dims;
-  int32_t* ids = m.acts.ids.i32();
-  int32_t* tg = m.acts.targets.i32();
-  for (int64_t b = 0; b < d.B; ++b) s.sequence(step, micro * d.B + b, ids + b * d.T, tg + b * d.T);
+  std::vector<int32_t> ids(size_t(d.N())), tg(size_t(d.N()));
+  for (int64_t b = 0; b < d.B; ++b) s.sequence(step, micro * d.B + b, &ids[size_t(b * d.T)], &tg[size_t(b * d.T)]);
+  write_from_host(m.acts.ids, ids.data());
+  write_from_host(m.acts.targets, tg.data());
+}
+
+// Weights start from the same host values on every device and dtype; under
+// mixed precision the fp32 masters hold them and the 16-bit copies follow.
+void initialise_weights(Model& m, const AdamWState& opt, uint64_t seed) {
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const std::vector<float> x = initial_values(m.params[i], seed);
+    write_from_host(fp32_weight(opt, m.param_tensors, i), x.data());
+    if (opt.mixed()) ops::convert(m.param_tensors[i], opt.master[i]);
+  }
 }
 
 double evaluate(const BatchSampler& s, Model& m, int eval_steps) {
@@ -89,8 +101,8 @@ void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, i
     AdamWState opt2;
     adamw_init(opt2, opt.cfg, m2.params, m.param_arena.device());
     restore_checkpoint(ck, m2, opt2);
-    std::memcpy(m2.acts.ids.data, m.acts.ids.data, m.acts.ids.nbytes());
-    std::memcpy(m2.acts.targets.data, m.acts.targets.data, m.acts.targets.nbytes());
+    ops::copy(m2.acts.ids, m.acts.ids);
+    ops::copy(m2.acts.targets, m.acts.targets);
     Model& m1 = const_cast<Model&>(m);
     const double n = double(m.dims.N());
     const double l1 = model_forward(m1, 0.f).loss_sum / n, l2 = model_forward(m2, 0.f).loss_sum / n;
@@ -109,23 +121,32 @@ void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, i
 
 TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   const DeviceChoice dev = select_device(cfg.train.device);
+  const DType storage = storage_dtype(cfg.train.precision, dev.device);
+  if (!opt.dump_reference_dir.empty() && dev.device != Device::CPU)
+    throw ConfigError("--dump-reference compares against the fp32 PyTorch reference: run it with train.device=cpu");
   if (cfg.train.threads > 0) {
     omp_set_num_threads(cfg.train.threads);
     openblas_set_num_threads(cfg.train.threads);
   }
   const int threads = omp_get_max_threads();
-  std::printf("%s, %d thread%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s");
+  std::printf("%s, %d thread%s, storage %s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
+              dtype_name(storage));
 
   const int dp = 1;
   const int64_t micro = cfg.train.micro_batch_size;
   const int64_t M = cfg.train.global_batch_size / (micro * dp);
   const int64_t T = cfg.train.seq_len;
-  const ModelDims dims = make_dims(cfg, micro, T);
+  const ModelDims dims = make_dims(cfg, micro, T, storage);
 
   TrainSummary summary;
-  const MemoryPlan plan = plan_memory(cfg);
+  const MemoryPlan plan = plan_memory(cfg, storage);
   summary.planned_bytes = plan.total();
-  std::printf("%s", format_plan(plan, device_name(dev.device)).c_str());
+  summary.device_bytes = dev.memory_bytes;
+  std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
+  if (dev.memory_bytes > 0 && plan.total() > dev.memory_bytes)
+    throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +
+                             format_bytes(double(dev.memory_bytes)) +
+                             ": lower train.micro_batch_size (more micro-batches keep the global batch)");
   std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld%s\n",
               cfg.model.arch.c_str(), (long long)dims.L, (long long)dims.C, (long long)dims.Hq,
               (long long)dims.Hkv, (long long)dims.F,
@@ -148,10 +169,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
 
   Model model;
   build_model(model, dims, cfg.model.init_std, dev.device);
-  init_parameters(model.params, model.param_tensors, cfg.run.seed);
   AdamWState opt_state;
   adamw_init(opt_state, {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
              model.params, dev.device);
+  initialise_weights(model, opt_state, cfg.run.seed);
 
   const std::string run_dir = cfg.run_dir();
   std::error_code ec;
@@ -184,8 +205,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
 
   LrSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps,
                    cfg.optim.decay_steps > 0 ? cfg.optim.decay_steps : cfg.train.steps};
-  const float ce_scale = float(1.0 / double(M * dims.N()));
-  const float aux_grad = float(double(dims.aux_coeff) / double(M));
+  // fp16 has too little range for small gradients: the loss is multiplied by
+  // loss_scale before backward and the update divides it out. An overflow
+  // skips the step and halves the scale; a long run without one doubles it.
+  const bool fp16 = storage == DType::F16;
+  double loss_scale = fp16 ? 65536.0 : 1.0;
+  int64_t good_steps = 0;
+  constexpr int64_t kScaleGrowthInterval = 1000;
   const int64_t end_step = opt.stop_after > 0 ? std::min(opt.stop_after, cfg.train.steps) : cfg.train.steps;
   auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
@@ -193,6 +219,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   for (int64_t step = start_step; step < end_step; ++step) {
     const auto t0 = clock_type::now();
     zero_grads(model);
+    const float ce_scale = float(loss_scale / double(M * dims.N()));
+    const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M));
     double loss_sum = 0, aux_sum = 0;
     const HostBatch& batch = prefetch.get(step);
     for (int64_t mb = 0; mb < M; ++mb) {
@@ -205,7 +233,22 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
     }
     const double loss = loss_sum / double(M * dims.N());
     const double aux = aux_sum / double(M);
-    const double norm = global_grad_norm(model.grad_tensors);
+    const double norm = global_grad_norm(model.grad_tensors) / loss_scale;
+    if (fp16 && (!std::isfinite(norm) || !std::isfinite(loss))) {
+      loss_scale /= 2;
+      good_steps = 0;
+      if (!opt.quiet)
+        std::printf("step %lld: fp16 gradient overflow, step skipped, loss scale -> %g\n", (long long)step + 1,
+                    loss_scale);
+      if (loss_scale < 1.0) {
+        if (!opt.smoke) throw std::runtime_error("fp16 loss scale fell below 1: the gradients overflow at any scale; use train.precision=bf16");
+        summary.diverged = true;
+        summary.divergence = "fp16 loss scale fell below 1";
+        break;
+      }
+      continue;
+    }
+    if (fp16 && ++good_steps % kScaleGrowthInterval == 0) loss_scale *= 2;
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       char buf[256];
       std::snprintf(buf, sizeof buf,
@@ -222,7 +265,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
     if (dump && step == 0) dump->after_step0_backward();
     const double lr = learning_rate(sched, step);
     adamw_step(opt_state, model.params, model.param_tensors, model.grad_tensors, lr,
-               clip_factor(norm, cfg.train.grad_clip));
+               clip_factor(norm, cfg.train.grad_clip) / loss_scale);
     const int64_t step_tokens = M * dims.N() * dp;
     tokens += step_tokens;
     window_tokens += step_tokens;
@@ -287,7 +330,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
     std::vector<int32_t> prompt;
     if (cfg.model.vocab_size == 256)
       for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);
-    const auto ids = generate_tokens(model, T, prompt, cfg.log.sample_tokens,
+    const auto ids = generate_tokens(model, opt_state, T, prompt, cfg.log.sample_tokens,
                                      float(cfg.log.sample_temperature), cfg.run.seed);
     summary.sample = (cfg.model.vocab_size == 256 ? cfg.log.sample_prompt : std::string()) +
                      tokens_to_text(ids, cfg.model.vocab_size);

@@ -26,6 +26,7 @@ struct TrainSummary {
   bool diverged = false;
   std::string divergence;          // what went non-finite, at which step
   size_t planned_bytes = 0;
+  size_t device_bytes = 0;         // GPU memory; 0 on the CPU
   std::vector<std::string> checkpoints;  // directories written, in order
   bool roundtrip_checked = false, roundtrip_ok = false;
   std::string roundtrip_detail;

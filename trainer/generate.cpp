@@ -3,20 +3,22 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/ops.h"
+#include "kernels/device_memory.h"
 
 namespace trainer {
 
-std::vector<int32_t> generate_tokens(const Model& trained, int64_t seq_len,
+std::vector<int32_t> generate_tokens(const Model& trained, const AdamWState& opt, int64_t seq_len,
                                      const std::vector<int32_t>& prompt, int n, float temperature,
                                      uint64_t seed) {
   ModelDims d = trained.dims;
   d.B = 1;
   d.T = seq_len;
   d.capacity = 0;  // no token dropping at inference
+  d.act = DType::F32;
   Model g;
-  build_model(g, d, 0.0, trained.param_arena.device());
-  for (size_t i = 0; i < g.param_tensors.size(); ++i) ops::copy(g.param_tensors[i], trained.param_tensors[i]);
+  build_model(g, d, 0.0, Device::CPU);
+  for (size_t i = 0; i < g.param_tensors.size(); ++i)
+    read_to_host(fp32_weight(opt, trained.param_tensors, i), g.param_tensors[i].data);
 
   std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{0} : prompt;
   std::vector<int32_t> out;

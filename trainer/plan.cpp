@@ -8,8 +8,8 @@
 
 namespace trainer {
 
-MemoryPlan plan_memory(const Config& c) {
-  const ModelDims d = make_dims(c, c.train.micro_batch_size, c.train.seq_len);
+MemoryPlan plan_memory(const Config& c, DType storage) {
+  const ModelDims d = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
   const auto params = parameter_list(d, c.model.init_std);
   MemoryPlan p;
   p.parameters = parameter_count(params);
@@ -33,20 +33,22 @@ std::string format_bytes(double b) {
   return buf;
 }
 
-std::string format_plan(const MemoryPlan& p, const std::string& device_label) {
+std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage) {
+  const char* st = dtype_name(storage);
+  const bool mixed = storage != DType::F32;
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "memory plan per rank (%s), %.3fM parameters:\n"
-                "  parameters   %12s  (fp32)\n"
-                "  gradients    %12s  (fp32)\n"
-                "  optimizer    %12s  (AdamW m, v fp32)\n"
+                "  parameters   %12s  (%s)\n"
+                "  gradients    %12s  (%s)\n"
+                "  optimizer    %12s  (AdamW m, v%s, F32)\n"
                 "  activations  %12s  (one micro-batch, saved for backward)\n"
                 "  workspace    %12s  (backward scratch)\n"
                 "  total        %12s\n",
                 device_label.c_str(), double(p.parameters) / 1e6,
-                format_bytes(double(p.param_bytes)).c_str(),
-                format_bytes(double(p.grad_bytes)).c_str(),
-                format_bytes(double(p.optimizer_bytes)).c_str(),
+                format_bytes(double(p.param_bytes)).c_str(), st,
+                format_bytes(double(p.grad_bytes)).c_str(), st,
+                format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "",
                 format_bytes(double(p.activation_bytes)).c_str(),
                 format_bytes(double(p.workspace_bytes)).c_str(),
                 format_bytes(double(p.total())).c_str());

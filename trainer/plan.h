@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/tensor.h"
 #include "trainer/config.h"
 
 namespace trainer {
@@ -20,8 +21,10 @@ struct MemoryPlan {
   }
 };
 
-MemoryPlan plan_memory(const Config& c);
-std::string format_plan(const MemoryPlan& p, const std::string& device_label);
+// storage: element type of weights, gradients and activations (F32 on the
+// CPU; BF16/F16 under mixed precision on a GPU, with fp32 masters).
+MemoryPlan plan_memory(const Config& c, DType storage = DType::F32);
+std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage = DType::F32);
 std::string format_bytes(double bytes);  // "12.3 MiB"
 
 }  // namespace trainer

@@ -13,6 +13,7 @@ void copy(Tensor dst, Tensor src);
 void add(Tensor out, Tensor a, Tensor b);
 void add_inplace(Tensor acc, Tensor x);
 void scale_inplace(Tensor t, float s);
+void convert(Tensor dst, Tensor src);
 double sum_squares(Tensor x);
 double sum(Tensor x);
 void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate);
@@ -43,5 +44,6 @@ void moe_unpermute_backward(Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Te
 void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offsets);
 void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor offsets);
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
 
 }  // namespace trainer::cpu

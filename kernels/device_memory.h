@@ -1,0 +1,21 @@
+// Raw memory of either device, for arenas and host<->device transfers. The
+// CPU-only build answers every CUDA request with a clear error.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kernels/tensor.h"
+
+namespace trainer {
+
+// Zero-filled, 64-byte aligned (host) or cudaMalloc'd (device) memory.
+void* device_alloc(size_t bytes, Device d, const std::string& label);
+void device_free(void* p, Device d);
+// Same dtype and numel; any pair of devices. Synchronous for device->host.
+void copy_between_devices(Tensor dst, Tensor src);
+// Copies a tensor into a host buffer (for checkpoints, dumps, generation).
+void read_to_host(Tensor src, void* host_dst);
+void write_from_host(Tensor dst, const void* host_src);
+
+}  // namespace trainer
