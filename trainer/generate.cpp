@@ -68,7 +68,10 @@ std::string tokens_to_text(const std::vector<int32_t>& ids, int64_t vocab_size) 
     }
     return s;
   }
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 

@@ -1,0 +1,738 @@
+// MoE router, dispatch plan and permutation of the CUDA backend; semantics of
+// the moe_* ops in kernels/ops.h, matching the CPU reference
+// (kernels/cpu/moe_routing.cpp, moe_permute.cpp) choice for choice and row
+// for row, so GPU-vs-CPU tests can compare routed buffers directly.
+//
+// Router (moe_route_forward / moe_route_backward): one thread per token, E
+// and K being small (tens to hundreds, <= 8). Softmax in double from the
+// BF16/F16/F32 logits, as on the CPU, so the stored fp32 probabilities are
+// (all but never) bitwise the CPU's and top-k picks the same experts: a
+// near-tie that fp32 rounding flipped would route a token differently and make
+// every later comparison meaningless. Top-k scans the stored fp32 row in
+// ascending index with a strict '>' (ties: lower index), the k-th pick being
+// the best one strictly after the (k-1)-th in (prob desc, index asc) order.
+// Cost: ~2E double exp + K*E compares per token; reads E logits, writes E
+// probs and 2K values.
+//
+// Aux loss: integer expert counts (int atomics: exact, so deterministic),
+// then one 1024-thread block sums the probability columns in a fixed order
+// (double). Single block on purpose: reads N*E*4 bytes at one SM's
+// bandwidth (tens of microseconds at N*E = 1M), once per MoE layer.
+//
+// Dispatch plan (moe_dispatch_plan): assignment j = k*N + n in k-major
+// order; its rank = number of earlier assignments to the same expert, kept
+// iff capacity <= 0 or rank < capacity, row = offsets[e] + rank: the CPU's
+// admission order exactly. Parallel and deterministic (integers only):
+//   1. per chunk of 256 assignments, rank within the chunk by comparing with
+//      the chunk's earlier entries in shared memory (256 compares per thread),
+//      and the chunk's count per expert;
+//   2. per expert, an exclusive scan of its chunk counts (one block each);
+//   3. offsets = exclusive scan of min(count, capacity) (one block);
+//   4. row = offsets[e] + chunk base + rank in chunk, or -1.
+// Scratch: ceil(N*K/256) * E + E ints (4 MiB at N*K = 1M, E = 256).
+//
+// Permutation: gathers, never float atomics. moe_permute and the dyp part of
+// moe_unpermute_backward first invert row_map (row -> assignment, -1 for
+// unused rows; N*K ints of scratch), then write every permuted row exactly
+// once: a copy (16-byte units when rows allow), a scaled row, or zeros for
+// the unused tail. moe_permute_backward and moe_unpermute gather per token,
+// adding the K rows in k order in fp32 (the CPU's order). dtopk_w is one warp
+// per assignment: a dot product in double, reduced by a fixed shuffle tree.
+// Each is one pass over its rows: bytes = (rows read + rows written) * C *
+// sizeof(T).
+//
+// Inputs the CPU validates on the host live on the device here, and checking
+// them would cost a sync per call. Instead a bad expert id (outside [0, E))
+// poisons what it touches: aux = NaN, that token's dlogits row = NaN, and the
+// dispatch plan drops the assignment (row -1). Row maps are trusted as
+// moe_dispatch_plan made them; entries outside [-1, N*K) are skipped, never
+// dereferenced.
+#include <cstdint>
+#include <climits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+// ---- argument checks ----------------------------------------------------------
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+enum class Kind { F32, Float, I32 };  // Float: F32, BF16 or F16
+
+// On the GPU, of the given kind, exactly ndim dims. As on the CPU, a tensor
+// with no elements may have no data (an expert or a rank can get zero rows).
+void need(const char* op, const char* name, const Tensor& t, Kind kind, int ndim) {
+  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " " + t.shape_str() + " is missing");
+  if (t.device != Device::CUDA) fail(op, std::string(name) + " " + t.shape_str() + " is not on the GPU");
+  const bool ok = kind == Kind::F32 ? t.dtype == DType::F32
+                  : kind == Kind::I32 ? t.dtype == DType::I32
+                                      : is_float_dtype(t.dtype);
+  if (!ok)
+    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) + ", expected " +
+                 (kind == Kind::F32 ? "F32" : kind == Kind::I32 ? "I32" : "F32, BF16 or F16"));
+  if (t.ndim != ndim) fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
+}
+
+bool same_dims(const Tensor& a, const Tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i)
+    if (a.shape[i] != b.shape[i]) return false;
+  return true;
+}
+
+void must_match(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  if (!same_dims(a, b)) fail(op, std::string(an) + " " + a.shape_str() + " must match " + bn + " " + b.shape_str());
+}
+
+void same_dtype(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  if (a.dtype != b.dtype)
+    fail(op, std::string(an) + " " + a.shape_str() + " is " + dtype_name(a.dtype) + " but " + bn + " " +
+                 b.shape_str() + " is " + dtype_name(b.dtype) + "; they must share one storage type");
+}
+
+void rows_of(const char* op, const char* name, const Tensor& t, int64_t N, const char* ref_name, const Tensor& ref) {
+  if (t.dim(0) != N)
+    fail(op, std::string(name) + " " + t.shape_str() + " must have N = " + std::to_string(N) + " rows (" + ref_name +
+                 " " + ref.shape_str() + ")");
+}
+
+// Token-side [N,C] and expert-side [N*K,C] tensors of one storage type
+// against row_map [N,K].
+void check_layout(const char* op, const char* tok_name, const Tensor& tok, const char* perm_name, const Tensor& perm,
+                  const Tensor& row_map) {
+  need(op, "row_map", row_map, Kind::I32, 2);
+  need(op, tok_name, tok, Kind::Float, 2);
+  need(op, perm_name, perm, Kind::Float, 2);
+  same_dtype(op, tok_name, tok, perm_name, perm);
+  const int64_t N = row_map.dim(0), K = row_map.dim(1), C = tok.dim(1);
+  if (tok.dim(0) != N || perm.dim(0) != N * K || perm.dim(1) != C)
+    fail(op, std::string(tok_name) + " " + tok.shape_str() + " and " + perm_name + " " + perm.shape_str() +
+                 " must be [N, C] and [N*K, C] for row_map " + row_map.shape_str());
+  if (N * K > INT32_MAX)
+    fail(op, "row_map " + row_map.shape_str() + " has more than 2^31 - 1 rows");
+}
+
+void check_weights(const char* op, const char* name, const Tensor& w, const Tensor& row_map) {
+  need(op, name, w, Kind::F32, 2);
+  must_match(op, name, w, "row_map", row_map);
+}
+
+// ---- launch helpers and scratch -------------------------------------------------
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+unsigned blocks_for(int64_t work, int per_block) {
+  const int64_t blocks = (work + per_block - 1) / per_block;
+  const int64_t cap = int64_t(sm_count()) * 64;  // grid-stride loops cover the rest
+  return unsigned(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
+}
+
+// Grow-only device scratch (inverse maps, counts). Growth is stream-ordered
+// (cudaFreeAsync / cudaMallocAsync on the compute stream), so kernels still
+// using the old buffer finish first. Callers hold g_scratch_mutex until
+// their kernels are enqueued.
+std::mutex g_scratch_mutex;
+void* scratch(size_t bytes, const char* op) {
+  static void* buf = nullptr;
+  static size_t cap = 0;
+  if (bytes > cap) {
+    if (buf) CUDA_CHECK(cudaFreeAsync(buf, stream()), std::string(op) + ": scratch");
+    buf = nullptr;
+    cap = 0;
+    size_t want = bytes < (size_t(1) << 20) ? (size_t(1) << 20) : bytes;
+    CUDA_CHECK(cudaMallocAsync(&buf, want, stream()), std::string(op) + ": scratch of " + std::to_string(want) + " bytes");
+    cap = want;
+  }
+  return buf;
+}
+
+__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
+
+// ---- router ------------------------------------------------------------------------
+
+template <typename T>
+__global__ void route_forward_kernel(float* P, int32_t* I, float* W, const T* L, int64_t N, int E, int K,
+                                     bool normalize) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  // P may alias L (F32 logits): every logit is read before its own slot is
+  // written, and passes 1-2 only read. Hence no __restrict__.
+  const T* l = L + n * E;
+  float* p = P + n * E;
+  int32_t* idx = I + n * K;
+  float* w = W + n * K;
+  double mx = double(to_float(l[0]));
+  for (int e = 1; e < E; ++e) mx = fmax(mx, double(to_float(l[e])));
+  double s = 0;
+  for (int e = 0; e < E; ++e) s += exp(double(to_float(l[e])) - mx);
+  for (int e = 0; e < E; ++e) p[e] = float(exp(double(to_float(l[e])) - mx) / s);
+
+  // A NaN or +inf logit makes s (and every probability) NaN; the CPU scan
+  // then keeps the first untaken index each time: experts 0..K-1.
+  const bool nan_row = s != s;
+  int prev = -1;
+  float prev_p = 0.f;
+  double wsum = 0;
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    float bp = 0.f;
+    if (!nan_row) {
+      for (int e = 0; e < E; ++e) {
+        const float pe = p[e];
+        if (prev >= 0 && !(pe < prev_p || (pe == prev_p && e > prev))) continue;  // not after the previous pick
+        if (best < 0 || pe > bp) {
+          best = e;
+          bp = pe;
+        }
+      }
+    }
+    if (best < 0) {  // NaN row (and, defensively, nothing left)
+      best = k;
+      bp = p[k];
+    }
+    idx[k] = best;
+    wsum += double(bp);
+    prev = best;
+    prev_p = bp;
+  }
+  for (int k = 0; k < K; ++k) {
+    const double wk = double(p[idx[k]]);
+    w[k] = float(normalize ? wk / wsum : wk);
+  }
+}
+
+// cnt[e] = assignments to expert e; cnt[E] = ids outside [0, E).
+__global__ void count_experts_kernel(const int32_t* I, int64_t NK, int E, int* cnt) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < NK; i += int64_t(gridDim.x) * blockDim.x) {
+    const int e = I[i];
+    atomicAdd(&cnt[(e >= 0 && e < E) ? e : E], 1);
+  }
+}
+
+constexpr int kAuxThreads = 1024;  // 32 warps; the kernel relies on it
+
+// aux = E * sum_e (cnt_e / NK) * (sum_n P[n,e] / N). Warp w sums rows w,
+// w+32, ... of 32 adjacent columns (coalesced); the 32 partials per column
+// are added in warp order; lanes' totals by a fixed shuffle tree.
+__global__ void __launch_bounds__(kAuxThreads) aux_loss_kernel(float* aux, const float* P, const int* cnt, int64_t N,
+                                                               int E, int64_t NK) {
+  __shared__ double part[32][33];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double total = 0;
+  for (int c0 = 0; c0 < E; c0 += 32) {
+    const int c = c0 + lane;
+    double s = 0;
+    if (c < E)
+      for (int64_t n = warp; n < N; n += 32) s += double(P[n * E + c]);
+    part[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && c < E) {
+      double pe = 0;
+      for (int w = 0; w < 32; ++w) pe += part[w][lane];
+      total += (double(cnt[c]) / double(NK)) * (pe / double(N));
+    }
+    __syncthreads();
+  }
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_down_sync(0xffffffffu, total, o);
+    if (lane == 0) aux[0] = cnt[E] != 0 ? nan_f() : float(double(E) * total);
+  }
+}
+
+// Per token: dp = daux + d(combine weights)/dp, then the softmax backward
+// dl_e = p_e (dp_e - sum_j p_j dp_j), all in double in the CPU's order.
+// cnt == nullptr: no aux term. DW == nullptr: no combine-weight term.
+template <typename T>
+__global__ void route_backward_kernel(T* DL, const float* DW, const float* P, const int32_t* I, const float* W,
+                                      const int* cnt, float aux_grad, int64_t N, int E, int K, int64_t NK,
+                                      bool normalize) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  // DL may alias P (F32): p[e] is read right before dl[e] is written, and the
+  // sums below read only the selected probabilities before the write loop.
+  const float* p = P + n * E;
+  const int32_t* idx = I + n * K;
+  T* dl = DL + n * E;
+  bool bad = false;
+  for (int k = 0; k < K; ++k) bad |= idx[k] < 0 || idx[k] >= E;
+  if (bad) {
+    for (int e = 0; e < E; ++e) dl[e] = from_float<T>(nan_f());
+    return;
+  }
+  const float* dw = DW ? DW + n * K : nullptr;
+  double S = 0, dotw = 0;
+  if (dw && normalize)
+    for (int k = 0; k < K; ++k) {
+      S += double(p[idx[k]]);
+      dotw += double(dw[k]) * double(W[n * K + k]);
+    }
+  // Not stored per expert (no local array of E): recomputed, K work each.
+  auto dp = [&](int e) {
+    double v = cnt ? double(aux_grad) * double(E) * (double(cnt[e]) / double(NK)) / double(N) : 0.0;
+    if (dw)
+      for (int k = 0; k < K; ++k)
+        if (idx[k] == e) v += normalize ? (double(dw[k]) - dotw) / S : double(dw[k]);
+    return v;
+  };
+  double dot = 0;
+  for (int e = 0; e < E; ++e) dot += double(p[e]) * dp(e);
+  for (int e = 0; e < E; ++e) {
+    const double pe = double(p[e]);
+    dl[e] = from_float<T>(float(pe * (dp(e) - dot)));
+  }
+}
+
+// ---- dispatch plan --------------------------------------------------------------------
+
+constexpr int kChunk = 256;  // assignments per block in the rank pass (= its blockDim)
+
+// Assignment j = k*N + n (k-major). R[a] (a = n*K + k) = rank of j within its
+// chunk among assignments to the same expert (temporary), -1 for a bad id;
+// hist[chunk, e] = count of e in the chunk, written by e's last entry.
+__global__ void __launch_bounds__(kChunk) dispatch_rank_kernel(const int32_t* I, int32_t* R, int* hist, int64_t N,
+                                                               int K, int E) {
+  __shared__ int s[kChunk];
+  const int64_t NK = N * int64_t(K);
+  const int64_t j = int64_t(blockIdx.x) * kChunk + threadIdx.x;
+  int e = -1;
+  int64_t a = -1;
+  if (j < NK) {
+    const int64_t k = j / N, n = j - k * N;
+    a = n * K + k;
+    e = I[a];
+    if (e < 0 || e >= E) e = -1;
+  }
+  s[threadIdx.x] = e;
+  __syncthreads();
+  if (a < 0) return;
+  if (e < 0) {
+    R[a] = -1;
+    return;
+  }
+  int r = 0;
+  bool last = true;
+  for (int t = 0; t < kChunk; ++t) {
+    if (s[t] != e) continue;
+    if (t < int(threadIdx.x))
+      ++r;
+    else if (t > int(threadIdx.x))
+      last = false;
+  }
+  R[a] = r;
+  if (last) hist[int64_t(blockIdx.x) * E + e] = r + 1;
+}
+
+constexpr int kScanThreads = 256;
+
+// Block-wide exclusive scan of n ints given by get(i), written by put(i, v),
+// in index order; returns the total to every thread. Thread t owns a
+// contiguous range, so reads and writes stay in order.
+template <typename Get, typename Put>
+__device__ int block_exclusive_scan(int64_t n, Get get, Put put) {
+  __shared__ int sums[kScanThreads];
+  __shared__ int total;
+  const int64_t per = (n + kScanThreads - 1) / kScanThreads;
+  const int64_t i0 = int64_t(threadIdx.x) * per;
+  const int64_t i1 = i0 + per < n ? i0 + per : n;
+  int local = 0;
+  for (int64_t i = i0; i < i1; ++i) local += get(i);
+  sums[threadIdx.x] = local;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    for (int t = 0; t < kScanThreads; ++t) {
+      const int v = sums[t];
+      sums[t] = run;
+      run += v;
+    }
+    total = run;
+  }
+  __syncthreads();
+  int run = sums[threadIdx.x];
+  for (int64_t i = i0; i < i1; ++i) {
+    const int v = get(i);
+    put(i, run);
+    run += v;
+  }
+  return total;
+}
+
+// Block e: hist[., e] -> exclusive prefix over chunks; totals[e] = count of e.
+__global__ void __launch_bounds__(kScanThreads) dispatch_scan_kernel(int* hist, int64_t chunks, int E, int* totals) {
+  const int e = blockIdx.x;
+  const int t = block_exclusive_scan(
+      chunks, [&](int64_t c) { return hist[c * E + e]; }, [&](int64_t c, int v) { hist[c * E + e] = v; });
+  if (threadIdx.x == 0) totals[e] = t;
+}
+
+__global__ void __launch_bounds__(kScanThreads) dispatch_offsets_kernel(const int* totals, int E, int capacity,
+                                                                        int32_t* offsets) {
+  auto kept = [&](int64_t e) {
+    const int v = totals[e];
+    return capacity > 0 && v > capacity ? capacity : v;
+  };
+  block_exclusive_scan(E, kept, [&](int64_t e, int v) { offsets[e + 1] = v + kept(e); });
+  if (threadIdx.x == 0) offsets[0] = 0;
+}
+
+__global__ void dispatch_finalize_kernel(const int32_t* I, int32_t* R, const int* hist, const int32_t* offsets,
+                                         int64_t N, int K, int E, int capacity) {
+  const int64_t NK = N * int64_t(K);
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < NK; j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = j / N, n = j - k * N, a = n * K + k;
+    const int e = I[a];
+    if (e < 0 || e >= E) continue;  // already -1
+    const int rank = hist[(j / kChunk) * E + e] + R[a];
+    R[a] = (capacity <= 0 || rank < capacity) ? offsets[e] + rank : -1;
+  }
+}
+
+// ---- permutation ----------------------------------------------------------------------
+
+// inv[r] = a for r = R[a] in [0, NK); inv starts at -1 (memset 0xff).
+__global__ void invert_row_map_kernel(const int32_t* R, int64_t NK, int32_t* inv) {
+  for (int64_t a = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; a < NK; a += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t r = R[a];
+    if (r >= 0 && r < NK) inv[r] = int32_t(a);
+  }
+}
+
+// One warp per permuted row: a copy of its token's row, or zeros. U is the
+// copy unit (16, 4 or 2 bytes); units = row bytes / sizeof(U).
+template <typename U>
+__global__ void permute_rows_kernel(U* xp, const U* x, const int32_t* inv, int64_t NK, int K, int64_t units) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); r < NK; r += warps) {
+    const int32_t a = inv[r];
+    U* dst = xp + r * units;
+    if (a >= 0) {
+      const U* src = x + (int64_t(a) / K) * units;
+      for (int64_t u = lane; u < units; u += 32) dst[u] = src[u];
+    } else {
+      for (int64_t u = lane; u < units; u += 32) dst[u] = U{};
+    }
+  }
+}
+
+// dx[n,:] += sum over kept k (in k order) of dxp[R[n,k],:], in fp32.
+template <typename T>
+__global__ void permute_backward_kernel(T* dx, const T* dxp, const int32_t* R, int64_t N, int K, int64_t C) {
+  const int lane = threadIdx.x & 31;
+  const int64_t NK = N * int64_t(K);
+  const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); n < N; n += warps) {
+    const int32_t* rm = R + n * K;
+    for (int64_t c = lane; c < C; c += 32) {
+      float acc = to_float(dx[n * C + c]);
+      for (int k = 0; k < K; ++k) {
+        const int32_t r = rm[k];
+        if (r >= 0 && r < NK) acc += to_float(dxp[int64_t(r) * C + c]);
+      }
+      dx[n * C + c] = from_float<T>(acc);
+    }
+  }
+}
+
+// y[n,:] = sum over kept k (in k order) of w[n,k] * yp[R[n,k],:]. Products
+// and sums are rounded separately (no FMA), as the CPU loop computes them.
+template <typename T>
+__global__ void unpermute_kernel(T* y, const T* yp, const int32_t* R, const float* W, int64_t N, int K, int64_t C) {
+  const int lane = threadIdx.x & 31;
+  const int64_t NK = N * int64_t(K);
+  const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t n = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); n < N; n += warps) {
+    const int32_t* rm = R + n * K;
+    const float* w = W + n * K;
+    for (int64_t c = lane; c < C; c += 32) {
+      float acc = 0.f;
+      for (int k = 0; k < K; ++k) {
+        const int32_t r = rm[k];
+        if (r >= 0 && r < NK) acc = __fadd_rn(acc, __fmul_rn(w[k], to_float(yp[int64_t(r) * C + c])));
+      }
+      y[n * C + c] = from_float<T>(acc);
+    }
+  }
+}
+
+// dyp[r,:] = w[a] * dy[a/K,:] for the assignment a that owns row r, else 0.
+template <typename T>
+__global__ void unpermute_backward_rows_kernel(T* dyp, const T* dy, const int32_t* inv, const float* W, int64_t NK,
+                                               int K, int64_t C) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); r < NK; r += warps) {
+    const int32_t a = inv[r];
+    T* dst = dyp + r * C;
+    if (a >= 0) {
+      const float w = W[a];
+      const T* g = dy + (int64_t(a) / K) * C;
+      for (int64_t c = lane; c < C; c += 32) dst[c] = from_float<T>(__fmul_rn(w, to_float(g[c])));
+    } else {
+      for (int64_t c = lane; c < C; c += 32) dst[c] = from_float<T>(0.f);
+    }
+  }
+}
+
+// dtopk_w[a] = dot(dy[a/K,:], yp[R[a],:]) for kept a, 0 for dropped. One
+// warp per assignment; double lane sums, fixed xor-shuffle tree.
+template <typename T>
+__global__ void dtopk_w_kernel(float* DW, const T* dy, const T* yp, const int32_t* R, int64_t N, int K, int64_t C) {
+  const int lane = threadIdx.x & 31;
+  const int64_t NK = N * int64_t(K);
+  const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t a = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); a < NK; a += warps) {
+    const int32_t r = R[a];
+    double s = 0;
+    if (r >= 0 && r < NK) {
+      const T* g = dy + (a / K) * C;
+      const T* v = yp + int64_t(r) * C;
+      for (int64_t c = lane; c < C; c += 32) s += double(to_float(g[c])) * double(to_float(v[c]));
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) DW[a] = float(s);
+  }
+}
+
+// Fills inv[0, NK) with the inverse of row_map; the caller holds
+// g_scratch_mutex until its kernels reading inv are enqueued.
+int32_t* invert_row_map(const char* op, const Tensor& row_map) {
+  const int64_t NK = row_map.numel();
+  auto* inv = static_cast<int32_t*>(scratch(size_t(NK) * sizeof(int32_t), op));
+  CUDA_CHECK(cudaMemsetAsync(inv, 0xff, size_t(NK) * sizeof(int32_t), stream()),
+             std::string(op) + ": inverse of row_map " + row_map.shape_str());
+  invert_row_map_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(row_map.i32(), NK, inv);
+  KERNEL_CHECK("invert_row_map_kernel", std::string(op) + ": row_map " + row_map.shape_str());
+  return inv;
+}
+
+}  // namespace
+
+// ---- router ops ------------------------------------------------------------------------
+
+void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits, bool normalize) {
+  const char* op = "moe_route_forward";
+  need(op, "logits", logits, Kind::Float, 2);
+  need(op, "probs", probs, Kind::F32, 2);
+  need(op, "topk_idx", topk_idx, Kind::I32, 2);
+  need(op, "topk_w", topk_w, Kind::F32, 2);
+  must_match(op, "probs", probs, "logits", logits);
+  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  const int64_t N = logits.dim(0), E = logits.dim(1), K = topk_idx.dim(1);
+  rows_of(op, "topk_idx", topk_idx, N, "logits", logits);
+  if (K < 1 || K > E)
+    fail(op, "K = " + std::to_string(K) + " (topk_idx " + topk_idx.shape_str() + ") must be in [1, E = " +
+                 std::to_string(E) + "]");
+  if (E > INT_MAX) fail(op, "logits " + logits.shape_str() + " has too many experts");
+  if (N == 0) return;
+  const unsigned blocks = unsigned((N + 127) / 128);
+  DISPATCH_FLOAT(logits.dtype, T, op, {
+    route_forward_kernel<T><<<blocks, 128, 0, stream()>>>(probs.f32(), topk_idx.i32(), topk_w.f32(),
+                                                          static_cast<const T*>(logits.data), N, int(E), int(K),
+                                                          normalize);
+    KERNEL_CHECK("route_forward_kernel", std::string(op) + ": logits " + logits.shape_str() + " " +
+                                             dtype_name(logits.dtype) + ", topk_idx " + topk_idx.shape_str());
+  });
+}
+
+void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
+  const char* op = "moe_aux_loss_forward";
+  need(op, "probs", probs, Kind::F32, 2);
+  need(op, "topk_idx", topk_idx, Kind::I32, 2);
+  if (aux.data == nullptr) fail(op, "aux is missing");
+  if (aux.device != Device::CUDA) fail(op, "aux " + aux.shape_str() + " is not on the GPU");
+  if (aux.dtype != DType::F32 || aux.numel() != 1)
+    fail(op, "aux " + aux.shape_str() + " " + dtype_name(aux.dtype) + " must be one F32 value");
+  const int64_t N = probs.dim(0), E = probs.dim(1), NK = topk_idx.numel();
+  rows_of(op, "topk_idx", topk_idx, N, "probs", probs);
+  if (E < 1 || E > INT_MAX) fail(op, "probs " + probs.shape_str() + " must have 1 to 2^31 - 1 experts");
+  // No tokens or no assignments: every f_e is 0, so is the loss (as on the CPU).
+  if (N == 0 || NK == 0) {
+    CUDA_CHECK(cudaMemsetAsync(aux.data, 0, sizeof(float), stream()), std::string(op) + ": aux");
+    return;
+  }
+  const std::string ctx = std::string(op) + ": probs " + probs.shape_str() + ", topk_idx " + topk_idx.shape_str();
+  std::lock_guard<std::mutex> lock(g_scratch_mutex);
+  int* cnt = static_cast<int*>(scratch(size_t(E + 1) * sizeof(int), op));
+  CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(E + 1) * sizeof(int), stream()), ctx);
+  count_experts_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(topk_idx.i32(), NK, int(E), cnt);
+  KERNEL_CHECK("count_experts_kernel", ctx);
+  aux_loss_kernel<<<1, kAuxThreads, 0, stream()>>>(aux.f32(), probs.f32(), cnt, N, int(E), NK);
+  KERNEL_CHECK("aux_loss_kernel", ctx);
+}
+
+void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w, bool normalize,
+                        float aux_grad) {
+  const char* op = "moe_route_backward";
+  need(op, "probs", probs, Kind::F32, 2);
+  need(op, "dlogits", dlogits, Kind::Float, 2);
+  need(op, "topk_idx", topk_idx, Kind::I32, 2);
+  need(op, "topk_w", topk_w, Kind::F32, 2);
+  must_match(op, "dlogits", dlogits, "probs", probs);
+  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  // An absent dtopk_w: only the aux loss drives the router.
+  const bool have_dw = !dtopk_w.empty();
+  if (have_dw) {
+    need(op, "dtopk_w", dtopk_w, Kind::F32, 2);
+    must_match(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
+  }
+  const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1), NK = N * K;
+  rows_of(op, "topk_idx", topk_idx, N, "probs", probs);
+  if (E > INT_MAX || K > INT_MAX) fail(op, "probs " + probs.shape_str() + " or topk_idx " + topk_idx.shape_str() + " is too large");
+  if (N == 0) return;
+  const std::string ctx = std::string(op) + ": dlogits " + dlogits.shape_str() + " " + dtype_name(dlogits.dtype) +
+                          ", topk_idx " + topk_idx.shape_str();
+  std::lock_guard<std::mutex> lock(g_scratch_mutex);
+  int* cnt = nullptr;
+  // With K = 0 the CPU's f_e are all 0; no aux term then either.
+  if (aux_grad != 0.f && NK > 0) {
+    cnt = static_cast<int*>(scratch(size_t(E + 1) * sizeof(int), op));
+    CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(E + 1) * sizeof(int), stream()), ctx);
+    count_experts_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(topk_idx.i32(), NK, int(E), cnt);
+    KERNEL_CHECK("count_experts_kernel", ctx);
+  }
+  const unsigned blocks = unsigned((N + 127) / 128);
+  DISPATCH_FLOAT(dlogits.dtype, T, op, {
+    route_backward_kernel<T><<<blocks, 128, 0, stream()>>>(
+        static_cast<T*>(dlogits.data), have_dw ? dtopk_w.f32() : nullptr, probs.f32(), topk_idx.i32(), topk_w.f32(),
+        cnt, aux_grad, N, int(E), int(K), NK, normalize);
+    KERNEL_CHECK("route_backward_kernel", ctx);
+  });
+}
+
+// ---- dispatch plan ------------------------------------------------------------------------
+
+void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity) {
+  const char* op = "moe_dispatch_plan";
+  need(op, "topk_idx", topk_idx, Kind::I32, 2);
+  need(op, "row_map", row_map, Kind::I32, 2);
+  need(op, "offsets", offsets, Kind::I32, 1);
+  must_match(op, "row_map", row_map, "topk_idx", topk_idx);
+  if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
+  const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1), NK = N * K;
+  if (offsets.dim(0) != E + 1)
+    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(E + 1) + "]");
+  if (NK > INT32_MAX)
+    fail(op, "N*K = " + std::to_string(NK) + " rows do not fit in I32 (topk_idx " + topk_idx.shape_str() + ")");
+  const std::string ctx = std::string(op) + ": topk_idx " + topk_idx.shape_str() + ", E = " + std::to_string(E) +
+                          ", capacity " + std::to_string(capacity);
+  if (NK == 0) {
+    CUDA_CHECK(cudaMemsetAsync(offsets.data, 0, size_t(E + 1) * sizeof(int32_t), stream()), ctx);
+    return;
+  }
+  const int64_t chunks = (NK + kChunk - 1) / kChunk;
+  std::lock_guard<std::mutex> lock(g_scratch_mutex);
+  int* hist = static_cast<int*>(scratch(size_t(chunks * E + E) * sizeof(int), op));
+  int* totals = hist + chunks * E;
+  CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(chunks * E) * sizeof(int), stream()), ctx);
+  dispatch_rank_kernel<<<unsigned(chunks), kChunk, 0, stream()>>>(topk_idx.i32(), row_map.i32(), hist, N, int(K),
+                                                                  int(E));
+  KERNEL_CHECK("dispatch_rank_kernel", ctx);
+  dispatch_scan_kernel<<<unsigned(E), kScanThreads, 0, stream()>>>(hist, chunks, int(E), totals);
+  KERNEL_CHECK("dispatch_scan_kernel", ctx);
+  dispatch_offsets_kernel<<<1, kScanThreads, 0, stream()>>>(totals, int(E), capacity, offsets.i32());
+  KERNEL_CHECK("dispatch_offsets_kernel", ctx);
+  dispatch_finalize_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(
+      topk_idx.i32(), row_map.i32(), hist, offsets.i32(), N, int(K), int(E), capacity);
+  KERNEL_CHECK("dispatch_finalize_kernel", ctx);
+}
+
+// ---- permutation ops ------------------------------------------------------------------------
+
+void moe_permute(Tensor xp, Tensor x, Tensor row_map) {
+  const char* op = "moe_permute";
+  check_layout(op, "x", x, "xp", xp, row_map);
+  const int64_t K = row_map.dim(1), NK = row_map.numel(), C = x.dim(1);
+  if (NK == 0 || C == 0) return;
+  const std::string ctx = std::string(op) + ": x " + x.shape_str() + " " + dtype_name(x.dtype) + " -> xp " +
+                          xp.shape_str() + ", row_map " + row_map.shape_str();
+  // The copy is dtype-blind: widest unit that divides the row and both bases.
+  const size_t row_bytes = size_t(C) * dtype_size(x.dtype);
+  const auto base = reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(xp.data);
+  std::lock_guard<std::mutex> lock(g_scratch_mutex);
+  const int32_t* inv = invert_row_map(op, row_map);
+  const unsigned blocks = blocks_for(NK, kWarpsPerBlock);
+  if (row_bytes % 16 == 0 && base % 16 == 0) {
+    permute_rows_kernel<uint4><<<blocks, kThreads, 0, stream()>>>(static_cast<uint4*>(xp.data),
+                                                                 static_cast<const uint4*>(x.data), inv, NK, int(K),
+                                                                 int64_t(row_bytes / 16));
+  } else if (row_bytes % 4 == 0 && base % 4 == 0) {
+    permute_rows_kernel<uint32_t><<<blocks, kThreads, 0, stream()>>>(static_cast<uint32_t*>(xp.data),
+                                                                     static_cast<const uint32_t*>(x.data), inv, NK,
+                                                                     int(K), int64_t(row_bytes / 4));
+  } else {
+    permute_rows_kernel<uint16_t><<<blocks, kThreads, 0, stream()>>>(static_cast<uint16_t*>(xp.data),
+                                                                     static_cast<const uint16_t*>(x.data), inv, NK,
+                                                                     int(K), int64_t(row_bytes / 2));
+  }
+  KERNEL_CHECK("permute_rows_kernel", ctx);
+}
+
+void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map) {
+  const char* op = "moe_permute_backward";
+  check_layout(op, "dx", dx, "dxp", dxp, row_map);
+  const int64_t N = row_map.dim(0), K = row_map.dim(1), C = dx.dim(1);
+  if (N == 0 || K == 0 || C == 0) return;
+  DISPATCH_FLOAT(dx.dtype, T, op, {
+    permute_backward_kernel<T><<<blocks_for(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
+        static_cast<T*>(dx.data), static_cast<const T*>(dxp.data), row_map.i32(), N, int(K), C);
+    KERNEL_CHECK("permute_backward_kernel", std::string(op) + ": dx " + dx.shape_str() + " " +
+                                                dtype_name(dx.dtype) + ", dxp " + dxp.shape_str());
+  });
+}
+
+void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w) {
+  const char* op = "moe_unpermute";
+  check_layout(op, "y", y, "yp", yp, row_map);
+  check_weights(op, "topk_w", topk_w, row_map);
+  const int64_t N = row_map.dim(0), K = row_map.dim(1), C = y.dim(1);
+  if (N == 0 || C == 0) return;
+  // K == 0 still runs: every token's y is zero then.
+  DISPATCH_FLOAT(y.dtype, T, op, {
+    unpermute_kernel<T><<<blocks_for(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
+        static_cast<T*>(y.data), static_cast<const T*>(yp.data), row_map.i32(), topk_w.f32(), N, int(K), C);
+    KERNEL_CHECK("unpermute_kernel", std::string(op) + ": y " + y.shape_str() + " " + dtype_name(y.dtype) +
+                                         ", yp " + yp.shape_str());
+  });
+}
+
+void moe_unpermute_backward(Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Tensor row_map, Tensor topk_w) {
+  const char* op = "moe_unpermute_backward";
+  check_layout(op, "dy", dy, "dyp", dyp, row_map);
+  check_layout(op, "dy", dy, "yp", yp, row_map);
+  check_weights(op, "topk_w", topk_w, row_map);
+  // dtopk_w may be absent when the router is not being trained.
+  const bool have_dw = !dtopk_w.empty();
+  if (have_dw) check_weights(op, "dtopk_w", dtopk_w, row_map);
+  const int64_t N = row_map.dim(0), K = row_map.dim(1), NK = row_map.numel(), C = dy.dim(1);
+  if (NK == 0) return;
+  const std::string ctx = std::string(op) + ": dy " + dy.shape_str() + " " + dtype_name(dy.dtype) + ", dyp " +
+                          dyp.shape_str() + ", row_map " + row_map.shape_str();
+  DISPATCH_FLOAT(dy.dtype, T, op, {
+    if (C > 0) {
+      std::lock_guard<std::mutex> lock(g_scratch_mutex);
+      const int32_t* inv = invert_row_map(op, row_map);
+      unpermute_backward_rows_kernel<T><<<blocks_for(NK, kWarpsPerBlock), kThreads, 0, stream()>>>(
+          static_cast<T*>(dyp.data), static_cast<const T*>(dy.data), inv, topk_w.f32(), NK, int(K), C);
+      KERNEL_CHECK("unpermute_backward_rows_kernel", ctx);
+    }
+    if (have_dw) {
+      dtopk_w_kernel<T><<<blocks_for(NK, kWarpsPerBlock), kThreads, 0, stream()>>>(
+          dtopk_w.f32(), static_cast<const T*>(dy.data), static_cast<const T*>(yp.data), row_map.i32(), N, int(K), C);
+      KERNEL_CHECK("dtopk_w_kernel", ctx);
+    }
+  });
+}
+
+}  // namespace trainer::cuda
