@@ -1,0 +1,273 @@
+// GELU (tanh approximation) and SwiGLU of the CUDA backend (see kernels/ops.h),
+// the same formulas as kernels/cpu/activations.cpp, evaluated in fp32.
+//
+// One grid-stride kernel per op. A thread takes packs of 8 elements with
+// 16-byte vector loads/stores when every pointer of the op is 16-byte aligned,
+// single elements otherwise and for the last n % 8. All tensors of one call
+// share one storage type (F32, BF16 or F16). Every input of an element is read
+// before its outputs are written, so outputs may alias inputs elementwise
+// (gelu_backward's dinp = dout, swiglu_backward's dgate/dup over dout).
+// Bandwidth bound; per element, s = bytes of the storage type:
+//   gelu_forward    2s bytes, ~15 FLOPs + 1 exp
+//   gelu_backward   3s bytes, ~20 FLOPs + 1 exp
+//   swiglu_forward  3s bytes, ~5 FLOPs + 1 exp
+//   swiglu_backward 5s bytes, ~10 FLOPs + 1 exp
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/checks.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+using cpu::checks::fail;
+using cpu::checks::same_rows;
+
+constexpr int kPack = 8;
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+// ---- argument checks ---------------------------------------------------------
+
+void need_float(const char* op, const char* name, const Tensor& t) {
+  if (t.device != Device::CUDA)
+    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
+                 ", expected cuda");
+  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
+  if (!is_float_dtype(t.dtype))
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                 ", expected F32, BF16 or F16");
+}
+
+// `t` is a float CUDA tensor laid out like `ref` ([..., C], same numel) with
+// ref's storage type.
+void like(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
+  need_float(op, name, t);
+  same_rows(op, name, t, ref_name, ref);
+  if (t.dtype != ref.dtype)
+    fail(op, std::string(name) + " is " + dtype_name(t.dtype) + " but " + ref_name + " is " +
+                 dtype_name(ref.dtype) + ": one storage type per call");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- packs -------------------------------------------------------------------
+
+// P == 1: one element. P == kPack: 16-byte vector accesses on a 16-byte
+// aligned address (the host checks before choosing the vector path).
+template <typename T, int P>
+__device__ __forceinline__ void load_pack(const T* p, float (&v)[P]) {
+  if constexpr (P == 1) {
+    v[0] = to_float(p[0]);
+  } else {
+    constexpr int kPerWord = 16 / int(sizeof(T));
+    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
+#pragma unroll
+    for (int w = 0; w < P / kPerWord; ++w) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[w];
+      const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) v[w * kPerWord + k] = to_float(e[k]);
+    }
+  }
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void store_pack(T* p, const float (&v)[P]) {
+  if constexpr (P == 1) {
+    p[0] = from_float<T>(v[0]);
+  } else {
+    constexpr int kPerWord = 16 / int(sizeof(T));
+    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
+#pragma unroll
+    for (int w = 0; w < P / kPerWord; ++w) {
+      uint4 u;
+      T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) e[k] = from_float<T>(v[w * kPerWord + k]);
+      reinterpret_cast<uint4*>(p)[w] = u;
+    }
+  }
+}
+
+// ---- the functions (as the CPU twin writes them) -------------------------------
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+// 0.5 x (1 + tanh(u)) written as x * sigmoid(2u): the same function without
+// the cancellation of 1 + tanh(u) for negative x.
+__device__ __forceinline__ float gelu(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  return x * sigmoid(2.f * u);
+}
+
+// d/dx [x s(2u)] = s + 2 x s (1 - s) u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float du = kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
+  const float s = sigmoid(2.f * u);
+  return s + 2.f * x * s * (1.f - s) * du;
+}
+
+template <typename T>
+struct GeluForward {
+  T* out;
+  const T* inp;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float x[P];
+    load_pack<T, P>(inp + i, x);
+#pragma unroll
+    for (int k = 0; k < P; ++k) x[k] = gelu(x[k]);
+    store_pack<T, P>(out + i, x);
+  }
+};
+
+template <typename T>
+struct GeluBackward {
+  T* dinp;
+  const T* dout;
+  const T* inp;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float g[P], x[P];
+    load_pack<T, P>(dout + i, g);
+    load_pack<T, P>(inp + i, x);
+#pragma unroll
+    for (int k = 0; k < P; ++k) g[k] *= gelu_grad(x[k]);
+    store_pack<T, P>(dinp + i, g);
+  }
+};
+
+template <typename T>
+struct SwigluForward {
+  T* out;
+  const T* gate;
+  const T* up;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float a[P], b[P];
+    load_pack<T, P>(gate + i, a);
+    load_pack<T, P>(up + i, b);
+#pragma unroll
+    for (int k = 0; k < P; ++k) a[k] = a[k] * sigmoid(a[k]) * b[k];
+    store_pack<T, P>(out + i, a);
+  }
+};
+
+// silu'(a) = s (1 + a (1 - s)).
+template <typename T>
+struct SwigluBackward {
+  T* dgate;
+  T* dup;
+  const T* dout;
+  const T* gate;
+  const T* up;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float a[P], b[P], g[P], da[P], db[P];
+    load_pack<T, P>(gate + i, a);
+    load_pack<T, P>(up + i, b);
+    load_pack<T, P>(dout + i, g);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float s = sigmoid(a[k]);
+      da[k] = g[k] * b[k] * s * (1.f + a[k] * (1.f - s));
+      db[k] = g[k] * a[k] * s;
+    }
+    store_pack<T, P>(dgate + i, da);
+    store_pack<T, P>(dup + i, db);
+  }
+};
+
+template <typename Op>
+__global__ void __launch_bounds__(kThreads) map_kernel(const Op op, int64_t n, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t packs = n / kPack;
+    for (int64_t p = tid; p < packs; p += stride) op.template apply<kPack>(p * kPack);
+    done = packs * kPack;
+  }
+  for (int64_t i = done + tid; i < n; i += stride) op.template apply<1>(i);
+}
+
+template <typename Op>
+void launch_map(const char* kernel, const Op& op, int64_t n, bool vec, const std::string& context) {
+  if (n <= 0) return;
+  const int64_t units = vec ? n / kPack + n % kPack : n;
+  const int64_t blocks = std::min((units + kThreads - 1) / kThreads, kMaxBlocks);
+  map_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(op, n, vec);
+  KERNEL_CHECK(kernel, context);
+}
+
+std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype)) + t.shape_str(); }
+
+}  // namespace
+
+void gelu_forward(Tensor out, Tensor inp) {
+  const char* op = "gelu_forward";
+  need_float(op, "inp", inp);
+  like(op, "out", out, "inp", inp);
+  const bool vec = aligned16(out.data) && aligned16(inp.data);
+  DISPATCH_FLOAT(inp.dtype, T, op, {
+    const GeluForward<T> f{static_cast<T*>(out.data), static_cast<const T*>(inp.data)};
+    launch_map("gelu_forward_kernel", f, inp.numel(), vec, "inp " + describe(inp));
+  });
+}
+
+void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  const char* op = "gelu_backward";
+  need_float(op, "inp", inp);
+  like(op, "dinp", dinp, "inp", inp);
+  like(op, "dout", dout, "inp", inp);
+  const bool vec = aligned16(dinp.data) && aligned16(dout.data) && aligned16(inp.data);
+  DISPATCH_FLOAT(inp.dtype, T, op, {
+    const GeluBackward<T> f{static_cast<T*>(dinp.data), static_cast<const T*>(dout.data),
+                            static_cast<const T*>(inp.data)};
+    launch_map("gelu_backward_kernel", f, inp.numel(), vec, "inp " + describe(inp));
+  });
+}
+
+void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
+  const char* op = "swiglu_forward";
+  need_float(op, "gate", gate);
+  like(op, "out", out, "gate", gate);
+  like(op, "up", up, "gate", gate);
+  const bool vec = aligned16(out.data) && aligned16(gate.data) && aligned16(up.data);
+  DISPATCH_FLOAT(gate.dtype, T, op, {
+    const SwigluForward<T> f{static_cast<T*>(out.data), static_cast<const T*>(gate.data),
+                             static_cast<const T*>(up.data)};
+    launch_map("swiglu_forward_kernel", f, gate.numel(), vec, "gate " + describe(gate));
+  });
+}
+
+void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
+  const char* op = "swiglu_backward";
+  need_float(op, "gate", gate);
+  like(op, "dgate", dgate, "gate", gate);
+  like(op, "dup", dup, "gate", gate);
+  like(op, "dout", dout, "gate", gate);
+  like(op, "up", up, "gate", gate);
+  const bool vec = aligned16(dgate.data) && aligned16(dup.data) && aligned16(dout.data) &&
+                   aligned16(gate.data) && aligned16(up.data);
+  DISPATCH_FLOAT(gate.dtype, T, op, {
+    const SwigluBackward<T> f{static_cast<T*>(dgate.data), static_cast<T*>(dup.data),
+                              static_cast<const T*>(dout.data), static_cast<const T*>(gate.data),
+                              static_cast<const T*>(up.data)};
+    launch_map("swiglu_backward_kernel", f, gate.numel(), vec, "gate " + describe(gate));
+  });
+}
+
+}  // namespace trainer::cuda

@@ -1,0 +1,378 @@
+// Elementwise and memory ops of the CUDA backend (see kernels/ops.h): fill,
+// copy, add, add_inplace, scale_inplace, convert, sum, sum_squares.
+//
+// Map ops: one grid-stride kernel per op. A thread takes packs of 8 elements
+// with 16-byte vector loads/stores when every pointer of the op is 16-byte
+// aligned (8 elements are 16 bytes of BF16/F16 and 32 bytes of F32, so every
+// pack stays aligned), and single elements otherwise and for the last n % 8.
+// Each tensor may have its own storage type (F32/BF16/F16); arithmetic is
+// fp32. All of them are bandwidth bound: add moves n*(so+sa+sb) bytes,
+// add_inplace n*(2*sacc+sx), scale_inplace 2*n*s, fill n*s, convert
+// n*(sd+ss); ~1 FLOP per element.
+//
+// Reductions (sum, sum_squares): two passes in fp64, deterministic. Pass 1:
+// G blocks of 256 threads, G a function of n alone; thread t of block b takes
+// packs t + b*256 + k*G*256 in k order, then the block reduces its threads in
+// a fixed tree and writes one partial. Pass 2: one block adds the G partials
+// in a fixed order. The order depends on n only (not on the GPU, the pointer
+// alignment or timing), so the result is bitwise reproducible; fp64 keeps
+// x^2 of any finite fp32 finite, and NaN/Inf propagate through the adds.
+// Bytes: n*s read once, then one 8-byte copy to the host and a stream sync.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "kernels/cpu/checks.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+using cpu::checks::fail;
+using cpu::checks::same_numel;
+
+constexpr int kPack = 8;          // elements per vector pack
+constexpr int kMapThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
+constexpr int kReduceThreads = 256;
+constexpr int kReduceMaxBlocks = 1024;  // pass 2 is one block of this many threads
+
+// ---- argument checks ---------------------------------------------------------
+
+void need_cuda(const char* op, const char* name, const Tensor& t) {
+  if (t.device != Device::CUDA)
+    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
+                 ", expected cuda");
+  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
+}
+
+void need_float(const char* op, const char* name, const Tensor& t) {
+  need_cuda(op, name, t);
+  if (!is_float_dtype(t.dtype))
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                 ", expected F32, BF16 or F16");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::string describe(const char* name, const Tensor& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape_str();
+}
+
+// ---- packs -------------------------------------------------------------------
+
+// P == 1: one element. P == kPack: 16-byte vector accesses; p must be 16-byte
+// aligned (the host checks before choosing the vector path).
+template <typename T, int P>
+__device__ __forceinline__ void load_pack(const T* p, float (&v)[P]) {
+  if constexpr (P == 1) {
+    v[0] = to_float(p[0]);
+  } else {
+    constexpr int kPerWord = 16 / int(sizeof(T));
+    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
+#pragma unroll
+    for (int w = 0; w < P / kPerWord; ++w) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[w];
+      const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) v[w * kPerWord + k] = to_float(e[k]);
+    }
+  }
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void store_pack(T* p, const float (&v)[P]) {
+  if constexpr (P == 1) {
+    p[0] = from_float<T>(v[0]);
+  } else {
+    constexpr int kPerWord = 16 / int(sizeof(T));
+    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
+#pragma unroll
+    for (int w = 0; w < P / kPerWord; ++w) {
+      uint4 u;
+      T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) e[k] = from_float<T>(v[w * kPerWord + k]);
+      reinterpret_cast<uint4*>(p)[w] = u;
+    }
+  }
+}
+
+// ---- map ops -------------------------------------------------------------------
+// Each op reads all inputs of its P elements before writing any output, so an
+// output may alias an input (same elements), as ops.h allows for add.
+
+template <typename T>
+struct FillOp {
+  T* p;
+  float value;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float v[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = value;
+    store_pack<T, P>(p + i, v);
+  }
+};
+
+template <typename TO, typename TA, typename TB>
+struct AddOp {
+  TO* out;
+  const TA* a;
+  const TB* b;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float x[P], y[P];
+    load_pack<TA, P>(a + i, x);
+    load_pack<TB, P>(b + i, y);
+#pragma unroll
+    for (int k = 0; k < P; ++k) x[k] += y[k];
+    store_pack<TO, P>(out + i, x);
+  }
+};
+
+template <typename T>
+struct ScaleOp {
+  T* p;
+  float s;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float v[P];
+    load_pack<T, P>(p + i, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] *= s;
+    store_pack<T, P>(p + i, v);
+  }
+};
+
+template <typename TD, typename TS>
+struct ConvertOp {
+  TD* dst;
+  const TS* src;
+  template <int P>
+  __device__ void apply(int64_t i) const {
+    float v[P];
+    load_pack<TS, P>(src + i, v);
+    store_pack<TD, P>(dst + i, v);
+  }
+};
+
+template <typename Op>
+__global__ void __launch_bounds__(kMapThreads) map_kernel(const Op op, int64_t n, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t packs = n / kPack;
+    for (int64_t p = tid; p < packs; p += stride) op.template apply<kPack>(p * kPack);
+    done = packs * kPack;
+  }
+  for (int64_t i = done + tid; i < n; i += stride) op.template apply<1>(i);
+}
+
+template <typename Op>
+void launch_map(const char* kernel, const Op& op, int64_t n, bool vec, const std::string& context) {
+  if (n <= 0) return;
+  const int64_t units = vec ? n / kPack + n % kPack : n;
+  const int64_t blocks = std::min((units + kMapThreads - 1) / kMapThreads, kMaxBlocks);
+  map_kernel<<<unsigned(blocks), kMapThreads, 0, stream()>>>(op, n, vec);
+  KERNEL_CHECK(kernel, context);
+}
+
+// ---- reductions ------------------------------------------------------------
+
+// Grow-only device scratch for the reduction partials, allocated on first use
+// and kept for the life of the process (freed with the context at exit).
+// Reuse across calls is safe because every op runs on cuda::stream(): a later
+// call's kernels start after an earlier call's kernels are done with it. One
+// host thread issues the ops (the mutex only guards the allocation).
+double* reduce_scratch() {
+  static std::mutex mu;
+  static double* p = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (p == nullptr)
+    CUDA_CHECK(cudaMalloc(&p, sizeof(double) * (kReduceMaxBlocks + 1)), "sum/sum_squares partials");
+  return p;
+}
+
+// Fixed-order block reduction: butterfly inside each warp, then thread 0 adds
+// the warp totals in warp order. The result is valid in thread 0 only.
+__device__ __forceinline__ double block_sum_to_thread0(double v) {
+  __shared__ double warp_total[32];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (lane == 0) warp_total[warp] = v;
+  __syncthreads();
+  double total = 0;
+  if (threadIdx.x == 0) {
+    const int warps = int(blockDim.x) / 32;
+    for (int w = 0; w < warps; ++w) total += warp_total[w];
+  }
+  return total;
+}
+
+template <bool kSquare>
+__device__ __forceinline__ double term(float x) {
+  const double d = double(x);
+  return kSquare ? d * d : d;
+}
+
+// kVec only changes how a pack is loaded, not which thread adds which element
+// in which order, so the result does not depend on the pointer's alignment.
+template <typename T, bool kSquare, bool kVec>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_partials_kernel(const T* x, int64_t n, double* partials) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t packs = n / kPack;
+  double acc = 0;
+  for (int64_t p = tid; p < packs; p += stride) {
+    float v[kPack];
+    if constexpr (kVec) {
+      load_pack<T, kPack>(x + p * kPack, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) v[k] = to_float(x[p * kPack + k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) acc += term<kSquare>(v[k]);
+  }
+  // The last n % 8 (< 8 <= stride) elements: one each for the first threads.
+  const int64_t i = packs * kPack + tid;
+  if (i < n) acc += term<kSquare>(to_float(x[i]));
+  const double total = block_sum_to_thread0(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(kReduceMaxBlocks)
+    reduce_final_kernel(const double* partials, int count, double* result) {
+  double acc = 0;
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) acc += partials[i];
+  const double total = block_sum_to_thread0(acc);
+  if (threadIdx.x == 0) *result = total;
+}
+
+template <bool kSquare>
+double reduce(const char* op, const Tensor& x) {
+  need_float(op, "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  const std::string context = describe("x", x);
+  // ~4 packs per thread before the grid reaches its cap; a function of n only.
+  const int64_t per_block = int64_t(kReduceThreads) * kPack * 4;
+  const int blocks = int(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, kReduceMaxBlocks));
+  double* partials = reduce_scratch();
+  double* result = partials + kReduceMaxBlocks;
+  const bool vec = aligned16(x.data);
+  DISPATCH_FLOAT(x.dtype, T, op, {
+    const T* p = static_cast<const T*>(x.data);
+    if (vec)
+      reduce_partials_kernel<T, kSquare, true><<<blocks, kReduceThreads, 0, stream()>>>(p, n, partials);
+    else
+      reduce_partials_kernel<T, kSquare, false><<<blocks, kReduceThreads, 0, stream()>>>(p, n, partials);
+    KERNEL_CHECK("reduce_partials_kernel", std::string(op) + " " + context);
+  });
+  reduce_final_kernel<<<1, kReduceMaxBlocks, 0, stream()>>>(partials, blocks, result);
+  KERNEL_CHECK("reduce_final_kernel", std::string(op) + " " + context);
+  double host = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, stream()),
+             std::string(op) + " result " + context);
+  CUDA_CHECK(cudaStreamSynchronize(stream()), std::string(op) + " " + context);
+  return host;
+}
+
+}  // namespace
+
+void fill(Tensor t, float value) {
+  need_float("fill", "t", t);
+  const bool vec = aligned16(t.data);
+  DISPATCH_FLOAT(t.dtype, T, "fill",
+                 launch_map("fill_kernel", FillOp<T>{static_cast<T*>(t.data), value}, t.numel(), vec,
+                            describe("t", t)));
+}
+
+// Bytes of any dtype (ids included). Partly overlapping views go through a
+// temporary so the result is the source as it was, as the CPU memmove gives.
+void copy(Tensor dst, Tensor src) {
+  need_cuda("copy", "dst", dst);
+  need_cuda("copy", "src", src);
+  if (dst.dtype != src.dtype)
+    fail("copy", std::string("dst ") + dtype_name(dst.dtype) + " vs src " + dtype_name(src.dtype));
+  same_numel("copy", "dst", dst, "src", src);
+  const size_t bytes = dst.nbytes();
+  if (bytes == 0 || dst.data == src.data) return;
+  const std::string context = describe("dst", dst) + " <- " + describe("src", src);
+  const auto d = reinterpret_cast<uintptr_t>(dst.data), s = reinterpret_cast<uintptr_t>(src.data);
+  const bool overlap = d < s + bytes && s < d + bytes;
+  if (!overlap) {
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, stream()), context);
+    return;
+  }
+  void* tmp = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&tmp, bytes, stream()), "copy (overlapping views) " + context);
+  CUDA_CHECK(cudaMemcpyAsync(tmp, src.data, bytes, cudaMemcpyDeviceToDevice, stream()), context);
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, tmp, bytes, cudaMemcpyDeviceToDevice, stream()), context);
+  CUDA_CHECK(cudaFreeAsync(tmp, stream()), context);
+}
+
+void add(Tensor out, Tensor a, Tensor b) {
+  need_float("add", "out", out);
+  need_float("add", "a", a);
+  need_float("add", "b", b);
+  same_numel("add", "out", out, "a", a);
+  same_numel("add", "a", a, "b", b);
+  const bool vec = aligned16(out.data) && aligned16(a.data) && aligned16(b.data);
+  const std::string context = describe("out", out) + " " + describe("a", a) + " " + describe("b", b);
+  DISPATCH_FLOAT(out.dtype, TO, "add", DISPATCH_FLOAT(a.dtype, TA, "add", DISPATCH_FLOAT(b.dtype, TB, "add", {
+    const AddOp<TO, TA, TB> op{static_cast<TO*>(out.data), static_cast<const TA*>(a.data),
+                               static_cast<const TB*>(b.data)};
+    launch_map("add_kernel", op, out.numel(), vec, context);
+  })));
+}
+
+void add_inplace(Tensor acc, Tensor x) {
+  need_float("add_inplace", "acc", acc);
+  need_float("add_inplace", "x", x);
+  same_numel("add_inplace", "acc", acc, "x", x);
+  const bool vec = aligned16(acc.data) && aligned16(x.data);
+  const std::string context = describe("acc", acc) + " " + describe("x", x);
+  DISPATCH_FLOAT(acc.dtype, TA, "add_inplace", DISPATCH_FLOAT(x.dtype, TX, "add_inplace", {
+    const AddOp<TA, TA, TX> op{static_cast<TA*>(acc.data), static_cast<const TA*>(acc.data),
+                               static_cast<const TX*>(x.data)};
+    launch_map("add_inplace_kernel", op, acc.numel(), vec, context);
+  }));
+}
+
+void scale_inplace(Tensor t, float s) {
+  need_float("scale_inplace", "t", t);
+  const bool vec = aligned16(t.data);
+  DISPATCH_FLOAT(t.dtype, T, "scale_inplace",
+                 launch_map("scale_inplace_kernel", ScaleOp<T>{static_cast<T*>(t.data), s}, t.numel(),
+                            vec, describe("t", t)));
+}
+
+void convert(Tensor dst, Tensor src) {
+  need_float("convert", "dst", dst);
+  need_float("convert", "src", src);
+  same_numel("convert", "dst", dst, "src", src);
+  if (dst.dtype == src.dtype) return copy(dst, src);
+  const bool vec = aligned16(dst.data) && aligned16(src.data);
+  const std::string context = describe("dst", dst) + " <- " + describe("src", src);
+  DISPATCH_FLOAT(dst.dtype, TD, "convert", DISPATCH_FLOAT(src.dtype, TS, "convert", {
+    const ConvertOp<TD, TS> op{static_cast<TD*>(dst.data), static_cast<const TS*>(src.data)};
+    launch_map("convert_kernel", op, dst.numel(), vec, context);
+  }));
+}
+
+double sum_squares(Tensor x) { return reduce<true>("sum_squares", x); }
+
+double sum(Tensor x) { return reduce<false>("sum", x); }
+
+}  // namespace trainer::cuda

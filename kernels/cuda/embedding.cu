@@ -1,0 +1,333 @@
+// Token (and position) embedding of the CUDA backend (see kernels/ops.h).
+// The table, out/dout and dtable may each be F32, BF16 or F16; arithmetic is
+// fp32; ids are I32.
+//
+// Forward: a gather. One thread per (token, pack of 8 channels) with 16-byte
+// loads when C % 8 == 0 and the pointers are 16-byte aligned, per channel
+// otherwise. Bytes ~ N*C*(st + so) (+ N*C*so when accumulating).
+//
+// Backward, deterministic without float atomics: a stable sort of the
+// positions by id, then one warp per (id, 256-channel slice) adds its
+// positions' gradient rows in position order.
+//   1. keys[n] = ids[n] (bad ids become V, sorted last and skipped), vals[n] = n.
+//   2. cub::DeviceRadixSort::SortPairs on the low ceil(log2(V+1)) key bits.
+//      An LSD radix sort is stable, so within one id the positions stay in
+//      increasing order, and its output is fully determined by its input. This
+//      replaces a counting sort: no V-sized histogram or scan, and no
+//      within-bucket reordering to make atomic placement stable.
+//   3. The warp at sorted index j works only if j starts a run of equal keys;
+//      it finds the run's end with ballots, then accumulates
+//      acc = dtable[id]; acc += dout[pos] for pos in increasing order. For F32
+//      that is exactly the CPU twin's sequence of fp32 additions.
+// Scratch: 16 bytes per token plus CUB's temporary storage, in a grow-only
+// device buffer (below). Bytes ~ N*C*sg (dout once) + U*C*2*sd for U distinct
+// ids, plus the sort (~N*8 bytes a pass, 2-3 passes for V <= 2^24).
+// Work balance: a run of r equal ids is r sequential row reads for its warps;
+// a batch of one repeated token (padding) is the slow case, still linear.
+//
+// Ids are checked on the device, not the host (that would need a sync and a
+// copy): an id outside [0, V) makes its output row NaN in the forward and is
+// ignored in the backward, and the first one per process is printed.
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "kernels/cpu/checks.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+using cpu::checks::fail;
+
+constexpr int kPack = 8;
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;
+constexpr int kWarpsPerBlock = 8;  // backward: one sorted index per warp
+
+// ---- argument checks ---------------------------------------------------------
+
+void need_cuda(const char* op, const char* name, const Tensor& t) {
+  if (t.device != Device::CUDA)
+    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
+                 ", expected cuda");
+  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
+}
+
+// ids [N] or [B, T] I32; table [V, C]; rows_t [..., C] with N*C elements.
+void check(const char* op, const Tensor& rows_t, const char* rows_name, const Tensor& ids, const Tensor& table,
+           const char* table_name) {
+  need_cuda(op, "ids", ids);
+  need_cuda(op, table_name, table);
+  need_cuda(op, rows_name, rows_t);
+  if (ids.dtype != DType::I32)
+    fail(op, "ids " + ids.shape_str() + " is " + dtype_name(ids.dtype) + ", expected I32");
+  auto need_float = [op](const char* name, const Tensor& t) {
+    if (!is_float_dtype(t.dtype))
+      fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                   ", expected F32, BF16 or F16");
+  };
+  need_float(table_name, table);
+  need_float(rows_name, rows_t);
+  if (table.ndim != 2)
+    fail(op, std::string(table_name) + " " + table.shape_str() + " must be [V, C]");
+  const int64_t C = table.dim(1);
+  if (rows_t.ndim < 1 || rows_t.dim(-1) != C || rows_t.numel() != ids.numel() * C)
+    fail(op, std::string(rows_name) + " " + rows_t.shape_str() + " vs ids " + ids.shape_str() + " and " +
+                 table_name + " " + table.shape_str());
+  if (table.dim(0) >= (int64_t(1) << 31) - 1 || C >= (int64_t(1) << 31) || ids.numel() >= (int64_t(1) << 31))
+    fail(op, std::string(table_name) + " " + table.shape_str() + " with ids " + ids.shape_str() +
+                 " exceeds 32-bit indexing");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::string describe(const char* name, const Tensor& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape_str();
+}
+
+// ---- packs -------------------------------------------------------------------
+
+template <typename T, int P>
+__device__ __forceinline__ void load_pack(const T* p, float (&v)[P]) {
+  if constexpr (P == 1) {
+    v[0] = to_float(p[0]);
+  } else {
+    constexpr int kPerWord = 16 / int(sizeof(T));
+    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
+#pragma unroll
+    for (int w = 0; w < P / kPerWord; ++w) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[w];
+      const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) v[w * kPerWord + k] = to_float(e[k]);
+    }
+  }
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void store_pack(T* p, const float (&v)[P]) {
+  if constexpr (P == 1) {
+    p[0] = from_float<T>(v[0]);
+  } else {
+    constexpr int kPerWord = 16 / int(sizeof(T));
+    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
+#pragma unroll
+    for (int w = 0; w < P / kPerWord; ++w) {
+      uint4 u;
+      T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) e[k] = from_float<T>(v[w * kPerWord + k]);
+      reinterpret_cast<uint4*>(p)[w] = u;
+    }
+  }
+}
+
+// ---- bad ids -------------------------------------------------------------------
+
+__device__ int g_bad_id_reported = 0;
+
+__device__ void report_bad_id(const char* op, int32_t id, int64_t position, int32_t V) {
+  if (atomicCAS(&g_bad_id_reported, 0, 1) == 0)
+    printf("%s: id %d at position %lld is outside the table [0, %d) (first bad id of this process; "
+           "forward rows of bad ids are NaN, backward ignores them)\n",
+           op, int(id), static_cast<long long>(position), int(V));
+}
+
+// ---- forward -------------------------------------------------------------------
+
+template <typename TO, typename TT, int P>
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_kernel(TO* out, const int32_t* ids, const TT* table, int64_t N, int C, int32_t V,
+                             bool accumulate) {
+  const int64_t per_row = C / P;  // P divides C (P == 8 only when C % 8 == 0)
+  const int64_t total = N * per_row;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+    const int64_t n = idx / per_row;
+    const int64_t c = (idx - n * per_row) * P;
+    const int32_t id = ids[n];
+    float v[P];
+    if (id >= 0 && id < V) {
+      load_pack<TT, P>(table + int64_t(id) * C + c, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < P; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
+      if (c == 0) report_bad_id("embedding_forward", id, n, V);
+    }
+    TO* dst = out + n * C + c;
+    if (accumulate) {
+      float o[P];
+      load_pack<TO, P>(dst, o);
+#pragma unroll
+      for (int k = 0; k < P; ++k) v[k] += o[k];
+    }
+    store_pack<TO, P>(dst, v);
+  }
+}
+
+// ---- backward -------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads)
+    embedding_keys_kernel(uint32_t* keys, int32_t* vals, const int32_t* ids, int64_t N, int32_t V) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const int32_t id = ids[n];
+  const bool ok = id >= 0 && id < V;
+  if (!ok) report_bad_id("embedding_backward", id, n, V);
+  keys[n] = ok ? uint32_t(id) : uint32_t(V);
+  vals[n] = int32_t(n);
+}
+
+// Grid: x = sorted index groups (one index per warp), y = channel slices of
+// 32*P channels. keys are sorted; pos holds the positions in the same order.
+template <typename TD, typename TG, int P>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    embedding_backward_kernel(TD* dtable, const TG* dout, const uint32_t* keys, const int32_t* pos, int64_t N,
+                              int C, uint32_t V) {
+  const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = int(threadIdx.x) % 32;
+  if (j >= N) return;  // whole warp: j is per warp
+  const uint32_t key = keys[j];
+  if (key >= V || (j > 0 && keys[j - 1] == key)) return;  // a bad id, or not the first of its run
+  // The run of `key` is [j, end): equal keys that follow j form a prefix of
+  // every 32-wide window, so the first lane without a match marks the end.
+  int64_t end = j + 1;
+  for (;;) {
+    const int64_t m = end + lane;
+    const unsigned same = __ballot_sync(0xffffffffu, m < N && keys[m] == key);
+    if (same == 0xffffffffu) {
+      end += 32;
+      continue;
+    }
+    end += __ffs(~same) - 1;
+    break;
+  }
+  const int64_t c = (int64_t(blockIdx.y) * 32 + lane) * P;
+  if (c >= C) return;  // no warp-wide operation after this point
+  TD* dst = dtable + int64_t(key) * C + c;
+  float acc[P];
+  load_pack<TD, P>(dst, acc);
+#pragma unroll 4
+  for (int64_t m = j; m < end; ++m) {
+    float g[P];
+    load_pack<TG, P>(dout + int64_t(pos[m]) * C + c, g);
+#pragma unroll
+    for (int k = 0; k < P; ++k) acc[k] += g[k];
+  }
+  store_pack<TD, P>(dst, acc);
+}
+
+// Grow-only device scratch for the sort, kept for the life of the process
+// (freed with the context at exit). Reuse across calls is safe because every
+// op runs on cuda::stream(): a later call's kernels start after an earlier
+// call's kernels are done with it. Growing first waits for the stream so no
+// running kernel loses its buffer. One host thread issues the ops (the mutex
+// only guards the allocation).
+void* sort_scratch(size_t bytes, const std::string& context) {
+  static std::mutex mu;
+  static void* p = nullptr;
+  static size_t have = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (bytes > have) {
+    if (p != nullptr) {
+      CUDA_CHECK(cudaStreamSynchronize(stream()), "embedding_backward scratch grow, " + context);
+      CUDA_CHECK(cudaFree(p), "embedding_backward scratch grow, " + context);
+      p = nullptr;
+      have = 0;
+    }
+    const size_t want = std::max(bytes + bytes / 4, size_t(1) << 20);
+    CUDA_CHECK(cudaMalloc(&p, want), "embedding_backward scratch (" + std::to_string(want) + " bytes), " + context);
+    have = want;
+  }
+  return p;
+}
+
+size_t round_up_256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate) {
+  const char* op = "embedding_forward";
+  check(op, out, "out", ids, table, "table");
+  const int64_t N = ids.numel();
+  const int C = int(table.dim(1));
+  const int32_t V = int32_t(table.dim(0));
+  if (N == 0 || C == 0) return;
+  const bool vec = C % kPack == 0 && aligned16(out.data) && aligned16(table.data);
+  const int64_t units = N * (vec ? C / kPack : C);
+  const int64_t blocks = std::min((units + kThreads - 1) / kThreads, kMaxBlocks);
+  const std::string context = describe("out", out) + " " + describe("table", table) + " ids " + ids.shape_str();
+  DISPATCH_FLOAT(out.dtype, TO, op, DISPATCH_FLOAT(table.dtype, TT, op, {
+    TO* o = static_cast<TO*>(out.data);
+    const TT* t = static_cast<const TT*>(table.data);
+    if (vec)
+      embedding_forward_kernel<TO, TT, kPack><<<unsigned(blocks), kThreads, 0, stream()>>>(
+          o, ids.i32(), t, N, C, V, accumulate);
+    else
+      embedding_forward_kernel<TO, TT, 1><<<unsigned(blocks), kThreads, 0, stream()>>>(
+          o, ids.i32(), t, N, C, V, accumulate);
+    KERNEL_CHECK("embedding_forward_kernel", context);
+  }));
+}
+
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
+  const char* op = "embedding_backward";
+  check(op, dout, "dout", ids, dtable, "dtable");
+  const int64_t N = ids.numel();
+  const int C = int(dtable.dim(1));
+  const int32_t V = int32_t(dtable.dim(0));
+  if (N == 0 || C == 0) return;
+  const std::string context = describe("dtable", dtable) + " " + describe("dout", dout) + " ids " + ids.shape_str();
+  const bool vec = C % kPack == 0 && aligned16(dtable.data) && aligned16(dout.data);
+  const int P = vec ? kPack : 1;
+  const int64_t slices = (int64_t(C) + 32 * P - 1) / (32 * P);
+  const int64_t index_blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (slices > 65535) fail(op, "dtable " + dtable.shape_str() + " is too wide");
+
+  // Keys take the values 0..V (V marks bad ids): sort only the bits that hold them.
+  int end_bit = 1;
+  while (end_bit < 32 && (uint64_t(1) << end_bit) <= uint64_t(V)) ++end_bit;
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                             static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), int(N), 0, end_bit, stream()),
+             "cub::DeviceRadixSort::SortPairs size query, " + context);
+  const size_t array_bytes = round_up_256(size_t(N) * 4);
+  char* base = static_cast<char*>(sort_scratch(4 * array_bytes + temp_bytes, context));
+  auto* keys_in = reinterpret_cast<uint32_t*>(base);
+  auto* vals_in = reinterpret_cast<int32_t*>(base + array_bytes);
+  auto* keys_out = reinterpret_cast<uint32_t*>(base + 2 * array_bytes);
+  auto* vals_out = reinterpret_cast<int32_t*>(base + 3 * array_bytes);
+  void* temp = base + 4 * array_bytes;
+
+  const int64_t key_blocks = (N + kThreads - 1) / kThreads;
+  embedding_keys_kernel<<<unsigned(key_blocks), kThreads, 0, stream()>>>(keys_in, vals_in, ids.i32(), N, V);
+  KERNEL_CHECK("embedding_keys_kernel", context);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, int(N), 0,
+                                             end_bit, stream()),
+             "cub::DeviceRadixSort::SortPairs, " + context);
+  KERNEL_CHECK("cub::DeviceRadixSort::SortPairs", context);
+
+  const dim3 grid{static_cast<unsigned>(index_blocks), static_cast<unsigned>(slices), 1u};
+  DISPATCH_FLOAT(dtable.dtype, TD, op, DISPATCH_FLOAT(dout.dtype, TG, op, {
+    TD* d = static_cast<TD*>(dtable.data);
+    const TG* g = static_cast<const TG*>(dout.data);
+    if (vec)
+      embedding_backward_kernel<TD, TG, kPack><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(
+          d, g, keys_out, vals_out, N, C, uint32_t(V));
+    else
+      embedding_backward_kernel<TD, TG, 1><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(
+          d, g, keys_out, vals_out, N, C, uint32_t(V));
+    KERNEL_CHECK("embedding_backward_kernel", context);
+  }));
+}
+
+}  // namespace trainer::cuda

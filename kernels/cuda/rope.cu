@@ -1,0 +1,125 @@
+// Rotary position embedding of the CUDA backend (see kernels/ops.h),
+// half-split convention: the pair (x[i], x[i + D/2]) of every head at
+// position t turns by angle t * theta^(-2i/D); backward turns by -angle (the
+// rotation is orthogonal, so its gradient is the inverse rotation).
+//
+// One thread per (b, t, i) walks the H heads, so the angle and its cos/sin are
+// computed once per H pairs. They are computed in double and rounded once to
+// float, as the CPU twin does: an fp32 angle t * inv_freq is off by ~1e-4 rad
+// at t in the thousands. inv_freq = 2^(-2i/D * log2(theta)) with log2(theta)
+// from the host in double equals the CPU's pow(theta, -2i/D) to a few double
+// ulps, far below the final rounding to float. Consecutive threads take
+// consecutive i, so each head's loads and stores are coalesced. A thread reads
+// both elements of a pair before writing either, so out may alias inp.
+// Bytes: 2 * numel * s (one read, one write); FLOPs: 6 per pair plus, per
+// (b, t, i), one double exp2 and sincos.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/checks.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+using cpu::checks::fail;
+using cpu::checks::same_shape;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;
+constexpr int kHeadBatch = 4;  // heads loaded before any is stored: loads in flight
+
+void need_bthd(const char* op, const char* name, const Tensor& t) {
+  if (t.device != Device::CUDA)
+    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
+                 ", expected cuda");
+  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
+  if (!is_float_dtype(t.dtype))
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                 ", expected F32, BF16 or F16");
+  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
+  if (t.dim(3) % 2 != 0)
+    fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
+}
+
+// sign = +1 rotates forward, -1 applies the inverse rotation.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(T* out, const T* inp, int64_t BT, int64_t T_len, int64_t H, int64_t half,
+                double log2_theta, float sign) {
+  const int64_t total = BT * half;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t D = 2 * half;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+    const int64_t bt = idx / half;
+    const int64_t i = idx - bt * half;
+    const int64_t t = bt % T_len;
+    const double inv_freq = exp2(-2.0 * double(i) / double(D) * log2_theta);
+    double sd, cd;
+    sincos(double(t) * inv_freq, &sd, &cd);
+    const float c = float(cd);
+    const float s = sign * float(sd);
+    const int64_t base = bt * H * D + i;
+    for (int64_t h0 = 0; h0 < H; h0 += kHeadBatch) {
+      float x0[kHeadBatch], x1[kHeadBatch];
+#pragma unroll
+      for (int j = 0; j < kHeadBatch; ++j) {
+        if (h0 + j < H) {
+          const int64_t off = base + (h0 + j) * D;
+          x0[j] = to_float(inp[off]);
+          x1[j] = to_float(inp[off + half]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kHeadBatch; ++j) {
+        if (h0 + j < H) {
+          const int64_t off = base + (h0 + j) * D;
+          out[off] = from_float<T>(x0[j] * c - x1[j] * s);
+          out[off + half] = from_float<T>(x0[j] * s + x1[j] * c);
+        }
+      }
+    }
+  }
+}
+
+void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
+            float theta, float sign) {
+  need_bthd(op, out_name, out);
+  need_bthd(op, inp_name, inp);
+  same_shape(op, out_name, out, inp_name, inp);
+  if (out.dtype != inp.dtype)
+    fail(op, std::string(out_name) + " is " + dtype_name(out.dtype) + " but " + inp_name + " is " +
+                 dtype_name(inp.dtype) + ": one storage type per call");
+  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
+  const int64_t B = inp.dim(0), T_len = inp.dim(1), H = inp.dim(2), half = inp.dim(3) / 2;
+  const int64_t total = B * T_len * half;
+  if (total == 0 || H == 0) return;
+  const int64_t blocks = std::min((total + kThreads - 1) / kThreads, kMaxBlocks);
+  const double log2_theta = std::log2(double(theta));
+  const std::string context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str();
+  DISPATCH_FLOAT(inp.dtype, T, op, {
+    rope_kernel<T><<<unsigned(blocks), kThreads, 0, stream()>>>(
+        static_cast<T*>(out.data), static_cast<const T*>(inp.data), B * T_len, T_len, H, half, log2_theta,
+        sign);
+    KERNEL_CHECK("rope_kernel", std::string(op) + " " + context);
+  });
+}
+
+}  // namespace
+
+void rope_forward(Tensor out, Tensor inp, float theta) {
+  rotate("rope_forward", "out", out, "inp", inp, theta, 1.f);
+}
+
+void rope_backward(Tensor dinp, Tensor dout, float theta) {
+  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, -1.f);
+}
+
+}  // namespace trainer::cuda
