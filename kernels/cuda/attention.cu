@@ -1,0 +1,1309 @@
+// Flash attention (forward and backward) of the CUDA backend; the semantics are
+// those of ops::attention_forward / ops::attention_backward (kernels/ops.h):
+// q [B,T,Hq,D], k,v [B,T,Hkv,D], query head h reads kv head h / (Hq/Hkv),
+// scale 1/sqrt(D), causal or full, out [B,T,Hq,D], lse [B,Hq,T] F32.
+//
+// Algorithm (FlashAttention-2): the T x T score matrix never exists in memory.
+//   forward   one block of 4 warps per (b, q head, 64-row Q tile); each warp
+//             owns 16 query rows and keeps its Q fragments, the output
+//             accumulator O and the running (max, sum) in registers. K/V tiles
+//             of 64 keys stream through shared memory (cp.async, double
+//             buffered). Per tile: S = Q K^T (tensor cores), online softmax in
+//             the log2 domain (exp2 of s * scale * log2 e), O = O * alpha + P V
+//             with P rounded to the storage type. lse = max * ln2 + ln(sum).
+//             Causal: K/V tiles after the diagonal are never loaded; masking
+//             (-inf) runs only on the diagonal tile and the ragged last tile.
+//   backward  P is recomputed from lse, never stored.
+//             (1) delta[b,h,t] = sum_d dout * out (fp32 scratch, grow-only).
+//             (2) dK/dV: one block per (b, kv head, 64-key tile); each warp
+//                 owns 16 keys. It loops over every query head of the GQA group
+//                 and every Q tile that can see its keys, computing S^T = K Q^T
+//                 and dP^T = V dO^T, P^T = exp2(S^T*scale*log2e - lse*log2e),
+//                 dS^T = P^T (dP^T - delta), then dV += P^T dO, dK += dS^T Q in
+//                 registers; written once (dK * scale). The GQA sum is a plain
+//                 loop: deterministic, no atomics.
+//             (3) dQ: one block per (b, q head, 64-row Q tile), looping over
+//                 the K/V tiles it can see: dQ += dS K, written once (* scale).
+//             S and dP are computed twice (in (2) and (3)) instead of
+//             accumulating dQ with float atomics: results are bitwise
+//             reproducible run to run.
+//
+// Tiles (smem rows padded by 8 halves, so the 8 row addresses of every
+// ldmatrix phase fall in distinct 16-byte bank groups; 128 threads = 4 warps):
+//   forward  Br=64 Q rows, Bc=64 keys, K/V double buffered:
+//            (Br + 4*Bc) * (D+8) * 2 B = 45 KiB (D=64), 85 KiB (D=128)
+//   dK/dV    Bc=64 keys, Br=64 (D=64) / 32 (D=128) Q rows, Q/dO/lse/delta
+//            double buffered: 55 KiB (D=64), 68.5 KiB (D=128)
+//   dQ       Br=64 Q rows, Bc=64 (D=64) / 32 (D=128) keys, K/V double buffered:
+//            54 KiB (D=64), 68 KiB (D=128)
+//   (above 48 KiB the kernel is opted in once with cudaFuncSetAttribute; all
+//   fit the 99 KiB of sm_86/89 as well as sm_80/90.)
+//   Fragments come from shared memory by ldmatrix (.trans for the operands
+//   whose reduction dimension runs down the rows: V in P V, dO/Q in dV/dK, K
+//   in dQ); MMA is mma.sync.m16n8k16 (BF16 or F16 in, F32 accumulate).
+//
+// F32 storage (train.precision=fp32) runs a simple path: the same blocking
+// with 32 x 32 tiles in fp32 shared memory and fp32 FMA, 256 threads (no
+// tensor cores; correct, not fast). Its smem: forward 29 / 53 KiB, dK/dV
+// 41 / 73 KiB, dQ 37 / 69 KiB (D = 64 / 128). Setting TRAINER_ATTENTION_SIMPLE=1 sends
+// BF16/F16 through that path too (a reference when debugging the MMA path).
+//
+// Cost. FLOPs (multiply-add = 2): forward 4 * B * Hq * T^2 * D (half of it
+// causal); backward counted as 2.5x forward (5 matmuls against 2); this
+// implementation executes 7 (S and dP twice), 3.5x forward. Bytes: forward
+// reads Q once and K/V once per Q tile (T/64 times, mostly from L2), writes O
+// and lse: about 2 * (2*B*T*Hq*D + 2*B*T*Hkv*D) + 4*B*Hq*T from HBM for bf16;
+// backward reads Q, K, V, O, dO, lse, delta and writes dQ, dK, dV: about
+// 2 * B*T*D*(4*Hq + 4*Hkv) + 8*B*Hq*T (K/V and Q/dO re-reads hit L2).
+// Compute bound for T >= ~512 at D = 64/128.
+//
+// Head dims 64 and 128 only (std::invalid_argument otherwise). The MMA path
+// needs 16-byte aligned tensors (cp.async); views from the arenas are.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ============================================================================
+// Tensor-core path (BF16 / F16 storage)
+// ============================================================================
+
+constexpr int kThreads = 128;  // 4 warps per block in every MMA kernel
+constexpr int kPad = 8;        // halves of padding per smem row (16 B)
+
+template <int D> struct FwdTiles { static constexpr int Br = 64, Bc = 64; };
+template <int D> struct DkvTiles { static constexpr int Bc = 64, Br = D == 64 ? 64 : 32; };
+template <int D> struct DqTiles { static constexpr int Br = 64, Bc = D == 64 ? 64 : 32; };
+
+template <typename T, int D> constexpr size_t fwd_smem_bytes() {
+  return size_t(FwdTiles<D>::Br + 4 * FwdTiles<D>::Bc) * (D + kPad) * sizeof(T);
+}
+template <typename T, int D> constexpr size_t dkdv_smem_bytes() {
+  return size_t(2 * DkvTiles<D>::Bc + 4 * DkvTiles<D>::Br) * (D + kPad) * sizeof(T) +
+         size_t(4 * DkvTiles<D>::Br) * sizeof(float);
+}
+template <typename T, int D> constexpr size_t dq_smem_bytes() {
+  return size_t(2 * DqTiles<D>::Br + 4 * DqTiles<D>::Bc) * (D + kPad) * sizeof(T);
+}
+// Every configuration must fit the 99 KiB opt-in limit of sm_86/sm_89 too.
+constexpr size_t kMaxSmem = 99 * 1024;
+static_assert(fwd_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "forward smem");
+static_assert(dkdv_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dK/dV smem");
+static_assert(dq_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dQ smem");
+
+// ---- PTX wrappers -----------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes
+// (src-size 0: nothing is read). Ragged tails become zero rows this way.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(static_cast<uint64_t>(__cvta_generic_to_global(src))), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i,
+// r[i] is this lane's fragment of matrix i: row lane/4, columns 2*(lane%4)+{0,1}
+// (with .trans: rows 2*(lane%4)+{0,1}, column lane/4).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p))
+               : "memory");
+}
+
+// D (16x8 f32) += A (16x16) * B (16x8). With g = lane/4, t = lane%4:
+//   A regs {a0,a1,a2,a3} = A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]
+//   B regs {b0,b1}       = B[2t..2t+1][g], B[2t+8..2t+9][g]
+//   C/D c0..c3           = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
+// (the lower-index element of a pair sits in the low 16 bits).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
+                                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                                  uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T, lo in the low half.
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// The A fragment of a 16x16 block whose two k-halves are the accumulators of
+// two adjacent 8-column MMA tiles (c_lo: columns 0-7, c_hi: 8-15): how a score
+// tile becomes the left operand of the next product without leaving registers.
+template <typename T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c_lo)[4],
+                                         const float (&c_hi)[4]) {
+  a[0] = pack2<T>(c_lo[0], c_lo[1]);
+  a[1] = pack2<T>(c_lo[2], c_lo[3]);
+  a[2] = pack2<T>(c_hi[0], c_hi[1]);
+  a[3] = pack2<T>(c_hi[2], c_hi[3]);
+}
+
+// 2^x (MUFU.EX2; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Reductions over the 4 lanes of a quad (the 4 threads sharing an MMA row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ void store_u32(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = v; }
+
+// Per-lane element offsets of the ldmatrix row addresses inside a tile with
+// row stride LD, relative to the 16x16 block's top-left corner:
+//   off_a: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
+//          -> the A fragment of a row-major [m][k] block, or with .trans the
+//             B fragments of n-tiles 0 and 1 of a [k][n] block;
+//   off_b: matrices (rows 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15)
+//          -> the B fragments {b0, b1} of n-tile 0 then of n-tile 1 of a
+//             block stored [n][k] (B = tile^T, k contiguous).
+template <int LD> __device__ __forceinline__ int ldsm_off_a(int lane) {
+  return (lane & 15) * LD + 8 * (lane >> 4);
+}
+template <int LD> __device__ __forceinline__ int ldsm_off_b(int lane) {
+  return ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+}
+
+// ROWS x D tile, global rows `stride` elements apart -> smem rows D + kPad
+// apart, by cp.async; rows >= valid_rows are zero-filled. g is the tile's
+// first row (always a real row: tiles start below T).
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void cp_tile(T* s, const T* g, int64_t stride, int valid_rows) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int LD = D + kPad;
+  static_assert(ROWS * kChunks % kThreads == 0, "tile does not split evenly over the block");
+#pragma unroll
+  for (int i = 0; i < ROWS * kChunks / kThreads; ++i) {
+    const int c = int(threadIdx.x) + i * kThreads;
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < valid_rows;
+    cp_async_16(s + r * LD + col, ok ? g + r * stride + col : g, ok);
+  }
+}
+
+// ---- forward ----------------------------------------------------------------
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                     const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
+                     float scale_log2, bool causal) {
+  constexpr int Br = FwdTiles<D>::Br, Bc = FwdTiles<D>::Bc, LD = D + kPad;
+  static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);  // [Br][LD]
+  T* Ks = Qs + Br * LD;                     // [2][Bc][LD]
+  T* Vs = Ks + 2 * Bc * LD;                 // [2][Bc][LD]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
+  const int q0 = qt * Br;
+  const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
+  const T* qg = q + (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
+  const T* kg = k + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+  const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+  const int n_kv_all = (seq + Bc - 1) / Bc;
+  const int n_kv = causal ? min(n_kv_all, (q0 + Br - 1) / Bc + 1) : n_kv_all;
+  const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
+
+  cp_tile<T, D, Br>(Qs, qg, ldq, seq - q0);
+  cp_async_commit();
+  cp_tile<T, D, Bc>(Ks, kg, ldk, seq);
+  cp_tile<T, D, Bc>(Vs, vg, ldk, seq);
+  cp_async_commit();
+
+  cp_async_wait<1>();  // Q has landed
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) ldsm_x4(qf[kc], Qs + warp * 16 * LD + kc * 16 + off_a);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of rows g and g+8 (log2 domain)
+  float l[2] = {0.f, 0.f};              // this lane's share of the running sums
+
+  for (int j = 0; j < n_kv; ++j) {
+    if (j + 1 < n_kv) {
+      const int nb = (j + 1) & 1, k1 = (j + 1) * Bc;
+      cp_tile<T, D, Bc>(Ks + nb * Bc * LD, kg + k1 * ldk, ldk, seq - k1);
+      cp_tile<T, D, Bc>(Vs + nb * Bc * LD, vg + k1 * ldk, ldk, seq - k1);
+    }
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+    cp_async_wait<1>();  // tile j has landed
+    __syncthreads();
+    const T* Kb = Ks + (j & 1) * Bc * LD;
+    const T* Vb = Vs + (j & 1) * Bc * LD;
+
+    // S = Q K^T: 16 rows x Bc keys per warp.
+    float s[Bc / 8][4];
+#pragma unroll
+    for (int i = 0; i < Bc / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (int np = 0; np < Bc / 16; ++np) {
+        uint32_t bf[4];
+        ldsm_x4(bf, Kb + np * 16 * LD + kc * 16 + off_b);
+        mma_16816<T>(s[2 * np], qf[kc], bf[0], bf[1]);
+        mma_16816<T>(s[2 * np + 1], qf[kc], bf[2], bf[3]);
+      }
+    }
+
+    // Scale into the log2 domain; mask keys past T and (causal) after the row.
+    const int k0 = j * Bc;
+    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0);
+#pragma unroll
+    for (int nt = 0; nt < Bc / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * scale_log2;
+        if (need_mask) {
+          const int key = k0 + nt * 8 + 2 * t + (e & 1);
+          const int row = q0 + warp * 16 + g + 8 * (e >> 1);
+          if (key >= seq || (causal && key > row)) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+
+    // Online softmax; rows g (r = 0) and g + 8 (r = 1) of the warp's 16.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int nt = 0; nt < Bc / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = quad_max(mx);
+      const float ref = mx == -INFINITY ? 0.f : mx;  // all masked so far: exp2(-inf - 0) = 0
+      const float alpha = fast_exp2(m[r] - ref);
+      m[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < Bc / 8; ++nt) {
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          const float p = fast_exp2(s[nt][e] - ref);
+          s[nt][e] = p;
+          sum += p;
+        }
+      }
+      l[r] = l[r] * alpha + sum;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        o[nd][2 * r] *= alpha;
+        o[nd][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V: P from registers, V^T fragments by ldmatrix.trans.
+#pragma unroll
+    for (int kc = 0; kc < Bc / 16; ++kc) {
+      uint32_t a[4];
+      acc_to_a<T>(a, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bf[4];
+        ldsm_x4_trans(bf, Vb + kc * 16 * LD + np * 16 + off_a);
+        mma_16816<T>(o[2 * np], a, bf[0], bf[1]);
+        mma_16816<T>(o[2 * np + 1], a, bf[2], bf[3]);
+      }
+    }
+    __syncthreads();  // everyone is done with buffer j & 1 before it is refilled
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(l[r]);
+    const int row = q0 + warp * 16 + g + 8 * r;
+    if (row < seq) {
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      T* orow = out + (int64_t(b) * seq + row) * ldq + int64_t(h) * D + 2 * t;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd)
+        store_u32(orow + nd * 8, pack2<T>(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv));
+      if (t == 0) lse[(int64_t(b) * Hq + h) * seq + row] = m[r] * kLn2 + logf(sum);
+    }
+  }
+}
+
+// ---- backward: delta = rowsum(dout * out) ----------------------------------
+
+// One warp per (b, t, h) row; any D, any float storage type.
+constexpr int kDeltaWarps = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kDeltaWarps * 32)
+    attn_delta_kernel(float* __restrict__ delta, const T* __restrict__ out,
+                      const T* __restrict__ dout, int64_t rows, int seq, int Hq, int D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kDeltaWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps leave together
+  const T* o = out + row * D;
+  const T* go = dout + row * D;
+  float acc = 0.f;
+  for (int d = lane; d < D; d += 32) acc += to_float(o[d]) * to_float(go[d]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    const int64_t h = row % Hq, bt = row / Hq, tt = bt % seq, b = bt / seq;
+    delta[(b * Hq + h) * seq + tt] = acc;
+  }
+}
+
+// ---- backward: dK, dV -------------------------------------------------------
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                          const T* __restrict__ k, const T* __restrict__ v,
+                          const T* __restrict__ dout, const float* __restrict__ lse,
+                          const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
+                          float scale_log2, bool causal) {
+  constexpr int Bc = DkvTiles<D>::Bc, Br = DkvTiles<D>::Br, LD = D + kPad;
+  static_assert(Bc == 16 * (kThreads / 32), "one warp per 16 keys");
+  static_assert(Br <= kThreads, "lse/delta staging assumes Br <= threads");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Ks = reinterpret_cast<T*>(smem_raw);  // [Bc][LD]
+  T* Vs = Ks + Bc * LD;                     // [Bc][LD]
+  T* Qs = Vs + Bc * LD;                     // [2][Br][LD]
+  T* dOs = Qs + 2 * Br * LD;                // [2][Br][LD]
+  float* Ls = reinterpret_cast<float*>(dOs + 2 * Br * LD);  // [2][Br] lse * log2(e)
+  float* Ds = Ls + 2 * Br;                                  // [2][Br] delta
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;  // kt = 0 has the most work
+  const int group = Hq / Hkv;
+  const int k0 = kt * Bc;
+  const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
+  const int n_qt = (seq + Br - 1) / Br;
+  const int qt_first = causal ? k0 / Br : 0;  // earlier Q tiles cannot see these keys
+  const int per_head = n_qt - qt_first;       // >= 1 since k0 < seq
+  const int n_it = group * per_head;
+  const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
+
+  const int64_t kv_off = (int64_t(b) * seq + k0) * ldk + int64_t(kvh) * D;
+  cp_tile<T, D, Bc>(Ks, k + kv_off, ldk, seq - k0);
+  cp_tile<T, D, Bc>(Vs, v + kv_off, ldk, seq - k0);
+
+  // Iteration it -> query head kvh * group + it / per_head, Q tile qt_first + it % per_head.
+  auto load = [&](int it, int buf) {
+    const int h = kvh * group + it / per_head, q0 = (qt_first + it % per_head) * Br;
+    const int64_t off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
+    cp_tile<T, D, Br>(Qs + buf * Br * LD, q + off, ldq, seq - q0);
+    cp_tile<T, D, Br>(dOs + buf * Br * LD, dout + off, ldq, seq - q0);
+    if (int(threadIdx.x) < Br) {
+      const int row = q0 + int(threadIdx.x);
+      const bool ok = row < seq;
+      const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
+      Ls[buf * Br + threadIdx.x] = ok ? lse[idx] * kLog2e : 0.f;
+      Ds[buf * Br + threadIdx.x] = ok ? delta[idx] : 0.f;
+    }
+  };
+  load(0, 0);
+  cp_async_commit();
+
+  float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dka[i][e] = dva[i][e] = 0.f;
+
+  for (int it = 0; it < n_it; ++it) {
+    if (it + 1 < n_it) load(it + 1, (it + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int buf = it & 1;
+    const T* Qb = Qs + buf * Br * LD;
+    const T* dOb = dOs + buf * Br * LD;
+    const float* Lb = Ls + buf * Br;
+    const float* Db = Ds + buf * Br;
+    const int q0 = (qt_first + it % per_head) * Br;
+
+    // S^T = K Q^T and dP^T = V dO^T: 16 keys x Br queries per warp.
+    float s[Br / 8][4], dp[Br / 8][4];
+#pragma unroll
+    for (int i = 0; i < Br / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      uint32_t ak[4], av[4];
+      ldsm_x4(ak, Ks + warp * 16 * LD + kc * 16 + off_a);
+      ldsm_x4(av, Vs + warp * 16 * LD + kc * 16 + off_a);
+#pragma unroll
+      for (int np = 0; np < Br / 16; ++np) {
+        uint32_t bq[4], bo[4];
+        ldsm_x4(bq, Qb + np * 16 * LD + kc * 16 + off_b);
+        ldsm_x4(bo, dOb + np * 16 * LD + kc * 16 + off_b);
+        mma_16816<T>(s[2 * np], ak, bq[0], bq[1]);
+        mma_16816<T>(s[2 * np + 1], ak, bq[2], bq[3]);
+        mma_16816<T>(dp[2 * np], av, bo[0], bo[1]);
+        mma_16816<T>(dp[2 * np + 1], av, bo[2], bo[3]);
+      }
+    }
+
+    // P^T = exp2(S^T * scale * log2e - lse * log2e); dS^T = P^T (dP^T - delta).
+    // Element (nt, e): key k0 + 16 warp + g + 8 (e >> 1), query q0 + 8 nt + 2t + (e & 1).
+    const bool need_mask =
+        q0 + Br > seq || k0 + Bc > seq || (causal && k0 + Bc - 1 > q0);
+#pragma unroll
+    for (int nt = 0; nt < Br / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * t + (e & 1);
+        float p = fast_exp2(s[nt][e] * scale_log2 - Lb[qi]);
+        if (need_mask) {
+          const int row = q0 + qi, key = k0 + warp * 16 + g + 8 * (e >> 1);
+          if (row >= seq || key >= seq || (causal && key > row)) p = 0.f;
+        }
+        dp[nt][e] = p * (dp[nt][e] - Db[qi]);
+        s[nt][e] = p;
+      }
+    }
+
+    // dV += P^T dO, dK += dS^T Q (reduction over the Br queries).
+#pragma unroll
+    for (int kc = 0; kc < Br / 16; ++kc) {
+      uint32_t ap[4], ads[4];
+      acc_to_a<T>(ap, s[2 * kc], s[2 * kc + 1]);
+      acc_to_a<T>(ads, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bo[4], bq[4];
+        ldsm_x4_trans(bo, dOb + kc * 16 * LD + np * 16 + off_a);
+        mma_16816<T>(dva[2 * np], ap, bo[0], bo[1]);
+        mma_16816<T>(dva[2 * np + 1], ap, bo[2], bo[3]);
+        ldsm_x4_trans(bq, Qb + kc * 16 * LD + np * 16 + off_a);
+        mma_16816<T>(dka[2 * np], ads, bq[0], bq[1]);
+        mma_16816<T>(dka[2 * np + 1], ads, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // buffer it & 1 is free for iteration it + 2's load
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = k0 + warp * 16 + g + 8 * r;
+    if (key < seq) {
+      const int64_t off = (int64_t(b) * seq + key) * ldk + int64_t(kvh) * D + 2 * t;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        store_u32(dk + off + nd * 8, pack2<T>(dka[nd][2 * r] * scale, dka[nd][2 * r + 1] * scale));
+        store_u32(dv + off + nd * 8, pack2<T>(dva[nd][2 * r], dva[nd][2 * r + 1]));
+      }
+    }
+  }
+}
+
+// ---- backward: dQ -----------------------------------------------------------
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                        const T* __restrict__ v, const T* __restrict__ dout,
+                        const float* __restrict__ lse, const float* __restrict__ delta, int seq,
+                        int Hq, int Hkv, float scale, float scale_log2, bool causal) {
+  constexpr int Br = DqTiles<D>::Br, Bc = DqTiles<D>::Bc, LD = D + kPad;
+  static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);  // [Br][LD]
+  T* dOs = Qs + Br * LD;                    // [Br][LD]
+  T* Ks = dOs + Br * LD;                    // [2][Bc][LD]
+  T* Vs = Ks + 2 * Bc * LD;                 // [2][Bc][LD]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
+  const int q0 = qt * Br;
+  const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
+  const int64_t q_off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
+  const T* kg = k + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+  const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+  const int n_kv_all = (seq + Bc - 1) / Bc;
+  const int n_kv = causal ? min(n_kv_all, (q0 + Br - 1) / Bc + 1) : n_kv_all;
+  const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
+
+  cp_tile<T, D, Br>(Qs, q + q_off, ldq, seq - q0);
+  cp_tile<T, D, Br>(dOs, dout + q_off, ldq, seq - q0);
+  cp_async_commit();
+  cp_tile<T, D, Bc>(Ks, kg, ldk, seq);
+  cp_tile<T, D, Bc>(Vs, vg, ldk, seq);
+  cp_async_commit();
+
+  // Rows g and g + 8 of this warp's 16: lse (log2 domain) and delta.
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + warp * 16 + g + 8 * r;
+    const bool ok = row < seq;
+    const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
+    lse2[r] = ok ? lse[idx] * kLog2e : 0.f;
+    dl[r] = ok ? delta[idx] : 0.f;
+  }
+
+  cp_async_wait<1>();  // Q and dO have landed
+  __syncthreads();
+  uint32_t qf[D / 16][4], of[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    ldsm_x4(qf[kc], Qs + warp * 16 * LD + kc * 16 + off_a);
+    ldsm_x4(of[kc], dOs + warp * 16 * LD + kc * 16 + off_a);
+  }
+
+  float dqa[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+
+  for (int j = 0; j < n_kv; ++j) {
+    if (j + 1 < n_kv) {
+      const int nb = (j + 1) & 1, k1 = (j + 1) * Bc;
+      cp_tile<T, D, Bc>(Ks + nb * Bc * LD, kg + k1 * ldk, ldk, seq - k1);
+      cp_tile<T, D, Bc>(Vs + nb * Bc * LD, vg + k1 * ldk, ldk, seq - k1);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* Kb = Ks + (j & 1) * Bc * LD;
+    const T* Vb = Vs + (j & 1) * Bc * LD;
+
+    // S = Q K^T, dP = dO V^T: 16 rows x Bc keys per warp.
+    float s[Bc / 8][4], dp[Bc / 8][4];
+#pragma unroll
+    for (int i = 0; i < Bc / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (int np = 0; np < Bc / 16; ++np) {
+        uint32_t bk[4], bv[4];
+        ldsm_x4(bk, Kb + np * 16 * LD + kc * 16 + off_b);
+        ldsm_x4(bv, Vb + np * 16 * LD + kc * 16 + off_b);
+        mma_16816<T>(s[2 * np], qf[kc], bk[0], bk[1]);
+        mma_16816<T>(s[2 * np + 1], qf[kc], bk[2], bk[3]);
+        mma_16816<T>(dp[2 * np], of[kc], bv[0], bv[1]);
+        mma_16816<T>(dp[2 * np + 1], of[kc], bv[2], bv[3]);
+      }
+    }
+
+    // dS = P (dP - delta), P = exp2(S * scale * log2e - lse * log2e).
+    const int k0 = j * Bc;
+    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0);
+#pragma unroll
+    for (int nt = 0; nt < Bc / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float p = fast_exp2(s[nt][e] * scale_log2 - lse2[r]);
+        if (need_mask) {
+          const int key = k0 + nt * 8 + 2 * t + (e & 1);
+          const int row = q0 + warp * 16 + g + 8 * r;
+          if (key >= seq || (causal && key > row)) p = 0.f;
+        }
+        dp[nt][e] = p * (dp[nt][e] - dl[r]);
+      }
+    }
+
+    // dQ += dS K (reduction over the Bc keys; K^T fragments by ldmatrix.trans).
+#pragma unroll
+    for (int kc = 0; kc < Bc / 16; ++kc) {
+      uint32_t a[4];
+      acc_to_a<T>(a, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bk[4];
+        ldsm_x4_trans(bk, Kb + kc * 16 * LD + np * 16 + off_a);
+        mma_16816<T>(dqa[2 * np], a, bk[0], bk[1]);
+        mma_16816<T>(dqa[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + warp * 16 + g + 8 * r;
+    if (row < seq) {
+      T* drow = dq + (int64_t(b) * seq + row) * ldq + int64_t(h) * D + 2 * t;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd)
+        store_u32(drow + nd * 8, pack2<T>(dqa[nd][2 * r] * scale, dqa[nd][2 * r + 1] * scale));
+    }
+  }
+}
+
+// ============================================================================
+// Simple path: fp32 arithmetic in shared memory, any float storage type
+// ============================================================================
+//
+// 256 threads, 32 query rows x 32 keys per tile. Scores: thread (warp w,
+// lane c) computes rows w, w+8, w+16, w+24 against key c (K rows padded to
+// D+1 floats, so the 32 lanes hit 32 banks). Products with V/Q/dO/K: each
+// thread owns 32*D/256 output elements (row = e / D, column = e % D).
+
+constexpr int kSThreads = 256;
+constexpr int kSR = 32;  // query rows per tile
+constexpr int kSC = 32;  // keys per tile
+
+template <int D> constexpr size_t simple_fwd_smem() {
+  return (size_t(kSR + 2 * kSC) * (D + 1) + size_t(kSR) * (kSC + 1) + 3 * kSR) * sizeof(float);
+}
+template <int D> constexpr size_t simple_dkdv_smem() {
+  return (size_t(2 * kSR + 2 * kSC) * (D + 1) + size_t(2 * kSR) * (kSC + 1) + 2 * kSR) *
+         sizeof(float);
+}
+template <int D> constexpr size_t simple_dq_smem() {
+  return (size_t(2 * kSR + 2 * kSC) * (D + 1) + size_t(kSR) * (kSC + 1) + 2 * kSR) *
+         sizeof(float);
+}
+static_assert(simple_fwd_smem<128>() <= kMaxSmem && simple_dkdv_smem<128>() <= kMaxSmem &&
+                  simple_dq_smem<128>() <= kMaxSmem,
+              "simple path smem");
+
+// 32 x D rows of T -> fp32 smem rows of D + 1; rows >= valid_rows are zero.
+template <typename T, int D>
+__device__ __forceinline__ void load_rows_f32(float* s, const T* g, int64_t stride,
+                                              int valid_rows) {
+  for (int e = threadIdx.x; e < 32 * D; e += kSThreads) {
+    const int r = e / D, d = e % D;
+    s[r * (D + 1) + d] = r < valid_rows ? to_float(g[r * stride + d]) : 0.f;
+  }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+template <int D>
+__device__ __forceinline__ float dot_rows(const float* a, const float* b) {
+  float acc = 0.f;
+#pragma unroll 8
+  for (int d = 0; d < D; ++d) acc = fmaf(a[d], b[d], acc);
+  return acc;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kSThreads, 1)
+    simple_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                      const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
+                      float scale, bool causal) {
+  constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSR * D / kSThreads;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kSR][LDF]
+  float* Ks = Qs + kSR * LDF;                       // [kSC][LDF]
+  float* Vs = Ks + kSC * LDF;                       // [kSC][LDF]
+  float* Ss = Vs + kSC * LDF;                       // [kSR][LDS] scores, then probabilities
+  float* Ms = Ss + kSR * LDS;                       // [kSR] running max
+  float* Ls = Ms + kSR;                             // [kSR] running sum
+  float* As = Ls + kSR;                             // [kSR] rescale factor of this tile
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
+  const int q0 = qt * kSR;
+  const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
+  const T* kg = k + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+  const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+
+  load_rows_f32<T, D>(Qs, q + (int64_t(b) * seq + q0) * ldq + int64_t(h) * D, ldq, seq - q0);
+  if (tid < kSR) {
+    Ms[tid] = -INFINITY;
+    Ls[tid] = 0.f;
+  }
+  float o[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) o[i] = 0.f;
+
+  const int n_kv_all = (seq + kSC - 1) / kSC;
+  const int n_kv = causal ? min(n_kv_all, (q0 + kSR - 1) / kSC + 1) : n_kv_all;
+  for (int j = 0; j < n_kv; ++j) {
+    const int k0 = j * kSC;
+    __syncthreads();  // previous tile fully consumed (and Q / stats visible at j = 0)
+    load_rows_f32<T, D>(Ks, kg + k0 * ldk, ldk, seq - k0);
+    load_rows_f32<T, D>(Vs, vg + k0 * ldk, ldk, seq - k0);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kSR / 8; ++i) {
+      const int r = warp + 8 * i, key = k0 + lane, row = q0 + r;
+      float x = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF) * scale;
+      if (key >= seq || (causal && key > row)) x = -INFINITY;
+      Ss[r * LDS + lane] = x;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kSR / 8; ++i) {
+      const int r = warp * (kSR / 8) + i;
+      const float x = Ss[r * LDS + lane];
+      const float m_old = Ms[r];
+      const float m_new = fmaxf(m_old, warp_max(x));
+      const float ref = m_new == -INFINITY ? 0.f : m_new;
+      const float p = expf(x - ref);
+      const float sum = warp_sum(p);
+      Ss[r * LDS + lane] = p;
+      __syncwarp();
+      if (lane == 0) {
+        const float alpha = expf(m_old - ref);
+        Ms[r] = m_new;
+        Ls[r] = Ls[r] * alpha + sum;
+        As[r] = alpha;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = tid + kSThreads * i, r = e / D, d = e % D;
+      float acc = o[i] * As[r];
+#pragma unroll 8
+      for (int c = 0; c < kSC; ++c) acc = fmaf(Ss[r * LDS + c], Vs[c * LDF + d], acc);
+      o[i] = acc;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int e = tid + kSThreads * i, r = e / D, d = e % D, row = q0 + r;
+    if (row < seq) {
+      const float sum = Ls[r];
+      out[(int64_t(b) * seq + row) * ldq + int64_t(h) * D + d] =
+          from_float<T>(sum > 0.f ? o[i] / sum : 0.f);
+    }
+  }
+  if (tid < kSR && q0 + tid < seq)
+    lse[(int64_t(b) * Hq + h) * seq + q0 + tid] = Ms[tid] + logf(Ls[tid]);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kSThreads, 1)
+    simple_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                           const T* __restrict__ k, const T* __restrict__ v,
+                           const T* __restrict__ dout, const float* __restrict__ lse,
+                           const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
+                           bool causal) {
+  constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSC * D / kSThreads;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* Ks = reinterpret_cast<float*>(smem_raw);  // [kSC][LDF]
+  float* Vs = Ks + kSC * LDF;                       // [kSC][LDF]
+  float* Qs = Vs + kSC * LDF;                       // [kSR][LDF]
+  float* dOs = Qs + kSR * LDF;                      // [kSR][LDF]
+  float* Ps = dOs + kSR * LDF;                      // [kSR][LDS]
+  float* dSs = Ps + kSR * LDS;                      // [kSR][LDS]
+  float* Lr = dSs + kSR * LDS;                      // [kSR]
+  float* Dr = Lr + kSR;                             // [kSR]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, group = Hq / Hkv;
+  const int k0 = kt * kSC;
+  const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
+  const int64_t kv_off = (int64_t(b) * seq + k0) * ldk + int64_t(kvh) * D;
+  load_rows_f32<T, D>(Ks, k + kv_off, ldk, seq - k0);
+  load_rows_f32<T, D>(Vs, v + kv_off, ldk, seq - k0);
+
+  float dka[PER], dva[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) dka[i] = dva[i] = 0.f;
+
+  const int n_qt = (seq + kSR - 1) / kSR;
+  const int qt_first = causal ? k0 / kSR : 0;
+  for (int hh = 0; hh < group; ++hh) {
+    const int h = kvh * group + hh;
+    for (int qt = qt_first; qt < n_qt; ++qt) {
+      const int q0 = qt * kSR;
+      const int64_t q_off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
+      __syncthreads();  // previous tile fully consumed
+      load_rows_f32<T, D>(Qs, q + q_off, ldq, seq - q0);
+      load_rows_f32<T, D>(dOs, dout + q_off, ldq, seq - q0);
+      if (tid < kSR) {
+        const int row = q0 + tid;
+        const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
+        Lr[tid] = row < seq ? lse[idx] : 0.f;
+        Dr[tid] = row < seq ? delta[idx] : 0.f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kSR / 8; ++i) {
+        const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
+        const float sc = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF);
+        const float gp = dot_rows<D>(dOs + r * LDF, Vs + lane * LDF);
+        const bool masked = row >= seq || key >= seq || (causal && key > row);
+        const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
+        Ps[r * LDS + lane] = p;
+        dSs[r * LDS + lane] = p * (gp - Dr[r]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int e = tid + kSThreads * i, c = e / D, d = e % D;
+        float a = dva[i], bacc = dka[i];
+#pragma unroll 8
+        for (int r = 0; r < kSR; ++r) {
+          a = fmaf(Ps[r * LDS + c], dOs[r * LDF + d], a);
+          bacc = fmaf(dSs[r * LDS + c], Qs[r * LDF + d], bacc);
+        }
+        dva[i] = a;
+        dka[i] = bacc;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int e = tid + kSThreads * i, c = e / D, d = e % D, key = k0 + c;
+    if (key < seq) {
+      const int64_t idx = (int64_t(b) * seq + key) * ldk + int64_t(kvh) * D + d;
+      dk[idx] = from_float<T>(dka[i] * scale);
+      dv[idx] = from_float<T>(dva[i]);
+    }
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kSThreads, 1)
+    simple_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, const T* __restrict__ dout,
+                         const float* __restrict__ lse, const float* __restrict__ delta, int seq,
+                         int Hq, int Hkv, float scale, bool causal) {
+  constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSR * D / kSThreads;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kSR][LDF]
+  float* dOs = Qs + kSR * LDF;                      // [kSR][LDF]
+  float* Ks = dOs + kSR * LDF;                      // [kSC][LDF]
+  float* Vs = Ks + kSC * LDF;                       // [kSC][LDF]
+  float* dSs = Vs + kSC * LDF;                      // [kSR][LDS]
+  float* Lr = dSs + kSR * LDS;                      // [kSR]
+  float* Dr = Lr + kSR;                             // [kSR]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
+  const int q0 = qt * kSR;
+  const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
+  const int64_t q_off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
+  const T* kg = k + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+  const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
+
+  load_rows_f32<T, D>(Qs, q + q_off, ldq, seq - q0);
+  load_rows_f32<T, D>(dOs, dout + q_off, ldq, seq - q0);
+  if (tid < kSR) {
+    const int row = q0 + tid;
+    const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
+    Lr[tid] = row < seq ? lse[idx] : 0.f;
+    Dr[tid] = row < seq ? delta[idx] : 0.f;
+  }
+  float dqa[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) dqa[i] = 0.f;
+
+  const int n_kv_all = (seq + kSC - 1) / kSC;
+  const int n_kv = causal ? min(n_kv_all, (q0 + kSR - 1) / kSC + 1) : n_kv_all;
+  for (int j = 0; j < n_kv; ++j) {
+    const int k0 = j * kSC;
+    __syncthreads();
+    load_rows_f32<T, D>(Ks, kg + k0 * ldk, ldk, seq - k0);
+    load_rows_f32<T, D>(Vs, vg + k0 * ldk, ldk, seq - k0);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kSR / 8; ++i) {
+      const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
+      const float sc = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF);
+      const float gp = dot_rows<D>(dOs + r * LDF, Vs + lane * LDF);
+      const bool masked = key >= seq || (causal && key > row);
+      const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
+      dSs[r * LDS + lane] = p * (gp - Dr[r]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = tid + kSThreads * i, r = e / D, d = e % D;
+      float acc = dqa[i];
+#pragma unroll 8
+      for (int c = 0; c < kSC; ++c) acc = fmaf(dSs[r * LDS + c], Ks[c * LDF + d], acc);
+      dqa[i] = acc;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int e = tid + kSThreads * i, r = e / D, d = e % D, row = q0 + r;
+    if (row < seq)
+      dq[(int64_t(b) * seq + row) * ldq + int64_t(h) * D + d] = from_float<T>(dqa[i] * scale);
+  }
+}
+
+// ============================================================================
+// Host side
+// ============================================================================
+
+struct Dims {
+  int64_t B, T, Hq, Hkv, D;
+};
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+void need(const char* op, const char* name, const Tensor& t, DType dt) {
+  if (t.empty()) fail(op, std::string(name) + " is empty");
+  if (t.device != Device::CUDA)
+    fail(op, std::string(name) + " " + t.shape_str() + " is not a CUDA tensor");
+  if (t.dtype != dt)
+    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
+                 ", expected " + dtype_name(dt));
+}
+
+bool same_shape(const Tensor& a, const Tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i)
+    if (a.shape[i] != b.shape[i]) return false;
+  return true;
+}
+
+void need_like(const char* op, const char* name, const Tensor& t, const char* ref_name,
+               const Tensor& ref) {
+  need(op, name, t, ref.dtype);
+  if (!same_shape(t, ref))
+    fail(op, std::string(name) + " " + t.shape_str() + " vs " + ref_name + " " + ref.shape_str());
+}
+
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& lse) {
+  if (q.empty()) fail(op, "q is empty");
+  if (!is_float_dtype(q.dtype))
+    fail(op, "q " + q.shape_str() + " has unsupported dtype " + dtype_name(q.dtype));
+  need(op, "q", q, q.dtype);
+  need(op, "k", k, q.dtype);
+  need(op, "v", v, q.dtype);
+  need(op, "lse", lse, DType::F32);
+  if (q.ndim != 4) fail(op, "q " + q.shape_str() + " must be [B, T, Hq, D]");
+  if (k.ndim != 4) fail(op, "k " + k.shape_str() + " must be [B, T, Hkv, D]");
+  const Dims d{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  if (k.dim(0) != d.B || k.dim(1) != d.T || k.dim(3) != d.D)
+    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str());
+  if (!same_shape(v, k)) fail(op, "k " + k.shape_str() + " vs v " + v.shape_str());
+  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
+    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str() + ": Hq must be a multiple of Hkv");
+  if (lse.numel() != d.B * d.Hq * d.T)
+    fail(op, "lse " + lse.shape_str() + " vs q " + q.shape_str() + ": expected [" +
+                 std::to_string(d.B) + ", " + std::to_string(d.Hq) + ", " + std::to_string(d.T) +
+                 "]");
+  if (d.D != 64 && d.D != 128)
+    fail(op, "head dim D=" + std::to_string(d.D) + " is not supported on CUDA (64 or 128)");
+  if (d.T > INT_MAX / 2 || d.Hq > 65535 || d.B > 65535)
+    fail(op, "q " + q.shape_str() + " is too large (T < 2^30, Hq and B <= 65535)");
+  return d;
+}
+
+void need_aligned(const char* op, const char* name, const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    fail(op, std::string(name) + " " + t.shape_str() + " is not 16-byte aligned");
+}
+
+std::string context(const Tensor& q, const Tensor& k, bool causal) {
+  return "q " + q.shape_str() + " k " + k.shape_str() + " " + dtype_name(q.dtype) +
+         (causal ? " causal" : " full");
+}
+
+// TRAINER_ATTENTION_SIMPLE=1 routes BF16/F16 through the fp32 simple kernels.
+bool force_simple() {
+  static const bool on = [] {
+    const char* e = std::getenv("TRAINER_ATTENTION_SIMPLE");
+    return e != nullptr && *e != '\0' && std::string(e) != "0";
+  }();
+  return on;
+}
+
+// Opts a kernel into more than 48 KB of dynamic shared memory (needed once
+// per kernel and device; one device per process here).
+template <typename Kernel>
+bool allow_smem(Kernel kernel, size_t bytes, const char* name) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(bytes)),
+               std::string(name) + " (" + std::to_string(bytes) + " bytes of shared memory)");
+  return true;
+}
+
+// Scratch for delta [B, Hq, T] F32 (backward step 1). Grow-only: allocated on
+// first use and reallocated only when a larger shape arrives, so steady-state
+// training never calls cudaMalloc; a few MB (B*Hq*T*4 bytes), outside the
+// arenas. Kernels queued on cuda::stream() may still read the old buffer, so
+// the stream is drained before it is freed. One device per process.
+float* delta_scratch(size_t n) {
+  static std::mutex mu;
+  static float* buf = nullptr;
+  static size_t cap = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (n > cap) {
+    if (buf != nullptr) {
+      CUDA_CHECK(cudaStreamSynchronize(stream()), "attention delta scratch: growing");
+      CUDA_CHECK(cudaFree(buf), "attention delta scratch");
+      buf = nullptr;
+      cap = 0;
+    }
+    CUDA_CHECK(cudaMalloc(&buf, n * sizeof(float)),
+               "attention delta scratch: " + std::to_string(n) + " floats");
+    cap = n;
+  }
+  return buf;
+}
+
+float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }
+
+template <typename T, int D>
+void forward_simple(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
+                    bool causal, const std::string& ctx) {
+  constexpr size_t smem = simple_fwd_smem<D>();
+  static const bool ready = allow_smem(simple_fwd_kernel<T, D>, smem, "simple_fwd_kernel");
+  (void)ready;
+  const dim3 grid(unsigned((d.T + kSR - 1) / kSR), unsigned(d.Hq), unsigned(d.B));
+  simple_fwd_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
+      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D), causal);
+  KERNEL_CHECK("simple_fwd_kernel", ctx);
+}
+
+template <typename T, int D>
+void forward_mma(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
+                 bool causal, const std::string& ctx) {
+  constexpr size_t smem = fwd_smem_bytes<T, D>();
+  static const bool ready = allow_smem(flash_fwd_kernel<T, D>, smem, "flash_fwd_kernel");
+  (void)ready;
+  constexpr int Br = FwdTiles<D>::Br;
+  const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
+  flash_fwd_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
+      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D) * kLog2e, causal);
+  KERNEL_CHECK("flash_fwd_kernel", ctx);
+}
+
+template <typename T, int D>
+void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                     const T* v, const float* lse, const float* delta, bool causal,
+                     const std::string& ctx) {
+  const float scale = softmax_scale(D);
+  {
+    constexpr size_t smem = simple_dkdv_smem<D>();
+    static const bool ready =
+        allow_smem(simple_bwd_dkdv_kernel<T, D>, smem, "simple_bwd_dkdv_kernel");
+    (void)ready;
+    const dim3 grid(unsigned((d.T + kSC - 1) / kSC), unsigned(d.Hkv), unsigned(d.B));
+    simple_bwd_dkdv_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
+        dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal);
+    KERNEL_CHECK("simple_bwd_dkdv_kernel", ctx);
+  }
+  {
+    constexpr size_t smem = simple_dq_smem<D>();
+    static const bool ready = allow_smem(simple_bwd_dq_kernel<T, D>, smem, "simple_bwd_dq_kernel");
+    (void)ready;
+    const dim3 grid(unsigned((d.T + kSR - 1) / kSR), unsigned(d.Hq), unsigned(d.B));
+    simple_bwd_dq_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
+        dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal);
+    KERNEL_CHECK("simple_bwd_dq_kernel", ctx);
+  }
+}
+
+template <typename T, int D>
+void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                  const T* v, const float* lse, const float* delta, bool causal,
+                  const std::string& ctx) {
+  const float scale = softmax_scale(D);
+  {
+    constexpr size_t smem = dkdv_smem_bytes<T, D>();
+    static const bool ready =
+        allow_smem(flash_bwd_dkdv_kernel<T, D>, smem, "flash_bwd_dkdv_kernel");
+    (void)ready;
+    constexpr int Bc = DkvTiles<D>::Bc;
+    const dim3 grid(unsigned((d.T + Bc - 1) / Bc), unsigned(d.Hkv), unsigned(d.B));
+    flash_bwd_dkdv_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
+        dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale,
+        scale * kLog2e, causal);
+    KERNEL_CHECK("flash_bwd_dkdv_kernel", ctx);
+  }
+  {
+    constexpr size_t smem = dq_smem_bytes<T, D>();
+    static const bool ready = allow_smem(flash_bwd_dq_kernel<T, D>, smem, "flash_bwd_dq_kernel");
+    (void)ready;
+    constexpr int Br = DqTiles<D>::Br;
+    const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
+    flash_bwd_dq_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
+        dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e,
+        causal);
+    KERNEL_CHECK("flash_bwd_dq_kernel", ctx);
+  }
+}
+
+template <typename T>
+void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal,
+                   const std::string& ctx) {
+  T* o = static_cast<T*>(out.data);
+  float* l = static_cast<float*>(lse.data);
+  const T* qp = static_cast<const T*>(q.data);
+  const T* kp = static_cast<const T*>(k.data);
+  const T* vp = static_cast<const T*>(v.data);
+  bool simple = true;
+  if constexpr (!std::is_same_v<T, float>) simple = force_simple();
+  if (simple) {
+    if (d.D == 64) forward_simple<T, 64>(d, o, l, qp, kp, vp, causal, ctx);
+    else forward_simple<T, 128>(d, o, l, qp, kp, vp, causal, ctx);
+    return;
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    const char* op = "attention_forward";
+    need_aligned(op, "out", out);
+    need_aligned(op, "q", q);
+    need_aligned(op, "k", k);
+    need_aligned(op, "v", v);
+    if (d.D == 64) forward_mma<T, 64>(d, o, l, qp, kp, vp, causal, ctx);
+    else forward_mma<T, 128>(d, o, l, qp, kp, vp, causal, ctx);
+  }
+}
+
+template <typename T>
+void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
+                    Tensor v, Tensor out, Tensor lse, bool causal, const std::string& ctx) {
+  T* dqp = static_cast<T*>(dq.data);
+  T* dkp = static_cast<T*>(dk.data);
+  T* dvp = static_cast<T*>(dv.data);
+  const T* gp = static_cast<const T*>(dout.data);
+  const T* qp = static_cast<const T*>(q.data);
+  const T* kp = static_cast<const T*>(k.data);
+  const T* vp = static_cast<const T*>(v.data);
+  const T* op_ = static_cast<const T*>(out.data);
+  const float* l = static_cast<const float*>(lse.data);
+
+  // (1) delta = rowsum(dout * out), [B, Hq, T].
+  const int64_t rows = d.B * d.T * d.Hq;
+  float* delta = delta_scratch(size_t(rows));
+  attn_delta_kernel<T><<<unsigned((rows + kDeltaWarps - 1) / kDeltaWarps), kDeltaWarps * 32, 0,
+                         stream()>>>(delta, op_, gp, rows, int(d.T), int(d.Hq), int(d.D));
+  KERNEL_CHECK("attn_delta_kernel", ctx);
+
+  // (2) dK, dV and (3) dQ.
+  bool simple = true;
+  if constexpr (!std::is_same_v<T, float>) simple = force_simple();
+  if (simple) {
+    if (d.D == 64) backward_simple<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
+    else backward_simple<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
+    return;
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    const char* op = "attention_backward";
+    need_aligned(op, "dq", dq);
+    need_aligned(op, "dk", dk);
+    need_aligned(op, "dv", dv);
+    need_aligned(op, "dout", dout);
+    need_aligned(op, "q", q);
+    need_aligned(op, "k", k);
+    need_aligned(op, "v", v);
+    if (d.D == 64) backward_mma<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
+    else backward_mma<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
+  }
+}
+
+}  // namespace
+
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
+  const char* op = "attention_forward";
+  const Dims d = check_qkv(op, q, k, v, lse);
+  need_like(op, "out", out, "q", q);
+  if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
+  const std::string ctx = context(q, k, causal);
+  DISPATCH_FLOAT(q.dtype, T, op, forward_typed<T>(d, out, lse, q, k, v, causal, ctx));
+}
+
+void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
+                        Tensor out, Tensor lse, bool causal) {
+  const char* op = "attention_backward";
+  const Dims d = check_qkv(op, q, k, v, lse);
+  need_like(op, "out", out, "q", q);
+  need_like(op, "dout", dout, "q", q);
+  need_like(op, "dq", dq, "q", q);
+  need_like(op, "dk", dk, "k", k);
+  need_like(op, "dv", dv, "v", v);
+  if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
+  const std::string ctx = context(q, k, causal);
+  DISPATCH_FLOAT(q.dtype, T, op,
+                 backward_typed<T>(d, dq, dk, dv, dout, q, k, v, out, lse, causal, ctx));
+}
+
+}  // namespace trainer::cuda
