@@ -1,0 +1,311 @@
+// Fused softmax cross-entropy (forward + backward) of the CUDA backend; the
+// semantics are those of ops::cross_entropy_forward_backward (kernels/ops.h).
+//
+// Algorithm: one thread block per row (token), 128-1024 threads looping over
+// the V logits, so any vocabulary size works (V = 256k included).
+//   pass 1: every thread keeps an online (max, sum-exp) pair in fp32 over its
+//           share of the row, read with 16-byte loads after a scalar head that
+//           reaches 16-byte alignment (scalar tail likewise); the pairs are
+//           merged warp by warp in a fixed order (deterministic). The sum
+//           leaves out the target: s_other = sum_{j != t} exp(x_j - max), so
+//           the loss of a confident prediction, log1p(s_other) when the target
+//           is the max, and its gradient p_t - 1 = -s_other / s keep their
+//           digits instead of cancelling.
+//   pass 2 (only if dlogits is non-empty): dlogits[j] = exp(x_j - max) *
+//           grad_scale / s for j != t, -s_other * grad_scale / s at the target,
+//           written in the dlogits dtype (vector stores when its row is
+//           aligned like the logits row). No probability tensor is stored.
+//           dlogits may alias logits (same data, same dtype): every element is
+//           read by the thread that then overwrites it, pass 1 has finished
+//           for the whole block (barrier in the reduction) before any write,
+//           and the target logit is read before the first barrier.
+// Targets < 0: loss 0, zero gradient row. Target >= V (the CPU backend
+// throws; the device cannot without a sync): loss NaN and a NaN gradient row,
+// so the engine's finiteness check on the loss (and grad norm) catches it.
+// Non-finite logits give NaN losses as well.
+//
+// Cost per row: reads V logits once (pass 1) and once more in pass 2 (often
+// from L2) and writes V gradients: (2 * in + out) bytes per logit, 4 B/row
+// loss; about 2 exp + 6 flops per logit. Memory bound on H100/H200 for V >=
+// 32k with bf16 logits.
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dtype.cuh"
+
+namespace trainer::cuda {
+namespace {
+
+constexpr const char* kOp = "cross_entropy_forward_backward";
+
+// 16 bytes of T: the unit of a vectorised load.
+template <typename T> constexpr int kVec = 16 / int(sizeof(T));
+
+// N values of T, aligned to their size but at most to 16 bytes (the widest
+// load/store the compiler may emit from it), so a 32-byte Pack of 8 floats
+// needs only 16-byte alignment and becomes two 16-byte accesses.
+template <typename T, int N>
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack {
+  T v[N];
+};
+
+__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
+
+// Online (max, sum) merge: sum is relative to max. `ref` keeps an all -inf
+// pair at (-inf, 0) instead of exp(-inf - -inf) = NaN; NaN inputs still
+// propagate through the sums (fmaxf drops NaN from the max, exp keeps it).
+__device__ __forceinline__ float safe_ref(float m) { return m == -INFINITY ? 0.f : m; }
+
+__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
+  const float nm = fmaxf(m, m2);
+  const float ref = safe_ref(nm);
+  s = s * expf(m - ref) + s2 * expf(m2 - ref);
+  m = nm;
+}
+
+// Block-wide merge of the per-thread pairs; every thread gets the result.
+// Fixed order (shuffle-down tree in each warp, then warp 0 over the warps),
+// so the result depends only on the data and blockDim: deterministic.
+__device__ __forceinline__ void block_merge(float& m, float& s) {
+  __shared__ float sm[32];
+  __shared__ float ss[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_down_sync(0xffffffffu, m, off);
+    const float s2 = __shfl_down_sync(0xffffffffu, s, off);
+    merge(m, s, m2, s2);
+  }
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < nwarps ? sm[lane] : -INFINITY;
+    s = lane < nwarps ? ss[lane] : 0.f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float m2 = __shfl_down_sync(0xffffffffu, m, off);
+      const float s2 = __shfl_down_sync(0xffffffffu, s, off);
+      merge(m, s, m2, s2);
+    }
+    if (lane == 0) {
+      sm[0] = m;
+      ss[0] = s;
+    }
+  }
+  __syncthreads();
+  m = sm[0];
+  s = ss[0];
+}
+
+// Stores VEC gradient values at out[0..VEC): one packed store when `packed`
+// (out aligned to the Pack), else element by element.
+template <typename Tout, int VEC>
+__device__ __forceinline__ void store_vec(Tout* out, const float (&d)[VEC], bool packed) {
+  if (packed) {
+    Pack<Tout, VEC> p;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) p.v[k] = from_float<Tout>(d[k]);
+    *reinterpret_cast<Pack<Tout, VEC>*>(out) = p;
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = from_float<Tout>(d[k]);
+  }
+}
+
+// One block per row. logits/dlogits may be the same memory: no __restrict__,
+// plain (coherent) loads.
+template <typename Tin, typename Tout>
+__global__ void __launch_bounds__(1024)
+    cross_entropy_kernel(float* losses, Tout* dlogits, const Tin* logits, const int32_t* targets,
+                         int64_t V, float grad_scale) {
+  constexpr int VEC = kVec<Tin>;
+  const int64_t row = blockIdx.x;
+  const Tin* x = logits + row * V;
+  Tout* dx = dlogits == nullptr ? nullptr : dlogits + row * V;
+  const int32_t t = targets[row];
+  const int tid = threadIdx.x;
+  const int nthreads = blockDim.x;
+
+  // Row partition by the alignment of the logits row: scalar head up to a
+  // 16-byte boundary, VEC-wide body, scalar tail. Pass 2 uses the same
+  // partition; its stores are packed when the dlogits row has the same
+  // phase (always true in place).
+  const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(x) & 15) / int64_t(sizeof(Tin));
+  int64_t head = mis == 0 ? 0 : VEC - mis;
+  if (head > V) head = V;
+  const int64_t nvec = (V - head) / VEC;
+  const int64_t body_end = head + nvec * VEC;
+  const int64_t nscalar = head + (V - body_end);  // head + tail elements
+  constexpr uintptr_t kOutAlign = alignof(Pack<Tout, VEC>);
+  const bool packed_out =
+      dx != nullptr && (reinterpret_cast<uintptr_t>(dx + head) & (kOutAlign - 1)) == 0;
+  // Scalar index k in [0, nscalar) -> element index.
+  auto scalar_index = [&](int64_t k) { return k < head ? k : body_end + (k - head); };
+
+  if (t < 0 || t >= V) {
+    // Ignored (0) or out of the vocabulary (NaN): no pass 1. Uniform per
+    // block, so returning before any barrier is safe.
+    const float fillv = t < 0 ? 0.f : nan_f();
+    if (tid == 0) losses[row] = fillv;
+    if (dx == nullptr) return;
+    float d[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) d[k] = fillv;
+    for (int64_t i = tid; i < nvec; i += nthreads) store_vec<Tout, VEC>(dx + head + i * VEC, d, packed_out);
+    for (int64_t k = tid; k < nscalar; k += nthreads) dx[scalar_index(k)] = from_float<Tout>(fillv);
+    return;
+  }
+
+  // Read before the first barrier: after it, pass 2 may overwrite x[t].
+  const float xt = to_float(x[t]);
+
+  // ---- pass 1: online max and sum of exp over j != t ----
+  float m = -INFINITY;
+  float s = 0.f;
+  for (int64_t i = tid; i < nvec; i += nthreads) {
+    const int64_t j0 = head + i * VEC;
+    const Pack<Tin, VEC> p = *reinterpret_cast<const Pack<Tin, VEC>*>(x + j0);
+    float xs[VEC];
+    float lm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      xs[k] = to_float(p.v[k]);
+      lm = fmaxf(lm, xs[k]);
+    }
+    const float nm = fmaxf(m, lm);
+    const float ref = safe_ref(nm);
+    float acc = s * expf(m - ref);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float e = expf(xs[k] - ref);
+      acc += (j0 + k == t) ? 0.f : e;
+    }
+    s = acc;
+    m = nm;
+  }
+  for (int64_t k = tid; k < nscalar; k += nthreads) {
+    const int64_t j = scalar_index(k);
+    const float xj = to_float(x[j]);
+    merge(m, s, xj, j == t ? 0.f : 1.f);
+  }
+  block_merge(m, s);
+
+  // s_other = s; total s_all = s_other + exp(xt - m).
+  const float et = expf(xt - safe_ref(m));
+  const float s_all = s + et;
+  if (tid == 0) {
+    float loss;
+    if (!(fabsf(m) < INFINITY)) {
+      loss = nan_f();  // all -inf, +inf or NaN in the row
+    } else if (xt == m) {
+      loss = log1pf(s);  // target is the max: log(1 + s_other), no cancellation
+    } else {
+      loss = (m - xt) + logf(s_all);  // NaN when xt is NaN
+    }
+    losses[row] = loss;
+  }
+  if (dx == nullptr) return;
+
+  // ---- pass 2: dlogits = (softmax - onehot) * grad_scale ----
+  const float inv = grad_scale / s_all;
+  const float dt = -s * inv;  // (p_t - 1) * grad_scale = -s_other / s_all * grad_scale
+  const float ref = safe_ref(m);
+  for (int64_t i = tid; i < nvec; i += nthreads) {
+    const int64_t j0 = head + i * VEC;
+    const Pack<Tin, VEC> p = *reinterpret_cast<const Pack<Tin, VEC>*>(x + j0);
+    float d[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float g = expf(to_float(p.v[k]) - ref) * inv;
+      d[k] = (j0 + k == t) ? dt : g;
+    }
+    store_vec<Tout, VEC>(dx + j0, d, packed_out);
+  }
+  for (int64_t k = tid; k < nscalar; k += nthreads) {
+    const int64_t j = scalar_index(k);
+    const float g = expf(to_float(x[j]) - ref) * inv;
+    dx[j] = from_float<Tout>(j == t ? dt : g);
+  }
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(std::string(kOp) + ": " + what); }
+
+void need_cuda(const char* name, const Tensor& t) {
+  if (t.empty()) fail(std::string(name) + " is empty");
+  if (t.device != Device::CUDA) fail(std::string(name) + " " + t.shape_str() + " is not on the GPU");
+}
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// Threads per row: enough for about 4 vector loads per thread, 128 to 1024.
+// A pure function of V and the logits dtype, so results are reproducible.
+int threads_for(int64_t V, int vec) {
+  int threads = 128;
+  while (threads < 1024 && int64_t(threads) * vec * 4 < V) threads *= 2;
+  return threads;
+}
+
+}  // namespace
+
+void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
+                                    float grad_scale) {
+  need_cuda("logits", logits);
+  need_cuda("targets", targets);
+  need_cuda("losses", losses);
+  if (!is_float_dtype(logits.dtype))
+    fail("logits " + logits.shape_str() + " is " + dtype_name(logits.dtype) + ", expected F32, BF16 or F16");
+  if (targets.dtype != DType::I32)
+    fail("targets " + targets.shape_str() + " is " + dtype_name(targets.dtype) + ", expected I32");
+  if (losses.dtype != DType::F32)
+    fail("losses " + losses.shape_str() + " is " + dtype_name(losses.dtype) + ", expected F32");
+  if (logits.ndim < 1) fail("logits " + logits.shape_str() + " must be [N, V]");
+  const int64_t V = logits.dim(-1);
+  const int64_t N = V > 0 ? logits.numel() / V : 0;
+  if (targets.numel() != N) fail("targets " + targets.shape_str() + " vs logits " + logits.shape_str());
+  if (losses.numel() != N) fail("losses " + losses.shape_str() + " vs logits " + logits.shape_str());
+  const bool has_d = !dlogits.empty();
+  if (has_d) {
+    need_cuda("dlogits", dlogits);
+    if (!is_float_dtype(dlogits.dtype))
+      fail("dlogits " + dlogits.shape_str() + " is " + dtype_name(dlogits.dtype) + ", expected F32, BF16 or F16");
+    if (dlogits.numel() != logits.numel() || dlogits.dim(-1) != V)
+      fail("dlogits " + dlogits.shape_str() + " vs logits " + logits.shape_str());
+    // In place is allowed only as the very same tensor; any other overlap
+    // would let one row's gradient overwrite another row's logits.
+    if (overlap(dlogits, logits) && (dlogits.data != logits.data || dlogits.dtype != logits.dtype))
+      fail("dlogits " + dlogits.shape_str() + " " + dtype_name(dlogits.dtype) + " partially overlaps logits " +
+           logits.shape_str() + " " + dtype_name(logits.dtype) + " (in place needs the same data and dtype)");
+    if (overlap(losses, dlogits)) fail("losses overlaps dlogits");
+  }
+  if (overlap(losses, logits)) fail("losses overlaps logits");
+  if (N == 0) return;
+  if (N > int64_t(std::numeric_limits<int>::max())) fail("too many rows: " + std::to_string(N));
+
+  const std::string ctx = "logits " + logits.shape_str() + " " + dtype_name(logits.dtype) +
+                          (has_d ? std::string(", dlogits ") + dtype_name(dlogits.dtype) : std::string());
+  const DType out_dtype = has_d ? dlogits.dtype : logits.dtype;
+  DISPATCH_FLOAT(logits.dtype, Tin, kOp, {
+    DISPATCH_FLOAT(out_dtype, Tout, kOp, {
+      const int threads = threads_for(V, kVec<Tin>);
+      cross_entropy_kernel<Tin, Tout><<<unsigned(N), threads, 0, stream()>>>(
+          losses.f32(), has_d ? static_cast<Tout*>(dlogits.data) : nullptr,
+          static_cast<const Tin*>(logits.data), targets.i32(), V, grad_scale);
+      KERNEL_CHECK("cross_entropy_kernel", ctx);
+    });
+  });
+}
+
+}  // namespace trainer::cuda
