@@ -13,11 +13,13 @@
 #endif
 
 namespace trainer::ops {
+#ifndef TRAINER_HAVE_CUDA
 namespace {
 [[noreturn]] void no_cuda(const char* op) {
   throw std::logic_error(std::string(op) + ": a CUDA tensor reached an op, but this build has no CUDA backend");
 }
 }  // namespace
+#endif
 
 // The backend is chosen by the first tensor argument that is present: some
 // outputs are optional (an empty dinp, dbias) and an empty Tensor says "CPU".

@@ -51,7 +51,7 @@ DeviceChoice select_device(const std::string& requested, int local_rank) {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, c.index);
   c.memory_bytes = prop.totalGlobalMem;
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof buf, "device: cuda:%d (%s, %.1f GiB, sm_%d%d, %d SMs)", c.index, prop.name,
                 double(prop.totalGlobalMem) / (1 << 30), prop.major, prop.minor, prop.multiProcessorCount);
   c.line = buf;
