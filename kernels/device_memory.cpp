@@ -78,6 +78,10 @@ void copy_between_devices(Tensor dst, Tensor src) {
   // stream is synchronised first so that results written there are visible.
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a copy");
   check(cudaMemcpy(dst.data, src.data, src.nbytes(), cudaMemcpyDefault), "cudaMemcpy " + src.shape_str());
+  // From pageable host memory cudaMemcpy may return before the DMA lands, and
+  // the compute stream is non-blocking (it does not wait on the legacy
+  // stream): wait here so the next kernel reads the new bytes.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after a copy");
 #else
   no_cuda("copy " + src.shape_str());
 #endif
