@@ -1,0 +1,116 @@
+// The collective interface every parallel feature uses. Two backends: NCCL
+// for CUDA tensors (comm/nccl_communicator.*) and Gloo over TCP for host
+// tensors (comm/gloo_communicator.*), so every layout runs and is tested on
+// CPU processes exactly as on GPUs.
+//
+// All ranks of a group call the same collectives in the same order. Tensors
+// are contiguous F32/BF16/F16/I32 views; reductions are sums unless stated.
+// Gloo reduces F32, F64 and I32 only (the CPU path is fp32); moves
+// (gather, broadcast, all-to-all, send/recv) take any dtype on both backends.
+// A collective that does not complete within the communicator's timeout
+// throws CollectiveTimeout naming the collective, the group and the ranks
+// that did not arrive (the watchdog turns that into a clean exit).
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace trainer {
+
+enum class ReduceOp { Sum, Max };
+
+struct CollectiveTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A pending asynchronous collective; wait() rethrows its error.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+struct P2POp {
+  bool send = true;  // false: receive
+  Tensor tensor;
+  int peer = 0;      // rank within the group
+};
+
+// "0,2,4,6"; long lists keep their ends ("0,8,16,...,8176,8184 (1024 ranks)")
+// so that an error about a big group stays one readable line.
+inline std::string format_rank_list(const std::vector<int>& ranks) {
+  constexpr size_t kHead = 8, kTail = 2;
+  std::string s;
+  auto put = [&](int r) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(r);
+  };
+  if (ranks.size() <= kHead + kTail + 1) {
+    for (int r : ranks) put(r);
+    return s;
+  }
+  for (size_t i = 0; i < kHead; ++i) put(ranks[i]);
+  s += ",...";
+  for (size_t i = ranks.size() - kTail; i < ranks.size(); ++i) put(ranks[i]);
+  return s + " (" + std::to_string(ranks.size()) + " ranks)";
+}
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "dp[pp0,tp1]": used in every error message.
+  virtual const std::string& name() const = 0;
+  // Global ranks of the members, in group-rank order (for messages).
+  virtual const std::vector<int>& members() const = 0;
+  // Where the tensors of this communicator live: CPU (Gloo) or CUDA (NCCL).
+  // A size-1 communicator serves either.
+  virtual Device device() const = 0;
+  // "dp[tp0] (ranks 0,2,4,6)": how every error names the group.
+  std::string describe() const { return name() + " (ranks " + format_rank_list(members()) + ")"; }
+
+  virtual void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) = 0;          // in place
+  // out.numel() * size() == in.numel(); rank r receives the sum of chunk r.
+  // out may be this rank's own chunk of in; otherwise in is left as it was.
+  virtual void reduce_scatter(Tensor out, Tensor in) = 0;
+  // out.numel() == size() * in.numel(); chunk r of out is rank r's in.
+  // `in` may be this rank's own chunk of out (in-place gather).
+  virtual void all_gather(Tensor out, Tensor in) = 0;
+  virtual void broadcast(Tensor t, int root) = 0;
+  // Equal chunks: chunk r of in goes to rank r; chunk r of out came from rank r.
+  // in and out must not overlap (NCCL refuses; Gloo copes).
+  virtual void all_to_all(Tensor out, Tensor in) = 0;
+  // Element counts per peer (in group-rank order), chunks laid out in order;
+  // elements past the counts are left alone. in and out must not overlap.
+  virtual void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                            const std::vector<int64_t>& in_counts) = 0;
+  // All sends and receives of one batch are issued together (pipeline
+  // neighbours exchange both ways without deadlock). Messages between two
+  // ranks pair up in order: A's k-th send to B is B's k-th receive from A,
+  // with the same byte count. Not collective: other members need not call.
+  virtual void batch_send_recv(const std::vector<P2POp>& ops) = 0;
+  virtual void barrier() = 0;
+
+  // Asynchronous all-reduce / reduce-scatter for overlapping gradient
+  // communication with backward; the tensors must stay untouched until wait().
+  // Collectives of one communicator, async or not, run in the order issued.
+  // NCCL: the collective runs on a communication stream once the work already
+  // queued on the compute stream is done; wait() makes the compute stream
+  // wait for it (the host does not block). Gloo: it runs on the
+  // communicator's worker thread; wait() blocks the host until it is done.
+  virtual std::unique_ptr<Work> all_reduce_async(Tensor t) = 0;
+  virtual std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) = 0;
+
+  // For the watchdog, from any thread: makes the pending and all later
+  // collectives fail instead of hanging (NCCL: ncclCommAbort). The
+  // communicator is unusable afterwards. Gloo needs nothing here: its
+  // collectives end by themselves at the timeout.
+  virtual void abort() {}
+};
+
+}  // namespace trainer

@@ -1,0 +1,212 @@
+#include "comm/process_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "comm/gloo_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "kernels/ops.h"
+
+namespace trainer {
+
+namespace {
+
+Tensor flat(void* p, DType d, int64_t n, Device dev) { return Tensor(p, d, {n}, dev); }
+
+// Bytes of one tensor into another of the same dtype, on the tensors' device.
+void move_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_t src_off, int64_t n) {
+  if (n == 0) return;
+  const size_t es = dtype_size(src.dtype);
+  char* d = static_cast<char*>(dst.data) + size_t(dst_off) * es;
+  char* s = static_cast<char*>(src.data) + size_t(src_off) * es;
+  if (d == s) return;
+  ops::copy(flat(d, dst.dtype, n, dst.device), flat(s, src.dtype, n, src.device));
+}
+
+class DoneWork final : public Work {
+ public:
+  void wait() override {}
+};
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
+
+// Every ProcessGroups of a process gets the next number, and every rank makes
+// them in the same order, so the numbers agree and keys never collide.
+std::atomic<int> g_generation{0};
+
+}  // namespace
+
+// --- SingleRankCommunicator ------------------------------------------------
+
+void SingleRankCommunicator::bad(const char* op, const std::string& why) const {
+  throw std::invalid_argument(std::string(op) + " on group " + describe() + ": " + why);
+}
+
+void SingleRankCommunicator::reduce_scatter(Tensor out, Tensor in) {
+  if (out.numel() != in.numel() || out.dtype != in.dtype)
+    bad("reduce_scatter", "a group of one needs out and in of equal size and dtype");
+  move_elements(out, 0, in, 0, in.numel());
+}
+
+void SingleRankCommunicator::all_gather(Tensor out, Tensor in) {
+  if (out.numel() != in.numel() || out.dtype != in.dtype)
+    bad("all_gather", "a group of one needs out and in of equal size and dtype");
+  move_elements(out, 0, in, 0, in.numel());
+}
+
+void SingleRankCommunicator::broadcast(Tensor, int root) {
+  if (root != 0) bad("broadcast", "root " + std::to_string(root) + " in a group of one");
+}
+
+void SingleRankCommunicator::all_to_all(Tensor out, Tensor in) {
+  if (out.numel() != in.numel() || out.dtype != in.dtype)
+    bad("all_to_all", "a group of one needs out and in of equal size and dtype");
+  move_elements(out, 0, in, 0, in.numel());
+}
+
+void SingleRankCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                                          const std::vector<int64_t>& in_counts) {
+  if (out_counts.size() != 1 || in_counts.size() != 1 || out_counts[0] != in_counts[0] || out.dtype != in.dtype ||
+      in_counts[0] < 0 || in_counts[0] > in.numel() || in_counts[0] > out.numel())
+    bad("all_to_all_v", "a group of one sends itself exactly what it receives (one count each, equal, within the tensors)");
+  move_elements(out, 0, in, 0, in_counts[0]);
+}
+
+void SingleRankCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
+  std::vector<const P2POp*> sends, recvs;
+  for (const P2POp& p : ops) {
+    if (p.peer != 0) bad("batch_send_recv", "peer " + std::to_string(p.peer) + " in a group of one");
+    (p.send ? sends : recvs).push_back(&p);
+  }
+  if (sends.size() != recvs.size()) bad("batch_send_recv", "sends and receives to itself must pair up");
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const Tensor& s = sends[i]->tensor;
+    const Tensor& r = recvs[i]->tensor;
+    if (s.nbytes() != r.nbytes() || s.dtype != r.dtype)
+      bad("batch_send_recv", "send " + std::to_string(i) + " and receive " + std::to_string(i) + " differ");
+    move_elements(r, 0, s, 0, s.numel());
+  }
+}
+
+std::unique_ptr<Work> SingleRankCommunicator::all_reduce_async(Tensor) { return std::make_unique<DoneWork>(); }
+
+std::unique_ptr<Work> SingleRankCommunicator::reduce_scatter_async(Tensor out, Tensor in) {
+  reduce_scatter(out, in);
+  return std::make_unique<DoneWork>();
+}
+
+// --- ProcessGroups ---------------------------------------------------------
+
+ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, Device device,
+                             ProcessGroupOptions options)
+    : rank_(launch.rank), mesh_(mesh), device_(device), options_(std::move(options)) {
+  const int world = launch.world_size;
+  if (mesh.world() != world)
+    throw std::invalid_argument("process groups: the mesh has " + std::to_string(mesh.world()) +
+                                " ranks but the launcher started " + std::to_string(world));
+  if (rank_ < 0 || rank_ >= world)
+    throw std::invalid_argument("process groups: rank " + std::to_string(rank_) + " outside a world of " +
+                                std::to_string(world));
+  if (world > 1 && launch.master_port <= 0)
+    throw std::invalid_argument("process groups: " + std::to_string(world) +
+                                " ranks need the store's port (MASTER_PORT), which is not set");
+  if (!(options_.timeout_s > 0)) throw std::invalid_argument("process groups: parallel.timeout_s must be > 0");
+  const double timeout = options_.timeout_s;
+  const std::string token = options_.token.empty() ? job_token_from_env() : options_.token;
+  const int generation = g_generation++;
+
+  int port = launch.master_port;
+  if (rank_ == 0) {
+    // MASTER_ADDR is often a host name that resolves, on its own node, to a
+    // loopback alias (Debian's 127.0.1.1) while the other nodes reach the
+    // real address: listen on every interface unless the job is loopback-only.
+    const std::string bind = is_loopback(launch.master_addr) ? launch.master_addr : "0.0.0.0";
+    server_ = std::make_unique<StoreServer>(bind, launch.master_port, token);
+    port = server_->port();  // a single process may leave the port to the system
+  }
+  try {
+    store_ = std::make_unique<StoreClient>(launch.master_addr, port, token, timeout, std::max(timeout, 60.0));
+    store_->barrier("init", rank_, world, timeout);
+    connect_all(launch, generation);
+  } catch (...) {
+    // The other ranks are most likely failing at this moment for the same
+    // reason (a missing rank): keep the store up a little longer so that they
+    // report that, rather than "the store closed the connection".
+    if (server_) std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(timeout / 4, 0.5, 5.0)));
+    throw;
+  }
+}
+
+void ProcessGroups::connect_all(const LaunchInfo& launch, int generation) {
+  const int world = launch.world_size;
+  const double timeout = options_.timeout_s;
+  const Device device = device_;
+  const MeshShape& mesh = mesh_;
+
+  auto single = [&](const std::string& name) { return std::make_unique<SingleRankCommunicator>(name, rank_, device); };
+  auto needs_gloo = [&] {
+    if (!gloo_device_) gloo_device_ = make_gloo_device(launch.master_addr, launch.local_world_size >= world);
+    return gloo_device_;
+  };
+  auto gloo = [&](const std::string& name, std::vector<int> members) -> std::unique_ptr<Communicator> {
+    return std::make_unique<GlooCommunicator>(*store_, needs_gloo(),
+                                              GlooGroup{name, std::move(members), rank_, timeout, generation});
+  };
+  std::vector<int> everyone(world);
+  for (int r = 0; r < world; ++r) everyone[r] = r;
+
+  // Every rank walks the axes in the same order; ranks of one group reach it
+  // after the same earlier groups, so no two groups wait on each other.
+  if (device == Device::CPU) {
+    world_ = world == 1 ? single("world") : gloo("world", everyone);
+    for (Axis a : kAllAxes) {
+      const std::string name = group_name(mesh, a, rank_);
+      groups_[size_t(a)] = axis_size(mesh, a) == 1 ? single(name) : gloo(name, group_ranks(mesh, rank_, a));
+    }
+  } else if (world == 1) {
+    world_ = single("world");
+    for (Axis a : kAllAxes) groups_[size_t(a)] = single(group_name(mesh, a, rank_));
+  } else {
+#if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)
+    auto nccl_world = NcclCommunicator::create_world(*store_, rank_, world, timeout, generation);
+    // ncclCommSplit is collective over the world: every rank splits every
+    // axis (sizes are the same everywhere, so all skip the same ones).
+    for (Axis a : kAllAxes) {
+      const std::string name = group_name(mesh, a, rank_);
+      if (axis_size(mesh, a) == 1) {
+        groups_[size_t(a)] = single(name);
+        continue;
+      }
+      const GroupSplit sp = group_split(mesh, rank_, a);
+      groups_[size_t(a)] = nccl_world->split(sp.color, sp.key, name, group_ranks(mesh, rank_, a));
+    }
+    world_ = std::move(nccl_world);
+#else
+    throw std::runtime_error("process groups: " + std::to_string(world) +
+                             " ranks on CUDA need NCCL, and this build has none "
+                             "(configure with CUDA and NCCL, or run with device: cpu)");
+#endif
+  }
+  if (device == Device::CUDA && options_.host_world)
+    host_world_ = world == 1 ? std::make_unique<SingleRankCommunicator>("host_world", rank_, Device::CPU)
+                             : gloo("host_world", everyone);
+  // Nobody leaves before everyone is connected: rank 0's store is still
+  // needed by groups it is not part of.
+  store_->barrier("ready", rank_, world, timeout);
+}
+
+ProcessGroups::~ProcessGroups() = default;
+
+Communicator& ProcessGroups::host_world() {
+  if (device_ == Device::CPU) return *world_;
+  if (!host_world_)
+    throw std::logic_error("process groups: no host world communicator (set ProcessGroupOptions::host_world)");
+  return *host_world_;
+}
+
+void ProcessGroups::finalize() { store_->barrier("finalize", rank_, mesh_.world(), options_.timeout_s); }
+
+}  // namespace trainer

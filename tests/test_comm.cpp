@@ -1,0 +1,604 @@
+// The communicators (comm/process_group.h, comm/gloo_communicator.h) across
+// real processes: each test forks N children that build their ProcessGroups
+// exactly as the trainer does (rank 0 serves the store on a loopback port),
+// run collectives and compare every element with its closed form. A child
+// reports through a pipe ("" when all checks passed, else what failed) and
+// then waits for the parent to release it, so that no rank tears down its
+// connections, or rank 0 its store, while another still needs them.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/gloo_communicator.h"
+#include "comm/process_group.h"
+
+using namespace trainer;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Checks inside a child throw; the message goes back to the parent.
+struct CheckFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+#define CHILD_CHECK(cond, what)                                                                         \
+  do {                                                                                                  \
+    if (!(cond)) throw CheckFailed(std::string("line ") + std::to_string(__LINE__) + ": " + (what));   \
+  } while (0)
+
+template <typename T>
+void expect_all(const std::vector<T>& got, const std::function<T(size_t)>& want, const std::string& what) {
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want(i)))
+      throw CheckFailed(what + ": element " + std::to_string(i) + " is " + std::to_string(double(got[i])) +
+                        ", expected " + std::to_string(double(want(i))));
+}
+
+template <typename T>
+Tensor view(std::vector<T>& v, DType d) {
+  return Tensor(v.data(), d, {int64_t(v.size())});
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+struct ChildResult {
+  int rank = 0;
+  bool reported = false;
+  std::string report;  // "" : every check passed
+  int exit_code = -1;  // -N: killed by signal N
+};
+
+using Body = std::function<void(ProcessGroups&, std::string& note)>;
+
+struct Run {
+  int world = 2;
+  MeshShape mesh;
+  double timeout_s = 10;
+  // Ranks that never report (they hang on purpose); killed once the others did.
+  std::vector<int> silent;
+  // Ranks that never create their ProcessGroups at all.
+  std::vector<int> absent;
+  double deadline_s = 25;
+};
+
+// Forks run.world children; each builds ProcessGroups and runs body, whose
+// `note` is returned as part of the report (timings, messages).
+std::vector<ChildResult> run_ranks(const Run& run, const Body& body) {
+  const int port = free_port();
+  std::vector<pid_t> pids(run.world);
+  std::vector<int> report_fd(run.world), release_fd(run.world);
+  auto listed = [](const std::vector<int>& v, int r) { return std::find(v.begin(), v.end(), r) != v.end(); };
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int r = 0; r < run.world; ++r) {
+    int rep[2], rel[2];
+    REQUIRE(pipe(rep) == 0);
+    REQUIRE(pipe(rel) == 0);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(rep[0]);
+      close(rel[1]);
+      for (int q = 0; q < r; ++q) {  // the parent's ends for earlier children
+        close(report_fd[q]);
+        close(release_fd[q]);
+      }
+      std::string report, note;
+      int code = 0;
+      std::unique_ptr<ProcessGroups> pg;
+      try {
+        if (listed(run.absent, r)) {
+          std::this_thread::sleep_for(std::chrono::seconds(60));
+        } else {
+          LaunchInfo li;
+          li.launcher = "test";
+          li.rank = r;
+          li.world_size = run.world;
+          li.local_rank = r;
+          li.local_world_size = run.world;
+          li.master_addr = "127.0.0.1";
+          li.master_port = port;
+          ProcessGroupOptions o;
+          o.timeout_s = run.timeout_s;
+          o.token = "test-comm";
+          pg = std::make_unique<ProcessGroups>(li, run.mesh, Device::CPU, o);
+          body(*pg, note);
+        }
+      } catch (const std::exception& e) {
+        report = std::string("rank ") + std::to_string(r) + " failed: " + e.what();
+        code = 1;
+      }
+      const std::string msg = report + "\n" + note;
+      ssize_t off = 0;
+      while (off < ssize_t(msg.size())) {
+        const ssize_t w = write(rep[1], msg.data() + off, msg.size() - off);
+        if (w <= 0) break;
+        off += w;
+      }
+      close(rep[1]);
+      char c;
+      while (read(rel[0], &c, 1) > 0) {
+      }
+      pg.reset();
+      _exit(code);
+    }
+    close(rep[1]);
+    close(rel[0]);
+    pids[r] = pid;
+    report_fd[r] = rep[0];
+    release_fd[r] = rel[1];
+  }
+
+  std::vector<ChildResult> results(run.world);
+  std::vector<std::string> text(run.world);
+  std::vector<bool> open(run.world, true);
+  const auto start = Clock::now();
+  auto waiting = [&] {
+    for (int r = 0; r < run.world; ++r)
+      if (open[r] && !listed(run.silent, r) && !listed(run.absent, r)) return true;
+    return false;
+  };
+  while (waiting() && seconds_since(start) < run.deadline_s) {
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (int r = 0; r < run.world; ++r)
+      if (open[r]) {
+        fds.push_back({report_fd[r], POLLIN, 0});
+        who.push_back(r);
+      }
+    if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      const int r = who[i];
+      if (n > 0) {
+        text[r].append(buf, size_t(n));
+      } else {
+        open[r] = false;
+        results[r].reported = true;
+      }
+    }
+  }
+  for (int r = 0; r < run.world; ++r) {
+    if (listed(run.silent, r) || listed(run.absent, r) || !results[r].reported) kill(pids[r], SIGKILL);
+    close(report_fd[r]);
+    close(release_fd[r]);
+  }
+  for (int r = 0; r < run.world; ++r) {
+    results[r].rank = r;
+    const size_t nl = text[r].find('\n');
+    results[r].report = text[r].substr(0, nl);
+    if (nl != std::string::npos) text[r] = text[r].substr(nl + 1);
+    int status = 0;
+    // The released children exit at once; give them a moment, then insist.
+    const auto t0 = Clock::now();
+    pid_t got = 0;
+    while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 && seconds_since(t0) < 10)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (got == 0) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], &status, 0);
+    }
+    results[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
+    if (results[r].reported) results[r].report += text[r].empty() ? "" : "\n  note: " + text[r];
+  }
+  return results;
+}
+
+void require_all_passed(const std::vector<ChildResult>& results) {
+  for (const ChildResult& c : results) {
+    INFO("rank " << c.rank << ": " << (c.reported ? c.report : "no report (hung?)"));
+    CHECK(c.reported);
+    CHECK(c.exit_code == 0);
+  }
+}
+
+// --- the collectives of one communicator ------------------------------------
+
+void check_collectives(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  const float tri = float(n * (n - 1) / 2);  // sum of the ranks
+
+  {  // all_reduce, sum: large enough to need several of Gloo's 1 MiB segments
+    std::vector<float> a(300001);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(r) + float(i % 1000);
+    c.all_reduce(view(a, DType::F32));
+    expect_all<float>(a, [&](size_t i) { return float(n) * float(i % 1000) + tri; }, "all_reduce sum F32");
+  }
+  {  // all_reduce, max
+    std::vector<float> a(1001);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float((7 * r + int(i)) % 13);
+    c.all_reduce(view(a, DType::F32), ReduceOp::Max);
+    expect_all<float>(a, [&](size_t i) {
+      int m = 0;
+      for (int q = 0; q < n; ++q) m = std::max(m, (7 * q + int(i)) % 13);
+      return float(m);
+    }, "all_reduce max F32");
+  }
+  {  // integer and double sums
+    std::vector<int32_t> a(77);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = int32_t(r * 1000 + int(i));
+    c.all_reduce(view(a, DType::I32));
+    expect_all<int32_t>(a, [&](size_t i) { return int32_t(1000 * tri + n * int(i)); }, "all_reduce sum I32");
+    std::vector<double> d(33, 0.5 + r);
+    c.all_reduce(view(d, DType::F64));
+    expect_all<double>(d, [&](size_t) { return 0.5 * n + tri; }, "all_reduce sum F64");
+  }
+  {  // bf16 cannot be reduced on the CPU backend, and saying so breaks nothing
+    std::vector<uint16_t> b(8, 0x3f80);
+    const std::string e = error_of([&] { c.all_reduce(view(b, DType::BF16)); });
+    CHILD_CHECK(contains(e, "not supported on the CPU backend") && contains(e, c.name()), "bf16 all_reduce: " + e);
+  }
+  {  // reduce_scatter: chunk size 1000 (not a power of two)
+    const size_t m = 1000;
+    std::vector<float> in(m * n), out(m, -1.f);
+    for (size_t j = 0; j < in.size(); ++j) in[j] = float(r + 1) * float(j % 97 + 1);
+    const std::vector<float> before = in;
+    c.reduce_scatter(view(out, DType::F32), view(in, DType::F32));
+    const float s = float(n * (n + 1) / 2);
+    expect_all<float>(out, [&](size_t k) { return s * float((r * m + k) % 97 + 1); }, "reduce_scatter");
+    CHILD_CHECK(in == before, "reduce_scatter changed its input");
+    // In place: out is this rank's own chunk of in.
+    Tensor own(in.data() + r * m, DType::F32, {int64_t(m)});
+    c.reduce_scatter(own, view(in, DType::F32));
+    std::vector<float> got(in.begin() + r * m, in.begin() + (r + 1) * m);
+    expect_all<float>(got, [&](size_t k) { return s * float((r * m + k) % 97 + 1); }, "reduce_scatter in place");
+  }
+  {  // all_gather: F32, bf16 bits (a byte move), and in place
+    const size_t m = 123;
+    std::vector<float> in(m), out(m * n, -1.f);
+    for (size_t k = 0; k < m; ++k) in[k] = float(r * 1000 + int(k));
+    c.all_gather(view(out, DType::F32), view(in, DType::F32));
+    expect_all<float>(out, [&](size_t i) { return float(int(i / m) * 1000 + int(i % m)); }, "all_gather F32");
+    std::vector<uint16_t> hin(m), hout(m * n);
+    for (size_t k = 0; k < m; ++k) hin[k] = uint16_t(0x4000 + r * 200 + int(k));
+    c.all_gather(view(hout, DType::BF16), view(hin, DType::BF16));
+    expect_all<uint16_t>(hout, [&](size_t i) { return uint16_t(0x4000 + int(i / m) * 200 + int(i % m)); },
+                         "all_gather BF16");
+    std::vector<float> buf(m * n, -1.f);
+    for (size_t k = 0; k < m; ++k) buf[r * m + k] = float(r * 1000 + int(k));
+    c.all_gather(view(buf, DType::F32), Tensor(buf.data() + r * m, DType::F32, {int64_t(m)}));
+    expect_all<float>(buf, [&](size_t i) { return float(int(i / m) * 1000 + int(i % m)); }, "all_gather in place");
+  }
+  {  // broadcast from the last rank (not 0)
+    const int root = n - 1;
+    std::vector<float> a(5000, -1.f);
+    std::vector<uint16_t> h(17, 0);
+    if (r == root) {
+      for (size_t i = 0; i < a.size(); ++i) a[i] = 7.f + float(i);
+      for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(0x3c00 + i);
+    }
+    c.broadcast(view(a, DType::F32), root);
+    c.broadcast(view(h, DType::F16), root);
+    expect_all<float>(a, [&](size_t i) { return 7.f + float(i); }, "broadcast F32");
+    expect_all<uint16_t>(h, [&](size_t i) { return uint16_t(0x3c00 + i); }, "broadcast F16");
+  }
+  {  // all_to_all: chunk p of rank r goes to rank p
+    const size_t m = 5;
+    std::vector<int32_t> in(m * n), out(m * n, -1);
+    for (int p = 0; p < n; ++p)
+      for (size_t k = 0; k < m; ++k) in[p * m + k] = r * 1000 + p * 10 + int(k);
+    c.all_to_all(view(out, DType::I32), view(in, DType::I32));
+    expect_all<int32_t>(out, [&](size_t i) { return int32_t(int(i / m) * 1000 + r * 10 + int(i % m)); }, "all_to_all");
+  }
+  {  // all_to_all_v: rank s sends count(s, d) elements to rank d, some zero
+    auto count = [](int s, int d) { return int64_t((s + 2 * d) % 3); };
+    std::vector<int64_t> in_counts(n), out_counts(n);
+    int64_t in_total = 0, out_total = 0;
+    for (int p = 0; p < n; ++p) {
+      in_counts[p] = count(r, p);
+      out_counts[p] = count(p, r);
+      in_total += in_counts[p];
+      out_total += out_counts[p];
+    }
+    std::vector<float> in(in_total + 3, -5.f), out(out_total + 2, -7.f);  // slack at the end stays untouched
+    std::vector<float> want(out.size(), -7.f);
+    for (int p = 0, at = 0; p < n; ++p)
+      for (int64_t k = 0; k < in_counts[p]; ++k) in[at++] = float(r * 1000 + p * 10 + int(k));
+    for (int p = 0, at = 0; p < n; ++p)
+      for (int64_t k = 0; k < out_counts[p]; ++k) want[at++] = float(p * 1000 + r * 10 + int(k));
+    c.all_to_all_v(view(out, DType::F32), out_counts, view(in, DType::F32), in_counts);
+    expect_all<float>(out, [&](size_t i) { return want[i]; }, "all_to_all_v");
+  }
+  {  // batch_send_recv: a ring, both directions at once, twice
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<int32_t> to_next(64), from_prev(64, -1);
+      std::vector<float> to_prev(1000), from_next(1000, -1.f);
+      for (size_t k = 0; k < to_next.size(); ++k) to_next[k] = r * 10 + int(k) + round;
+      for (size_t k = 0; k < to_prev.size(); ++k) to_prev[k] = float(r * 100000 + int(k) + round);
+      c.batch_send_recv({{true, view(to_next, DType::I32), next},
+                         {false, view(from_prev, DType::I32), prev},
+                         {true, view(to_prev, DType::F32), prev},
+                         {false, view(from_next, DType::F32), next}});
+      expect_all<int32_t>(from_prev, [&](size_t k) { return int32_t(prev * 10 + int(k) + round); }, "ring from prev");
+      expect_all<float>(from_next, [&](size_t k) { return float(next * 100000 + int(k) + round); }, "ring from next");
+    }
+  }
+  c.barrier();
+  {  // async: overlaps with compute, keeps its order with later sync calls
+    std::vector<float> big(1 << 20, float(r + 1)), small(10, float(r));
+    std::vector<float> rs_in(64 * n), rs_out(64);
+    for (size_t j = 0; j < rs_in.size(); ++j) rs_in[j] = float(j);
+    auto w1 = c.all_reduce_async(view(big, DType::F32));
+    auto w2 = c.reduce_scatter_async(view(rs_out, DType::F32), view(rs_in, DType::F32));
+    double acc = 0;  // compute while the collectives run
+    for (int i = 0; i < 2000000; ++i) acc += std::sin(i * 1e-3);
+    CHILD_CHECK(std::isfinite(acc), "compute");
+    c.all_reduce(view(small, DType::F32));  // behind both async ones
+    w2->wait();
+    w1->wait();
+    w1->wait();  // a second wait is harmless
+    const float s = float(n * (n + 1) / 2);
+    expect_all<float>(big, [&](size_t) { return s; }, "async all_reduce");
+    expect_all<float>(rs_out, [&](size_t k) { return float(n) * float(r * 64 + int(k)); }, "async reduce_scatter");
+    expect_all<float>(small, [&](size_t) { return tri; }, "sync all_reduce after async");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("comm: Gloo collectives on 2, 3 and 4 processes match their closed forms", "[comm]") {
+  for (int n : {2, 3, 4}) {
+    SECTION("world of " + std::to_string(n)) {
+      Run run;
+      run.world = n;
+      run.mesh.dp = n;
+      const auto results = run_ranks(run, [](ProcessGroups& pg, std::string&) {
+        Communicator& w = pg.world();
+        CHILD_CHECK(w.size() == pg.world_size() && w.rank() == pg.rank(), "world rank/size");
+        CHILD_CHECK(w.name() == "world" && w.device() == Device::CPU, "world name/device");
+        check_collectives(w);
+        pg.finalize();
+      });
+      require_all_passed(results);
+    }
+  }
+}
+
+TEST_CASE("comm: sub-groups of the mesh, each collective stays inside its group", "[comm]") {
+  struct Case {
+    MeshShape mesh;
+    const char* what;
+  };
+  MeshShape tp_dp;
+  tp_dp.tp = 2;
+  tp_dp.dp = 2;
+  tp_dp.ep = 2;  // EP = the dp pair, EDP of size 1
+  MeshShape dp_ep;
+  dp_ep.dp = 4;
+  dp_ep.ep = 2;  // EP {0,1},{2,3}; EDP {0,2},{1,3}
+  for (const Case& k : {Case{tp_dp, "tp 2 x dp 2, ep 2"}, Case{dp_ep, "dp 4, ep 2"}}) {
+    SECTION(k.what) {
+      Run run;
+      run.world = 4;
+      run.mesh = k.mesh;
+      const MeshShape mesh = k.mesh;
+      const auto results = run_ranks(run, [mesh](ProcessGroups& pg, std::string&) {
+        const int me = pg.rank();
+        std::vector<std::unique_ptr<Work>> pending;
+        std::vector<std::vector<float>> async_bufs;
+        async_bufs.reserve(std::size(kAllAxes));
+        for (Axis a : kAllAxes) {
+          Communicator& c = pg.group(a);
+          const std::vector<int> ranks = group_ranks(mesh, me, a);
+          const std::string label = std::string(axis_name(a)) + " group " + c.describe();
+          CHILD_CHECK(c.members() == ranks, label + ": members");
+          CHILD_CHECK(c.name() == group_name(mesh, a, me), label + ": name");
+          CHILD_CHECK(c.size() == int(ranks.size()) && ranks[c.rank()] == me, label + ": rank/size");
+          // The sum of (global rank + 1) over the members only.
+          float want = 0;
+          for (int q : ranks) want += float(q + 1);
+          std::vector<float> v(10, float(me + 1));
+          c.all_reduce(view(v, DType::F32));
+          expect_all<float>(v, [&](size_t) { return want; }, label + ": all_reduce");
+          // Members, in group order, through all_gather.
+          std::vector<int32_t> one{me}, all(ranks.size(), -1);
+          c.all_gather(view(all, DType::I32), view(one, DType::I32));
+          CHILD_CHECK(std::vector<int>(all.begin(), all.end()) == ranks, label + ": all_gather of ranks");
+          // Async on every group at once: each has its own queue.
+          async_bufs.emplace_back(1000, float(me + 1));
+          pending.push_back(c.all_reduce_async(view(async_bufs.back(), DType::F32)));
+        }
+        for (size_t i = 0; i < pending.size(); ++i) {
+          pending[i]->wait();
+          float want = 0;
+          for (int q : group_ranks(mesh, me, kAllAxes[i])) want += float(q + 1);
+          expect_all<float>(async_bufs[i], [&](size_t) { return want; }, std::string(axis_name(kAllAxes[i])) + " async");
+        }
+        // A group of one: every collective is a copy or nothing.
+        Communicator& pp = pg.group(Axis::PP);
+        CHILD_CHECK(pp.size() == 1, "pp is a group of one");
+        std::vector<float> x{1, 2, 3}, y(3, 0);
+        pp.all_reduce(view(x, DType::F32));
+        pp.reduce_scatter(view(y, DType::F32), view(x, DType::F32));
+        CHILD_CHECK(x == (std::vector<float>{1, 2, 3}) && y == x, "group of one: reduce_scatter copies");
+        std::fill(y.begin(), y.end(), 0.f);
+        pp.batch_send_recv({{true, view(x, DType::F32), 0}, {false, view(y, DType::F32), 0}});
+        CHILD_CHECK(y == x, "group of one: send to itself");
+        pg.world().barrier();
+        pg.finalize();
+      });
+      require_all_passed(results);
+    }
+  }
+}
+
+TEST_CASE("comm: a rank that never joins a collective is named when the others time out", "[comm]") {
+  // tp 2 x dp 2: rank 3 stops after start-up. Its dp partner (rank 1) times
+  // out alone in dp[tp1]; ranks 0 and 2 finish dp[tp0]; then ranks 0-2 time
+  // out in the world all_reduce.
+  Run run;
+  run.world = 4;
+  run.mesh.tp = 2;
+  run.mesh.dp = 2;
+  run.timeout_s = 2;
+  run.silent = {3};
+  const double timeout = run.timeout_s;
+  const auto results = run_ranks(run, [timeout](ProcessGroups& pg, std::string& note) {
+    const int me = pg.rank();
+    if (me == 3) {
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      return;
+    }
+    auto timed = [&](Communicator& c, std::string* error) {
+      std::vector<float> v(1000, 1.f);
+      const auto t0 = Clock::now();
+      try {
+        c.all_reduce(view(v, DType::F32));
+      } catch (const CollectiveTimeout& e) {
+        *error = e.what();
+      }
+      return seconds_since(t0);
+    };
+    std::string dp_error, world_error;
+    const double dp_s = timed(pg.group(Axis::DP), &dp_error);
+    if (me == 1) {
+      CHILD_CHECK(contains(dp_error, "all_reduce on group dp[tp1] (ranks 1,3) timed out after 2 s"), "dp: " + dp_error);
+      CHILD_CHECK(contains(dp_error, "rank 3 never joined"), "dp: " + dp_error);
+      CHILD_CHECK(dp_s > 0.9 * timeout && dp_s < timeout + 3.5, "dp timeout took " + std::to_string(dp_s) + " s");
+      // A failed communicator refuses further work instead of hanging.
+      std::vector<float> v(4, 1.f);
+      const std::string again = error_of([&] { pg.group(Axis::DP).all_reduce(view(v, DType::F32)); });
+      CHILD_CHECK(contains(again, "unusable after an earlier failure"), "dp again: " + again);
+    } else {
+      CHILD_CHECK(dp_error.empty() && dp_s < timeout, "dp[tp0] should succeed: " + dp_error);
+    }
+    // Ranks 0-2 meet before the world all_reduce, so that only rank 3 is late.
+    PrefixStore phase(pg.store(), "test/phase");
+    phase.set(std::to_string(me), "1");
+    phase.wait({"0", "1", "2"}, 20);
+    const double world_s = timed(pg.world(), &world_error);
+    CHILD_CHECK(contains(world_error, "all_reduce on group world (ranks 0,1,2,3) timed out after 2 s"),
+                "world: " + world_error);
+    CHILD_CHECK(contains(world_error, "rank 3 never joined it (0,1,2 did)"), "world: " + world_error);
+    CHILD_CHECK(world_s > 0.9 * timeout && world_s < timeout + 3.5,
+                "world timeout took " + std::to_string(world_s) + " s");
+    note = "world: " + world_error + " after " + std::to_string(world_s) + " s";
+  });
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << results[r].report);
+    CHECK(results[r].reported);
+    CHECK(results[r].exit_code == 0);
+  }
+}
+
+TEST_CASE("comm: a rank that dies mid-run gives the others an error, not SIGPIPE", "[comm]") {
+  Run run;
+  run.world = 3;
+  run.mesh.dp = 3;
+  run.timeout_s = 5;
+  const auto t0 = Clock::now();
+  const auto results = run_ranks(run, [](ProcessGroups& pg, std::string&) {
+    if (pg.rank() == 2) _exit(0);  // dies without a word, connections and all
+    std::vector<float> v(1 << 20, 1.f);
+    std::string e;
+    for (int i = 0; i < 50 && e.empty(); ++i) e = error_of([&] { pg.world().all_reduce(view(v, DType::F32)); });
+    CHILD_CHECK(contains(e, "all_reduce on group world (ranks 0,1,2)") && contains(e, "rank 2 never joined"), e);
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << results[r].report);
+    CHECK(results[r].reported);
+    CHECK(results[r].exit_code == 0);
+  }
+  CHECK(seconds_since(t0) < 10);
+}
+
+TEST_CASE("comm: a rank that never starts is named by the start-up barrier", "[comm]") {
+  Run run;
+  run.world = 3;
+  run.mesh.dp = 3;
+  run.timeout_s = 1.5;
+  run.absent = {2};
+  const auto t0 = Clock::now();
+  const auto results = run_ranks(run, [](ProcessGroups&, std::string&) {});
+  const double took = seconds_since(t0);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << results[r].report);
+    CHECK(results[r].exit_code == 1);
+    CHECK(contains(results[r].report, "store barrier 'init' timed out after 1.5 s: rank 2 of 3 never arrived"));
+  }
+  CHECK(took < 10);
+}
+
+TEST_CASE("comm: bad arguments are refused, naming the group, and break nothing", "[comm]") {
+  Run run;
+  run.world = 2;
+  run.mesh.dp = 2;
+  const auto results = run_ranks(run, [](ProcessGroups& pg, std::string&) {
+    Communicator& c = pg.world();
+    std::vector<float> a(6), b(4);
+    std::string e = error_of([&] { c.reduce_scatter(view(b, DType::F32), view(a, DType::F32)); });
+    CHILD_CHECK(contains(e, "reduce_scatter on group world (ranks 0,1)") && contains(e, "in must be out x 2"), e);
+    e = error_of([&] { c.all_gather(view(b, DType::F32), view(a, DType::F32)); });
+    CHILD_CHECK(contains(e, "all_gather on group world"), e);
+    e = error_of([&] { c.broadcast(view(a, DType::F32), 2); });
+    CHILD_CHECK(contains(e, "root 2 is not a group rank"), e);
+    e = error_of([&] { c.all_to_all_v(view(b, DType::F32), {1, 1}, view(a, DType::F32), {5, 5}); });
+    CHILD_CHECK(contains(e, "counts add up to 10"), e);
+    e = error_of([&] { c.batch_send_recv({{true, view(a, DType::F32), 3}}); });
+    CHILD_CHECK(contains(e, "peer 3 is not a group rank"), e);
+    Tensor on_gpu(a.data(), DType::F32, {6}, Device::CUDA);
+    e = error_of([&] { c.all_reduce(on_gpu); });
+    CHILD_CHECK(contains(e, "the Gloo backend moves host tensors only"), e);
+    // None of these broke the communicator.
+    std::vector<float> v(3, 1.f);
+    c.all_reduce(view(v, DType::F32));
+    CHILD_CHECK(v[0] == 2.f, "still usable");
+    pg.finalize();
+  });
+  require_all_passed(results);
+}
+
+TEST_CASE("comm: group descriptions and the Gloo address choice", "[comm]") {
+  CHECK(format_rank_list({0, 2, 4, 6}) == "0,2,4,6");
+  std::vector<int> many(1024);
+  for (int i = 0; i < 1024; ++i) many[i] = 8 * i;
+  CHECK(format_rank_list(many) == "0,8,16,24,32,40,48,56,...,8176,8184 (1024 ranks)");
+  SingleRankCommunicator one("pp[dp1]", 5, Device::CPU);
+  CHECK(one.describe() == "pp[dp1] (ranks 5)");
+  // One host, or a master spelled as loopback: loopback; otherwise never
+  // loopback, since other hosts must reach us.
+  CHECK(gloo_local_address("node17", true) == "127.0.0.1");
+  CHECK(gloo_local_address("127.0.0.1", false) == "127.0.0.1");
+  CHECK(gloo_local_address("localhost", false) == "127.0.0.1");
+}
