@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/pack.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -59,50 +60,14 @@ void need_float(const char* op, const char* name, const Tensor& t) {
                  ", expected F32, BF16 or F16");
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 std::string describe(const char* name, const Tensor& t) {
   return std::string(name) + " " + dtype_name(t.dtype) + t.shape_str();
 }
 
-// ---- packs -------------------------------------------------------------------
 
-// P == 1: one element. P == kPack: 16-byte vector accesses; p must be 16-byte
-// aligned (the host checks before choosing the vector path).
-template <typename T, int P>
-__device__ __forceinline__ void load_pack(const T* p, float (&v)[P]) {
-  if constexpr (P == 1) {
-    v[0] = to_float(p[0]);
-  } else {
-    constexpr int kPerWord = 16 / int(sizeof(T));
-    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
-#pragma unroll
-    for (int w = 0; w < P / kPerWord; ++w) {
-      const uint4 u = reinterpret_cast<const uint4*>(p)[w];
-      const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) v[w * kPerWord + k] = to_float(e[k]);
-    }
-  }
-}
 
-template <typename T, int P>
-__device__ __forceinline__ void store_pack(T* p, const float (&v)[P]) {
-  if constexpr (P == 1) {
-    p[0] = from_float<T>(v[0]);
-  } else {
-    constexpr int kPerWord = 16 / int(sizeof(T));
-    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
-#pragma unroll
-    for (int w = 0; w < P / kPerWord; ++w) {
-      uint4 u;
-      T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) e[k] = from_float<T>(v[w * kPerWord + k]);
-      reinterpret_cast<uint4*>(p)[w] = u;
-    }
-  }
-}
+
 
 // ---- map ops -------------------------------------------------------------------
 // Each op reads all inputs of its P elements before writing any output, so an

@@ -37,6 +37,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/pack.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -99,48 +100,15 @@ void same_as_weight(const char* op, const char* name, const Tensor& t, const Ten
     fail(op, std::string(name) + " " + t.shape_str() + " vs weight " + weight.shape_str());
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 std::string describe(const char* name, const Tensor& t) {
   return std::string(name) + " " + dtype_name(t.dtype) + t.shape_str();
 }
 
-// ---- packs -------------------------------------------------------------------
 
-template <typename T, int P>
-__device__ __forceinline__ void load_pack(const T* p, float (&v)[P]) {
-  if constexpr (P == 1) {
-    v[0] = to_float(p[0]);
-  } else {
-    constexpr int kPerWord = 16 / int(sizeof(T));
-    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
-#pragma unroll
-    for (int w = 0; w < P / kPerWord; ++w) {
-      const uint4 u = reinterpret_cast<const uint4*>(p)[w];
-      const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) v[w * kPerWord + k] = to_float(e[k]);
-    }
-  }
-}
 
-template <typename T, int P>
-__device__ __forceinline__ void store_pack(T* p, const float (&v)[P]) {
-  if constexpr (P == 1) {
-    p[0] = from_float<T>(v[0]);
-  } else {
-    constexpr int kPerWord = 16 / int(sizeof(T));
-    static_assert(P % kPerWord == 0, "pack must be whole 16-byte words");
-#pragma unroll
-    for (int w = 0; w < P / kPerWord; ++w) {
-      uint4 u;
-      T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) e[k] = from_float<T>(v[w * kPerWord + k]);
-      reinterpret_cast<uint4*>(p)[w] = u;
-    }
-  }
-}
+
+
 
 // A C-length vector whose storage type is known only at run time (weight,
 // bias, their gradients). The switch is uniform across the block.
