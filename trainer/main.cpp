@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/engine.h"
+#include "trainer/launch.h"
 #include "trainer/smoke.h"
 
 namespace {
@@ -80,6 +81,13 @@ int main(int argc, char** argv) {
       std::fputs(trainer::config_to_yaml(cfg).c_str(), stdout);
       return 0;
     }
+    const trainer::LaunchInfo launch = trainer::detect_launch();
+    // Until the engine shards work across ranks, N launched processes would
+    // train N identical copies into one run directory: refuse instead.
+    if (launch.world_size > 1)
+      throw trainer::ConfigError(launch.describe() +
+                                 ": this build trains in one process; data, tensor and pipeline "
+                                 "parallelism are not wired into the training loop yet (launch 1 process)");
     std::printf("config: %s\n", cfg.source.c_str());
     if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps);
     if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
