@@ -118,13 +118,18 @@ ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, De
   const std::string token = options_.token.empty() ? job_token_from_env() : options_.token;
   const int generation = g_generation++;
 
-  int port = launch.master_port;
+  // torchrun's own agent already serves its rendezvous store at MASTER_PORT,
+  // so under torchrun ours listens on the next port.
+  const int store_port = launch.launcher == "torchrun" && launch.master_port > 0 && launch.master_port < 65535
+                             ? launch.master_port + 1
+                             : launch.master_port;
+  int port = store_port;
   if (rank_ == 0) {
     // MASTER_ADDR is often a host name that resolves, on its own node, to a
     // loopback alias (Debian's 127.0.1.1) while the other nodes reach the
     // real address: listen on every interface unless the job is loopback-only.
     const std::string bind = is_loopback(launch.master_addr) ? launch.master_addr : "0.0.0.0";
-    server_ = std::make_unique<StoreServer>(bind, launch.master_port, token);
+    server_ = std::make_unique<StoreServer>(bind, store_port, token);
     port = server_->port();  // a single process may leave the port to the system
   }
   try {

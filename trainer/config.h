@@ -140,9 +140,12 @@ struct ConfigError : std::runtime_error {
 
 // Parse YAML text / file into a Config (defaults for absent keys), apply
 // "key.path=value" overrides in order, then validate. Throws ConfigError.
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides);
+// world_size: processes of the launch (validation checks the parallel layout
+// and the global batch against it).
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides,
+                        int world_size = 1);
 Config load_config_text(const std::string& yaml, const std::string& source,
-                        const std::vector<std::string>& overrides);
+                        const std::vector<std::string>& overrides, int world_size = 1);
 // Replaces "auto"/0 placeholders that have one right answer for this run
 // (model.tie_embeddings, train.global_batch_size); load_config_* call it, code
 // that builds a Config by hand should too. Idempotent.

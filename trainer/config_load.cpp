@@ -337,14 +337,14 @@ void apply_override(Config& c, const std::string& text) {
 }  // namespace
 
 Config load_config_text(const std::string& yaml, const std::string& source,
-                        const std::vector<std::string>& overrides) {
+                        const std::vector<std::string>& overrides, int world_size) {
   Config c;
   c.source = source;
   try {
     apply_text(c, yaml, source);
     for (const auto& o : overrides) apply_override(c, o);
-    resolve_config(c, 1);
-    validate_config(c, 1);
+    resolve_config(c, world_size);
+    validate_config(c, world_size);
   } catch (const ConfigError&) {
     throw;
   } catch (const YAML::Exception& e) {
@@ -356,7 +356,7 @@ Config load_config_text(const std::string& yaml, const std::string& source,
   return c;
 }
 
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::status(path, ec);
@@ -369,7 +369,7 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno));
-  return load_config_text(text.str(), path, overrides);
+  return load_config_text(text.str(), path, overrides, world_size);
 }
 
 }  // namespace trainer

@@ -12,6 +12,8 @@
 #include <stdexcept>
 
 #include "checkpoint/checkpoint.h"
+#include "comm/mesh.h"
+#include "comm/process_group.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
@@ -119,8 +121,30 @@ void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, i
 
 }  // namespace
 
-TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
-  const DeviceChoice dev = select_device(cfg.train.device);
+TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
+  RunOptions opt = opt_in;
+  const DeviceChoice dev = select_device(cfg.train.device, opt.launch.local_rank);
+  // Data parallelism (ZeRO stage 0): every rank holds the whole model, draws
+  // its share of the global batch, and the gradients are summed across ranks
+  // before the (identical) optimizer step. Other layouts are later work.
+  std::unique_ptr<ProcessGroups> groups;
+  int dp = 1, dp_rank = 0;
+  if (opt.launch.world_size > 1) {
+    const MeshShape mesh = resolve_mesh(cfg.parallel, opt.launch.world_size, opt.launch.local_world_size);
+    if (mesh.tp > 1 || mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1 || cfg.parallel.zero_stage > 0)
+      throw ConfigError(describe(mesh) + ", parallel.zero_stage=" + std::to_string(cfg.parallel.zero_stage) +
+                        ": only data parallelism with zero_stage 0 is wired into training so far "
+                        "(set parallel.tp/pp/cp/ep to 1 and parallel.zero_stage to 0)");
+    if (!opt.dump_reference_dir.empty()) throw ConfigError("--dump-reference runs in one process");
+    ProcessGroupOptions po;
+    po.timeout_s = cfg.parallel.timeout_s;
+    po.host_world = dev.device == Device::CUDA;
+    groups = std::make_unique<ProcessGroups>(opt.launch, mesh, dev.device, po);
+    dp = mesh.dp;
+    dp_rank = coords_of(mesh, opt.launch.rank).dp;
+  }
+  const bool lead = opt.launch.rank == 0;
+  if (!lead) opt.quiet = true;
   const DType storage = storage_dtype(cfg.train.precision, dev.device);
   if (!opt.dump_reference_dir.empty() && dev.device != Device::CPU)
     throw ConfigError("--dump-reference compares against the fp32 PyTorch reference: run it with train.device=cpu");
@@ -129,10 +153,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
     openblas_set_num_threads(cfg.train.threads);
   }
   const int threads = omp_get_max_threads();
-  std::printf("%s, %d thread%s, storage %s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
-              dtype_name(storage));
+  if (lead)
+    std::printf("%s, %d thread%s, storage %s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
+                dtype_name(storage), dp > 1 ? (", data parallel " + std::to_string(dp)).c_str() : "");
 
-  const int dp = 1;
   const int64_t micro = cfg.train.micro_batch_size;
   const int64_t M = cfg.train.global_batch_size / (micro * dp);
   const int64_t T = cfg.train.seq_len;
@@ -142,17 +166,17 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   const MemoryPlan plan = plan_memory(cfg, storage);
   summary.planned_bytes = plan.total();
   summary.device_bytes = dev.memory_bytes;
-  std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
+  if (lead) std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
   if (dev.memory_bytes > 0 && plan.total() > dev.memory_bytes)
     throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +
                              format_bytes(double(dev.memory_bytes)) +
                              ": lower train.micro_batch_size (more micro-batches keep the global batch)");
-  std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld%s\n",
+  if (lead) std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld%s\n",
               cfg.model.arch.c_str(), (long long)dims.L, (long long)dims.C, (long long)dims.Hq,
               (long long)dims.Hkv, (long long)dims.F,
               dims.E > 0 ? (", MoE " + std::to_string(dims.E) + " experts top-" + std::to_string(dims.K)).c_str()
                          : "");
-  std::printf("batch: %lld sequences x %lld tokens = %lld tokens/step (%lld micro-batch%s of %lld)\n",
+  if (lead) std::printf("batch: %lld sequences x %lld tokens = %lld tokens/step (%lld micro-batch%s of %lld)\n",
               (long long)cfg.train.global_batch_size, (long long)T,
               (long long)(cfg.train.global_batch_size * T), (long long)M, M == 1 ? "" : "es",
               (long long)micro);
@@ -163,9 +187,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   if (!cfg.data.valid.empty())
     valid_data = std::make_unique<BatchSampler>(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size,
                                                 cfg.run.seed, "valid", cfg.data.format);
-  std::printf("data: %s", train_data.describe().c_str());  // describe() ends each entry with a newline
+  if (lead) std::printf("data: %s", train_data.describe().c_str());  // describe() ends each entry with a newline
+  // Sequence (mb, b) of this rank is global sequence mb*B*dp + dp_rank*B + b:
+  // the union over ranks is the single-process batch, whatever dp is.
+  std::vector<int64_t> indices;
+  for (int64_t mb = 0; mb < M; ++mb)
+    for (int64_t b = 0; b < micro; ++b) indices.push_back(mb * micro * dp + dp_rank * micro + b);
   // The next step's tokens are read in a background thread while this step computes.
-  BatchPrefetcher prefetch(train_data, M, micro);
+  BatchPrefetcher prefetch(train_data, M, micro, indices);
 
   Model model;
   build_model(model, dims, cfg.model.init_std, dev.device);
@@ -185,18 +214,18 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
     restore_checkpoint(*ck, model, opt_state);
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;
-    std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(),
+    if (lead) std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(),
                 (long long)start_step, (long long)tokens);
-  } else if (cfg.checkpoint.resume == "auto") {
+  } else if (cfg.checkpoint.resume == "auto" && lead) {
     std::printf("checkpoint: no complete checkpoint under %s, starting from step 0\n", ckpt_root.c_str());
   }
   summary.start_step = summary.end_step = start_step;
-  const std::string metrics_path = cfg.log.jsonl ? run_dir + "/metrics.jsonl" : "";
+  const std::string metrics_path = cfg.log.jsonl && lead ? run_dir + "/metrics.jsonl" : "";
   if (!metrics_path.empty() && start_step > 0) trim_metrics(metrics_path, start_step);
-  MetricsLog log(metrics_path, start_step > 0, cfg.log.progress);
+  MetricsLog log(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines");
 
   std::unique_ptr<CheckpointWriter> writer;
-  if (cfg.checkpoint.interval > 0)
+  if (cfg.checkpoint.interval > 0 && lead)  // stage 0: every rank holds the same state
     writer = std::make_unique<CheckpointWriter>(ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async);
 
   std::unique_ptr<ReferenceDump> dump;
@@ -219,8 +248,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   for (int64_t step = start_step; step < end_step; ++step) {
     const auto t0 = clock_type::now();
     zero_grads(model);
-    const float ce_scale = float(loss_scale / double(M * dims.N()));
-    const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M));
+    const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
+    const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
     double loss_sum = 0, aux_sum = 0;
     const HostBatch& batch = prefetch.get(step);
     for (int64_t mb = 0; mb < M; ++mb) {
@@ -231,8 +260,19 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
       aux_sum += fr.aux_sum;
       model_backward(model, aux_grad);
     }
-    const double loss = loss_sum / double(M * dims.N());
-    const double aux = aux_sum / double(M);
+    if (groups) {
+      // One flat all-reduce over the gradient arena (padding is zero).
+      Tensor flat = model.grad_arena.flat_f32();
+      flat.dtype = storage;
+      flat.shape[0] = int64_t(model.grad_arena.capacity() / dtype_size(storage));
+      groups->group(Axis::DP).all_reduce(flat);
+      double sums[2] = {loss_sum, aux_sum};
+      groups->host_world().all_reduce(Tensor(sums, DType::F64, {2}));
+      loss_sum = sums[0];
+      aux_sum = sums[1];
+    }
+    const double loss = loss_sum / double(M * dims.N() * dp);
+    const double aux = aux_sum / double(M * dp);
     const double norm = global_grad_norm(model.grad_tensors) / loss_scale;
     if (fp16 && (!std::isfinite(norm) || !std::isfinite(loss))) {
       loss_scale /= 2;
@@ -309,7 +349,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
                                          : "written");
       window_start = clock_type::now();
     }
-    if (valid_data && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
+    if (valid_data && lead && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
       const double vl = evaluate(*valid_data, model, cfg.train.eval_steps);
       summary.val_losses.push_back(vl);
       summary.final_val_loss = vl;
@@ -326,7 +366,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   if (opt.smoke && !summary.diverged)
     check_roundtrip(cfg, model, opt_state, summary.end_step, tokens, ckpt_root + "/roundtrip", summary);
 
-  if (cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke) {
+  if (groups) groups->finalize();
+  if (cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke && lead) {
     std::vector<int32_t> prompt;
     if (cfg.model.vocab_size == 256)
       for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "trainer/config.h"
+#include "trainer/launch.h"
 
 namespace trainer {
 
@@ -16,6 +17,7 @@ struct RunOptions {
   bool quiet = false;              // no per-step lines (tests)
   bool smoke = false;              // record divergence instead of throwing; check a checkpoint round trip
   int64_t stop_after = 0;          // > 0: stop after this optimizer step (the schedule still spans train.steps)
+  LaunchInfo launch;               // world_size > 1: data-parallel ranks over the store + communicators
 };
 
 struct TrainSummary {

@@ -76,19 +76,16 @@ int main(int argc, char** argv) {
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())
       throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
-    trainer::Config cfg = trainer::load_config_file(config_path, overrides);
+    const trainer::LaunchInfo launch = trainer::detect_launch();
+    trainer::Config cfg = trainer::load_config_file(config_path, overrides, launch.world_size);
     if (print_config) {
       std::fputs(trainer::config_to_yaml(cfg).c_str(), stdout);
       return 0;
     }
-    const trainer::LaunchInfo launch = trainer::detect_launch();
-    // Until the engine shards work across ranks, N launched processes would
-    // train N identical copies into one run directory: refuse instead.
-    if (launch.world_size > 1)
-      throw trainer::ConfigError(launch.describe() +
-                                 ": this build trains in one process; data, tensor and pipeline "
-                                 "parallelism are not wired into the training loop yet (launch 1 process)");
-    std::printf("config: %s\n", cfg.source.c_str());
+    if (launch.rank == 0) std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
+    opt.launch = launch;
+    if (smoke && launch.world_size > 1)
+      throw trainer::ConfigError("--smoke-test runs in one process for now; launch it without torchrun/mpirun/srun");
     if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps);
     if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
     trainer::run_training(cfg, opt);
