@@ -23,6 +23,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/map.cuh"
 #include "kernels/cuda/pack.cuh"
 
 namespace trainer::cuda {
@@ -30,10 +31,6 @@ namespace {
 
 using cpu::checks::fail;
 using cpu::checks::same_rows;
-
-constexpr int kPack = 8;
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65536;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
@@ -62,7 +59,7 @@ void like(const char* op, const char* name, const Tensor& t, const char* ref_nam
 
 
 
-// P == 1: one element. P == kPack: 16-byte vector accesses on a 16-byte
+// P == 1: one element. P == kMapPack: 16-byte vector accesses on a 16-byte
 // aligned address (the host checks before choosing the vector path).
 
 
@@ -157,28 +154,6 @@ struct SwigluBackward {
     store_pack<T, P>(dup + i, db);
   }
 };
-
-template <typename Op>
-__global__ void __launch_bounds__(kThreads) map_kernel(const Op op, int64_t n, bool vec) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t done = 0;
-  if (vec) {
-    const int64_t packs = n / kPack;
-    for (int64_t p = tid; p < packs; p += stride) op.template apply<kPack>(p * kPack);
-    done = packs * kPack;
-  }
-  for (int64_t i = done + tid; i < n; i += stride) op.template apply<1>(i);
-}
-
-template <typename Op>
-void launch_map(const char* kernel, const Op& op, int64_t n, bool vec, const std::string& context) {
-  if (n <= 0) return;
-  const int64_t units = vec ? n / kPack + n % kPack : n;
-  const int64_t blocks = std::min((units + kThreads - 1) / kThreads, kMaxBlocks);
-  map_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(op, n, vec);
-  KERNEL_CHECK(kernel, context);
-}
 
 std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype)) + t.shape_str(); }
 

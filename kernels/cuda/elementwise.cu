@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/map.cuh"
 #include "kernels/cuda/pack.cuh"
 
 namespace trainer::cuda {
@@ -39,8 +40,6 @@ using cpu::checks::fail;
 using cpu::checks::same_numel;
 
 constexpr int kPack = 8;          // elements per vector pack
-constexpr int kMapThreads = 256;
-constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
 constexpr int kReduceThreads = 256;
 constexpr int kReduceMaxBlocks = 1024;  // pass 2 is one block of this many threads
 
@@ -127,28 +126,6 @@ struct ConvertOp {
     store_pack<TD, P>(dst + i, v);
   }
 };
-
-template <typename Op>
-__global__ void __launch_bounds__(kMapThreads) map_kernel(const Op op, int64_t n, bool vec) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t done = 0;
-  if (vec) {
-    const int64_t packs = n / kPack;
-    for (int64_t p = tid; p < packs; p += stride) op.template apply<kPack>(p * kPack);
-    done = packs * kPack;
-  }
-  for (int64_t i = done + tid; i < n; i += stride) op.template apply<1>(i);
-}
-
-template <typename Op>
-void launch_map(const char* kernel, const Op& op, int64_t n, bool vec, const std::string& context) {
-  if (n <= 0) return;
-  const int64_t units = vec ? n / kPack + n % kPack : n;
-  const int64_t blocks = std::min((units + kMapThreads - 1) / kMapThreads, kMaxBlocks);
-  map_kernel<<<unsigned(blocks), kMapThreads, 0, stream()>>>(op, n, vec);
-  KERNEL_CHECK(kernel, context);
-}
 
 // ---- reductions ------------------------------------------------------------
 
