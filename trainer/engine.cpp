@@ -42,14 +42,6 @@ void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
   write_from_host(m.acts.targets, hb.targets_of(micro));
 }
 
-void load_micro_batch(const BatchSampler& s, Model& m, int64_t step, int64_t micro) {
-  const ModelDims& d = m.dims;
-  std::vector<int32_t> ids(size_t(d.N())), tg(size_t(d.N()));
-  for (int64_t b = 0; b < d.B; ++b) s.sequence(step, micro * d.B + b, &ids[size_t(b * d.T)], &tg[size_t(b * d.T)]);
-  write_from_host(m.acts.ids, ids.data());
-  write_from_host(m.acts.targets, tg.data());
-}
-
 // Weights start from the same host values on every device and dtype; under
 // mixed precision the fp32 masters hold them and the 16-bit copies follow.
 void initialise_weights(Model& m, const AdamWState& opt, uint64_t seed) {
@@ -60,13 +52,14 @@ void initialise_weights(Model& m, const AdamWState& opt, uint64_t seed) {
   }
 }
 
-double evaluate(const BatchSampler& s, Model& m, int eval_steps) {
+// The validation batches are the same at every evaluation (read once).
+double evaluate(const HostBatch& hb, Model& m) {
   double sum = 0;
-  for (int i = 0; i < eval_steps; ++i) {
-    load_micro_batch(s, m, 0, i);
+  for (int64_t i = 0; i < hb.micro_steps; ++i) {
+    load_prefetched(hb, m, i);
     sum += model_forward(m, 0.f).loss_sum;
   }
-  return sum / double(eval_steps * m.dims.N());
+  return sum / double(hb.micro_steps * m.dims.N());
 }
 
 // After a resume, rows logged past the checkpoint (by the run that crashed)
@@ -86,7 +79,7 @@ void trim_metrics(const std::string& path, int64_t last_step) {
 
 // Saves, loads back and compares every byte, then restores into a fresh
 // model and checks that the same batch gives the same loss bit for bit.
-void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, int64_t step,
+void check_roundtrip(const Config& cfg, Model& m, const AdamWState& opt, int64_t step,
                      int64_t tokens, const std::string& root, TrainSummary& sum) {
   sum.roundtrip_checked = true;
   try {
@@ -105,9 +98,8 @@ void check_roundtrip(const Config& cfg, const Model& m, const AdamWState& opt, i
     restore_checkpoint(ck, m2, opt2);
     ops::copy(m2.acts.ids, m.acts.ids);
     ops::copy(m2.acts.targets, m.acts.targets);
-    Model& m1 = const_cast<Model&>(m);
     const double n = double(m.dims.N());
-    const double l1 = model_forward(m1, 0.f).loss_sum / n, l2 = model_forward(m2, 0.f).loss_sum / n;
+    const double l1 = model_forward(m, 0.f).loss_sum / n, l2 = model_forward(m2, 0.f).loss_sum / n;
     sum.roundtrip_ok = same == snap.tensors.size() && l1 == l2 && opt2.step == opt.step;
     char buf[256];
     std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore",
@@ -183,10 +175,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   BatchSampler train_data(cfg.data.train, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed,
                           "train", cfg.data.format);
-  std::unique_ptr<BatchSampler> valid_data;
-  if (!cfg.data.valid.empty())
-    valid_data = std::make_unique<BatchSampler>(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size,
-                                                cfg.run.seed, "valid", cfg.data.format);
+  std::unique_ptr<HostBatch> valid_batch;
+  if (!cfg.data.valid.empty()) {
+    const BatchSampler valid_data(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed, "valid",
+                                  cfg.data.format);
+    valid_batch = std::make_unique<HostBatch>();
+    fill_batch(valid_data, default_step_indices(cfg.train.eval_steps, micro), 0, cfg.train.eval_steps, micro,
+               *valid_batch);
+  }
   if (lead) std::printf("data: %s", train_data.describe().c_str());  // describe() ends each entry with a newline
   // Sequence (mb, b) of this rank is global sequence mb*B*dp + dp_rank*B + b:
   // the union over ranks is the single-process batch, whatever dp is.
@@ -349,8 +345,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                                          : "written");
       window_start = clock_type::now();
     }
-    if (valid_data && lead && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
-      const double vl = evaluate(*valid_data, model, cfg.train.eval_steps);
+    if (valid_batch && lead && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
+      const double vl = evaluate(*valid_batch, model);
       summary.val_losses.push_back(vl);
       summary.final_val_loss = vl;
       log.eval(step + 1, vl);
