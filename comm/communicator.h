@@ -97,14 +97,19 @@ class Communicator {
   virtual void barrier() = 0;
 
   // Asynchronous all-reduce / reduce-scatter for overlapping gradient
-  // communication with backward; the tensors must stay untouched until wait().
-  // Collectives of one communicator, async or not, run in the order issued.
+  // communication with backward, and all-gather for prefetching ZeRO-3
+  // parameter shards ahead of their use; the tensors must stay untouched
+  // until wait(). Collectives of one communicator, async or not, run in the
+  // order issued (so a gather may read what an earlier async call wrote).
   // NCCL: the collective runs on a communication stream once the work already
   // queued on the compute stream is done; wait() makes the compute stream
   // wait for it (the host does not block). Gloo: it runs on the
   // communicator's worker thread; wait() blocks the host until it is done.
   virtual std::unique_ptr<Work> all_reduce_async(Tensor t) = 0;
   virtual std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) = 0;
+  // As all_gather: out.numel() == size() * in.numel(), any dtype, and `in`
+  // may be this rank's own chunk of out (in-place gather).
+  virtual std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) = 0;
 
   // For the watchdog, from any thread: makes the pending and all later
   // collectives fail instead of hanging (NCCL: ncclCommAbort). The

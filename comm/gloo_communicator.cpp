@@ -464,6 +464,31 @@ struct GlooCommunicator::Impl {
     run_collective("reduce_scatter", [&] { do_reduce_scatter(out, in); });
   }
 
+  void check_all_gather(Tensor out, Tensor in) const {
+    const char* op = "all_gather";
+    need_host(op, "out", out);
+    need_host(op, "in", in);
+    if (out.dtype != in.dtype) bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
+    if (out.numel() != in.numel() * size)
+      bad(op, "out has " + std::to_string(out.numel()) + " elements, in " + std::to_string(in.numel()) +
+                  "; out must be in x " + std::to_string(size));
+  }
+
+  void all_gather(Tensor out, Tensor in) {
+    if (in.numel() == 0) return;
+    // Gloo gathers in place when given no input: put ours into our own slot.
+    char* own = bytes_of(out) + size_t(rank) * in.nbytes();
+    if (own != in.data) std::memmove(own, in.data, in.nbytes());
+    if (size == 1) return;
+    run_collective("all_gather", [&] {
+      gloo::AllgatherOptions o(ctx);
+      o.setOutput(bytes_of(out), out.nbytes());
+      o.setTag(next_tag++);
+      o.setTimeout(timeout);
+      gloo::allgather(o);
+    });
+  }
+
   void check_all_reduce(Tensor t) const {
     need_host("all_reduce", "the tensor", t);
     need_reducible("all_reduce", t);
@@ -521,27 +546,17 @@ std::unique_ptr<Work> GlooCommunicator::reduce_scatter_async(Tensor out, Tensor 
 }
 
 void GlooCommunicator::all_gather(Tensor out, Tensor in) {
-  Impl& m = *impl_;
-  const char* op = "all_gather";
-  m.need_host(op, "out", out);
-  m.need_host(op, "in", in);
-  if (out.dtype != in.dtype) m.bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
-  if (out.numel() != in.numel() * m.size)
-    m.bad(op, "out has " + std::to_string(out.numel()) + " elements, in " + std::to_string(in.numel()) +
-                  "; out must be in x " + std::to_string(m.size));
-  m.drain();
-  if (in.numel() == 0) return;
-  // Gloo gathers in place when given no input: put ours into our own slot.
-  char* own = bytes_of(out) + size_t(m.rank) * in.nbytes();
-  if (own != in.data) std::memmove(own, in.data, in.nbytes());
-  if (m.size == 1) return;
-  m.run_collective(op, [&] {
-    gloo::AllgatherOptions o(m.ctx);
-    o.setOutput(bytes_of(out), out.nbytes());
-    o.setTag(m.next_tag++);
-    o.setTimeout(m.timeout);
-    gloo::allgather(o);
-  });
+  impl_->check_all_gather(out, in);
+  impl_->drain();
+  impl_->all_gather(out, in);
+}
+
+std::unique_ptr<Work> GlooCommunicator::all_gather_async(Tensor out, Tensor in) {
+  impl_->check_all_gather(out, in);
+  Impl* m = impl_.get();
+  // `in` is read on the worker, after the collectives queued before it: it
+  // may be what one of them produces (a reduce-scatter's shard).
+  return m->submit([m, out, in] { m->all_gather(out, in); });
 }
 
 void GlooCommunicator::broadcast(Tensor t, int root) {

@@ -83,6 +83,7 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(Tensor t) override;
   std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) override;
 
   struct Impl;
 

@@ -121,6 +121,23 @@ struct NcclCommunicator::Impl {
           "ncclReduceScatter", "reduce_scatter");
   }
 
+  // Bytes: any dtype gathers the same way. NCCL works in place when in is
+  // this rank's own chunk of out.
+  void all_gather_on(Tensor out, Tensor in, cudaStream_t s) {
+    check(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm, s), "ncclAllGather", "all_gather");
+  }
+
+  void check_all_gather(Tensor out, Tensor in) const {
+    const char* op = "all_gather";
+    usable(op);
+    need_cuda(op, "out", out);
+    need_cuda(op, "in", in);
+    if (out.dtype != in.dtype) bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
+    if (out.numel() != in.numel() * size)
+      bad(op, "out has " + std::to_string(out.numel()) + " elements, in " + std::to_string(in.numel()) +
+                  "; out must be in x " + std::to_string(size));
+  }
+
   void check_all_reduce(Tensor t) const {
     usable("all_reduce");
     need_cuda("all_reduce", "the tensor", t);
@@ -261,19 +278,18 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(Tensor out, Tensor 
 }
 
 void NcclCommunicator::all_gather(Tensor out, Tensor in) {
-  Impl& m = *impl_;
-  const char* op = "all_gather";
-  m.usable(op);
-  m.need_cuda(op, "out", out);
-  m.need_cuda(op, "in", in);
-  if (out.dtype != in.dtype) m.bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
-  if (out.numel() != in.numel() * m.size)
-    m.bad(op, "out has " + std::to_string(out.numel()) + " elements, in " + std::to_string(in.numel()) +
-                  "; out must be in x " + std::to_string(m.size));
+  impl_->check_all_gather(out, in);
   if (in.numel() == 0) return;
-  // Bytes: any dtype gathers the same way. NCCL works in place when in is
-  // this rank's own chunk of out.
-  m.check(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, m.comm, m.sync_stream()), "ncclAllGather", op);
+  impl_->all_gather_on(out, in, impl_->sync_stream());
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_gather_async(Tensor out, Tensor in) {
+  impl_->check_all_gather(out, in);
+  // Nothing to move on any rank (the sizes agree): no NCCL call, as in the
+  // synchronous form, and nothing to wait for.
+  if (in.numel() == 0) return std::make_unique<NcclWork>(nullptr, std::string());
+  impl_->all_gather_on(out, in, impl_->async_stream());
+  return impl_->finish_async();
 }
 
 void NcclCommunicator::broadcast(Tensor t, int root) {

@@ -73,6 +73,7 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(Tensor t) override;
   std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) override;
 
   void abort() override;
   // For the watchdog: "" while healthy, else NCCL's description of the

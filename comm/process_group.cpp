@@ -98,6 +98,11 @@ std::unique_ptr<Work> SingleRankCommunicator::reduce_scatter_async(Tensor out, T
   return std::make_unique<DoneWork>();
 }
 
+std::unique_ptr<Work> SingleRankCommunicator::all_gather_async(Tensor out, Tensor in) {
+  all_gather(out, in);
+  return std::make_unique<DoneWork>();
+}
+
 // --- ProcessGroups ---------------------------------------------------------
 
 ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, Device device,

@@ -55,6 +55,7 @@ class SingleRankCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(Tensor t) override;
   std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) override;
 
  private:
   [[noreturn]] void bad(const char* op, const std::string& why) const;

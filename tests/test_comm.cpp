@@ -375,6 +375,91 @@ void check_collectives(Communicator& c) {
   }
 }
 
+// --- async all-gather (ZeRO-3 prefetch) ---------------------------------------
+
+// Distinct for every (gather, owning rank, element); the BF16 ones are bits.
+float gval(int tag, int q, size_t k) { return float(tag * 100000 + q * 1000 + int(k)); }
+uint16_t gbits(int tag, int q, size_t k) { return uint16_t(tag * 4096 + q * 512 + int(k)); }
+
+Tensor chunk_of(std::vector<float>& v, size_t at, size_t len) {
+  return Tensor(v.data() + at, DType::F32, {int64_t(len)});
+}
+
+// all_gather_async calls issued back to back, some reading what an async
+// collective before them writes, mixed with reduce_scatter_async and
+// synchronous all_reduce: they complete in issue order, every chunk where it
+// belongs, F32 and BF16, separate and in place. Works for a group of one too.
+void check_async_all_gather(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  const float tri = float(n * (n - 1) / 2), s = float(n * (n + 1) / 2);
+  const size_t m = 1000, mh = 300;  // F32 and BF16 chunk sizes
+  {  // one burst, nothing synchronous in between
+    std::vector<float> a_in(m), a_out(m * n, -1.f), b_out(m * n, -1.f), rs(m * n);
+    std::vector<uint16_t> h_in(mh), h_out(mh * n, 0);
+    for (size_t k = 0; k < m; ++k) a_in[k] = gval(1, r, k);
+    for (size_t k = 0; k < mh; ++k) h_in[k] = gbits(2, r, k);
+    for (size_t j = 0; j < rs.size(); ++j) rs[j] = float(r + 1) * float(j % 97 + 1);
+    std::vector<float> none;
+    std::vector<std::unique_ptr<Work>> w;
+    w.push_back(c.all_gather_async(view(a_out, DType::F32), view(a_in, DType::F32)));
+    // ZeRO's step: reduce-scatter into this rank's own chunk, then gather the
+    // reduced chunks back in place; the gather reads what the first wrote.
+    w.push_back(c.reduce_scatter_async(chunk_of(rs, r * m, m), view(rs, DType::F32)));
+    w.push_back(c.all_gather_async(view(rs, DType::F32), chunk_of(rs, r * m, m)));
+    w.push_back(c.all_gather_async(view(h_out, DType::BF16), view(h_in, DType::BF16)));
+    w.push_back(c.all_gather_async(view(none, DType::F32), view(none, DType::F32)));
+    // Gathers the chunk the first gather brought from rank r+1.
+    w.push_back(c.all_gather_async(view(b_out, DType::F32), chunk_of(a_out, ((r + 1) % n) * m, m)));
+    // Waiting for the last one is enough: the others were issued before it.
+    w.back()->wait();
+    expect_all<float>(a_out, [&](size_t i) { return gval(1, int(i / m), i % m); }, "async all_gather F32");
+    expect_all<float>(rs, [&](size_t i) { return s * float(i % 97 + 1); },
+                      "reduce_scatter_async, then gathered in place");
+    expect_all<uint16_t>(h_out, [&](size_t i) { return gbits(2, int(i / mh), i % mh); }, "async all_gather BF16");
+    expect_all<float>(b_out, [&](size_t i) { return gval(1, (int(i / m) + 1) % n, i % m); },
+                      "async all_gather of an earlier gather's output");
+    for (auto it = w.rbegin(); it != w.rend(); ++it) (*it)->wait();  // late, out of order, twice: harmless
+  }
+  {  // a prefetching loop: layer l+1 is gathered while layer l is used, with
+     // gradient reduce-scatters and a synchronous all_reduce per layer
+    const int layers = 4;
+    std::vector<std::vector<float>> full(layers, std::vector<float>(m * n, -1.f)), grad(layers),
+        grad_shard(layers, std::vector<float>(m, -1.f));
+    std::vector<std::vector<uint16_t>> half(layers, std::vector<uint16_t>(mh * n, 0)),
+        half_shard(layers, std::vector<uint16_t>(mh));
+    for (int l = 0; l < layers; ++l) {
+      for (size_t k = 0; k < m; ++k) full[l][r * m + k] = gval(10 + l, r, k);  // the shard lives in its own chunk
+      for (size_t k = 0; k < mh; ++k) half_shard[l][k] = gbits(3 + l, r, k);
+      grad[l].resize(m * n);
+      for (size_t j = 0; j < grad[l].size(); ++j) grad[l][j] = float(r + 1) * float(j % 89 + l);
+    }
+    std::vector<std::unique_ptr<Work>> gf(layers), gh(layers), rs_work;
+    auto prefetch = [&](int l) {
+      gf[l] = c.all_gather_async(view(full[l], DType::F32), chunk_of(full[l], r * m, m));
+      gh[l] = c.all_gather_async(view(half[l], DType::BF16), view(half_shard[l], DType::BF16));
+    };
+    prefetch(0);
+    for (int l = 0; l < layers; ++l) {
+      if (l + 1 < layers) prefetch(l + 1);
+      gf[l]->wait();
+      gh[l]->wait();
+      const std::string at = " (layer " + std::to_string(l) + ")";
+      expect_all<float>(full[l], [&](size_t i) { return gval(10 + l, int(i / m), i % m); },
+                        "prefetched F32 in place" + at);
+      expect_all<uint16_t>(half[l], [&](size_t i) { return gbits(3 + l, int(i / mh), i % mh); },
+                           "prefetched BF16" + at);
+      rs_work.push_back(c.reduce_scatter_async(view(grad_shard[l], DType::F32), view(grad[l], DType::F32)));
+      std::vector<float> loss(3, float(r + l));
+      c.all_reduce(view(loss, DType::F32));  // behind every async call so far
+      expect_all<float>(loss, [&](size_t) { return tri + float(n * l); }, "sync all_reduce between async calls" + at);
+    }
+    for (auto& w : rs_work) w->wait();
+    for (int l = 0; l < layers; ++l)
+      expect_all<float>(grad_shard[l], [&](size_t k) { return s * float((size_t(r) * m + k) % 89 + size_t(l)); },
+                        "reduce_scatter_async between gathers (layer " + std::to_string(l) + ")");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("comm: Gloo collectives on 2, 3 and 4 processes match their closed forms", "[comm]") {
@@ -456,6 +541,29 @@ TEST_CASE("comm: sub-groups of the mesh, each collective stays inside its group"
         pp.batch_send_recv({{true, view(x, DType::F32), 0}, {false, view(y, DType::F32), 0}});
         CHILD_CHECK(y == x, "group of one: send to itself");
         pg.world().barrier();
+        pg.finalize();
+      });
+      require_all_passed(results);
+    }
+  }
+}
+
+TEST_CASE("comm: async all_gather on 2 and 4 processes keeps issue order with the other collectives", "[comm]") {
+  for (int n : {2, 4}) {
+    SECTION("world of " + std::to_string(n)) {
+      Run run;
+      run.world = n;
+      run.mesh.dp = n;
+      const auto results = run_ranks(run, [](ProcessGroups& pg, std::string&) {
+        check_async_all_gather(pg.world());
+        // Groups of one: the mesh's (a copy) and a Gloo communicator's own.
+        Communicator& pp = pg.group(Axis::PP);
+        CHILD_CHECK(pp.size() == 1, "pp is a group of one");
+        check_async_all_gather(pp);
+        const int me = pg.rank();
+        GlooCommunicator solo(pg.store(), make_gloo_device("127.0.0.1", true),
+                              GlooGroup{"solo[" + std::to_string(me) + "]", {me}, me, 10, 0});
+        check_async_all_gather(solo);
         pg.finalize();
       });
       require_all_passed(results);
@@ -571,6 +679,8 @@ TEST_CASE("comm: bad arguments are refused, naming the group, and break nothing"
     CHILD_CHECK(contains(e, "reduce_scatter on group world (ranks 0,1)") && contains(e, "in must be out x 2"), e);
     e = error_of([&] { c.all_gather(view(b, DType::F32), view(a, DType::F32)); });
     CHILD_CHECK(contains(e, "all_gather on group world"), e);
+    e = error_of([&] { c.all_gather_async(view(b, DType::F32), view(a, DType::F32)); });
+    CHILD_CHECK(contains(e, "all_gather on group world (ranks 0,1)") && contains(e, "out must be in x 2"), e);
     e = error_of([&] { c.broadcast(view(a, DType::F32), 2); });
     CHILD_CHECK(contains(e, "root 2 is not a group rank"), e);
     e = error_of([&] { c.all_to_all_v(view(b, DType::F32), {1, 1}, view(a, DType::F32), {5, 5}); });
