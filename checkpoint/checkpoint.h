@@ -3,7 +3,7 @@
 //   <root>/step_00001000/manifest.json      step, tokens, config, layout, RNG,
 //                                           every tensor's global shape, dtype,
 //                                           which file holds which slice, checksums
-//   <root>/step_00001000/rank_00000.safetensors
+//   <root>/step_00001000/rank_00000.safetensors   one file per rank
 //   <root>/latest                            text file: "step_00001000\n"
 //
 // Saving: the caller hands a host snapshot (copied synchronously); a
@@ -12,6 +12,20 @@
 // removes checkpoints beyond keep_last. A directory without a complete
 // manifest, or whose files do not match the manifest's sizes and checksums,
 // is never loaded.
+//
+// Several ranks (a CheckpointGroup): every rank's writer saves the same steps,
+// each with its own snapshot, and they meet in the rendezvous store under
+// ckpt/step_N/<k>/ (k counts earlier saves of that step by this writer).
+// Rank 0 recreates step_N.partial/ and sets "ready"; every rank then writes
+// its rank_XXXXX.safetensors there (fsynced) and publishes a report (file
+// size, CRC32C, its slices) or its error under "report/<rank>". Rank 0 waits
+// for all reports (timeout_s), and publishes (manifest, rename, `latest`,
+// pruning) only when every rank succeeded and the slices cover each tensor
+// exactly once; otherwise it removes the .partial directory. Its verdict
+// ("done" / "failed: why") goes to "outcome", which the other ranks wait for,
+// so a save throws on every rank unless the checkpoint was published, and the
+// message names the rank that failed or never reported. The root must be one
+// directory shared by all ranks (a shared filesystem across nodes).
 #pragma once
 
 #include <cstdint>
@@ -55,21 +69,43 @@ struct Snapshot {
 // Name of the directory for a step: "step_00001000".
 std::string checkpoint_dir_name(int64_t step);
 
+class Store;  // comm/store.h
+
+// The ranks that save one checkpoint together. `store` (not owned) must
+// outlive the writer; it may be shared with other users (keys live under
+// "ckpt/"), but one group writer per key space: give a second one a
+// PrefixStore. timeout_s bounds each wait for another rank (rank 0 for the
+// others' reports, the others for rank 0's directory; its verdict may take
+// twice as long, since rank 0 may itself wait timeout_s for a slow rank).
+struct CheckpointGroup {
+  Store* store = nullptr;
+  int rank = 0;
+  int world_size = 1;
+  double timeout_s = 600;
+};
+
 class CheckpointWriter {
  public:
-  // async=false writes inside save() before returning.
+  // async=false writes inside save() before returning. A single process:
+  // snapshots must have world_size 1.
   CheckpointWriter(std::string root, int keep_last, bool async);
+  // One rank of `group`: every rank constructs a writer with the same root
+  // and calls save() for the same steps, with snap.rank = group.rank and
+  // snap.meta.world_size = group.world_size. keep_last matters on rank 0
+  // only. Throws std::invalid_argument for an inconsistent group.
+  CheckpointWriter(std::string root, int keep_last, bool async, CheckpointGroup group);
   ~CheckpointWriter();  // waits for an in-flight write
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Takes ownership of the snapshot. Waits for the previous write first (one
   // in flight at a time). Errors of a background write are rethrown by the
-  // next save() or wait().
+  // next save() or wait(). With a group, a save completes on rank 0 when the
+  // checkpoint is published, on the others when rank 0 announced that.
   void save(Snapshot snap);
   void wait();
   bool busy() const;
-  // Directory of the last completed save, "" if none.
+  // Directory of the last completed (published) save, "" if none.
   std::string last_completed() const;
 
  private:
@@ -107,7 +143,9 @@ int64_t copy_overlap(const ShardTensor& src, const std::vector<int64_t>& dst_off
 // would: "rank_file" (after the rank file, before the manifest), "manifest"
 // (after the manifest, before the rename), "publish" (after an existing
 // directory of the same step was moved aside, before the rename), "latest"
-// (checkpoint complete, before `latest` is replaced). "" disarms it.
+// (checkpoint complete, before `latest` is replaced). "" disarms it. In a
+// group only rank 0 reaches the last three; "rank_file" fires on whichever
+// rank of this process gets there first.
 void checkpoint_fail_next_save_at(const std::string& stage);
 
 }  // namespace trainer

@@ -1,23 +1,28 @@
 // Checkpoint layer: JSON, CRC32C, safetensors reader, save/load round trips,
-// crash and corruption handling, retention, and slice re-assembly.
+// crash and corruption handling, retention, slice re-assembly, and saves by
+// several ranks (threads sharing an in-process store).
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
+#include "comm/store.h"
 
 using namespace trainer;
 using Catch::Matchers::Contains;
@@ -904,4 +909,269 @@ TEST_CASE("copy_overlap: random boxes in 0 to 4 dimensions match a naive copy", 
   CHECK_THROWS_WITH(copy_overlap(bad, {0}, {4}, sink), Contains("bad"));
   bad.data.resize(16);
   CHECK_THROWS_WITH(copy_overlap(bad, {0, 0}, {4, 1}, sink), Contains("dimensions"));
+}
+
+// ---------------------------------------------------------------------------
+// Several ranks: one thread per rank, each with its own writer and store client.
+
+namespace {
+
+constexpr int kWorld = 4;
+constexpr int64_t kPerRank = 6;                          // "model/a": an even split
+constexpr int64_t kSplitB[kWorld + 1] = {0, 5, 5, 12, 17};  // "optim/m/b": uneven, rank 1 holds nothing
+const std::string kMultiLayout = "tp1.pp1.dp4.cp1.ep1.zero1";
+
+// The full tensor the ranks hold slices of; differs per step and variant.
+std::vector<char> global_bytes(const std::string& name, DType dt, int64_t numel, int64_t step, uint32_t variant) {
+  const uint32_t seed = uint32_t(std::hash<std::string>{}(name)) + uint32_t(step) * 31 + variant * 7919;
+  return random_bytes(size_t(numel) * dtype_size(dt), seed);
+}
+
+ShardTensor slice_1d(const std::string& name, DType dt, const std::vector<char>& all, int64_t begin, int64_t end) {
+  const size_t es = dtype_size(dt);
+  ShardTensor t;
+  t.name = name;
+  t.dtype = dt;
+  t.global_shape = {int64_t(all.size() / es)};
+  t.offset = {begin};
+  t.shape = {end - begin};
+  t.data.assign(all.begin() + begin * int64_t(es), all.begin() + end * int64_t(es));
+  return t;
+}
+
+Snapshot rank_snapshot(int64_t step, int rank, uint32_t variant = 0) {
+  Snapshot s;
+  s.meta.step = step;
+  s.meta.tokens = step * 1000;
+  s.meta.seed = 42;
+  s.meta.optimizer_step = step;
+  s.meta.world_size = kWorld;
+  s.meta.layout = kMultiLayout;
+  s.meta.config_yaml = "train:\n  steps: 10\n";
+  s.rank = rank;
+  const auto a = global_bytes("model/a", DType::F32, kWorld * kPerRank, step, variant);
+  const auto b = global_bytes("optim/m/b", DType::BF16, kSplitB[kWorld], step, variant);
+  s.tensors.push_back(slice_1d("model/a", DType::F32, a, rank * kPerRank, (rank + 1) * kPerRank));
+  s.tensors.push_back(slice_1d("optim/m/b", DType::BF16, b, kSplitB[rank], kSplitB[rank + 1]));
+  return s;
+}
+
+// Assembles the global 1-D tensor `name` from every loaded slice of it.
+std::vector<char> assemble(const LoadedCheckpoint& ck, const std::string& name, DType dt, int64_t numel,
+                           int64_t* copied) {
+  std::vector<char> out(size_t(numel) * dtype_size(dt), 0);
+  *copied = 0;
+  for (const ShardTensor& t : ck.tensors)
+    if (t.name == name) *copied += copy_overlap(t, {0}, {numel}, out.data());
+  return out;
+}
+
+void require_assembles(const std::string& dir, int64_t step, uint32_t variant) {
+  const LoadedCheckpoint ck = load_checkpoint(dir);
+  CHECK(ck.meta.step == step);
+  CHECK(ck.meta.world_size == kWorld);
+  CHECK(ck.meta.layout == kMultiLayout);
+  REQUIRE(ck.tensors.size() == 2 * kWorld);  // every slice, the empty one included
+  std::set<std::vector<int64_t>> a_offsets;
+  for (const ShardTensor& t : ck.tensors)
+    if (t.name == "model/a") a_offsets.insert(t.offset);
+  CHECK(a_offsets == std::set<std::vector<int64_t>>{{0}, {kPerRank}, {2 * kPerRank}, {3 * kPerRank}});
+  int64_t copied = 0;
+  CHECK(assemble(ck, "model/a", DType::F32, kWorld * kPerRank, &copied) ==
+        global_bytes("model/a", DType::F32, kWorld * kPerRank, step, variant));
+  CHECK(copied == kWorld * kPerRank);
+  CHECK(assemble(ck, "optim/m/b", DType::BF16, kSplitB[kWorld], &copied) ==
+        global_bytes("optim/m/b", DType::BF16, kSplitB[kWorld], step, variant));
+  CHECK(copied == kSplitB[kWorld]);
+}
+
+// An in-process store server and one client and writer per simulated rank.
+struct Ranks {
+  StoreServer server;
+  std::vector<std::unique_ptr<StoreClient>> clients;
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+
+  static StoreServerOptions quiet() {
+    StoreServerOptions o;
+    o.log = [](const std::string&) {};
+    return o;
+  }
+
+  Ranks(const std::string& root, bool async, double timeout_s, int keep_last = 0)
+      : server("127.0.0.1", 0, "ckpt-test", quiet()) {
+    for (int r = 0; r < kWorld; ++r) {
+      clients.push_back(std::make_unique<StoreClient>("127.0.0.1", server.port(), "ckpt-test", 10));
+      writers.push_back(std::make_unique<CheckpointWriter>(
+          root, keep_last, async, CheckpointGroup{clients.back().get(), r, kWorld, timeout_s}));
+    }
+  }
+
+  // Runs fn(rank, writer) on one thread per rank; returns each rank's error
+  // ("" when it succeeded). Assertions stay on the test's own thread.
+  std::vector<std::string> run(const std::function<void(int, CheckpointWriter&)>& fn) {
+    std::vector<std::string> errors(kWorld);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          fn(r, *writers[size_t(r)]);
+        } catch (const std::exception& e) {
+          errors[size_t(r)] = std::string("threw: ") + e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    return errors;
+  }
+
+  // Every rank saves rank_snapshot(step) and waits for it.
+  std::vector<std::string> save_all(int64_t step, uint32_t variant = 0) {
+    return run([&](int r, CheckpointWriter& w) {
+      w.save(rank_snapshot(step, r, variant));
+      w.wait();
+    });
+  }
+};
+
+const std::vector<std::string> kNoErrors(kWorld);
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: four ranks save one checkpoint together, sync and async", "[checkpoint][multirank]") {
+  for (bool async : {false, true}) {
+    INFO("async " << async);
+    TempDir dir;
+    Ranks ranks(dir.str(), async, 30);
+    CHECK(ranks.save_all(3) == kNoErrors);
+    CHECK(ranks.save_all(5) == kNoErrors);
+    for (const auto& w : ranks.writers) CHECK(w->last_completed() == dir / "step_00000005");
+    CHECK(read_text(dir / "latest") == "step_00000005\n");
+    CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000003", "step_00000005"});
+    CHECK(entries(dir.path / "step_00000005") ==
+          std::set<std::string>{"manifest.json", "rank_00000.safetensors", "rank_00001.safetensors",
+                                "rank_00002.safetensors", "rank_00003.safetensors"});
+
+    const json::Value m = json::parse(read_text(dir / "step_00000005/manifest.json"));
+    CHECK(m.at("files").as_object().size() == kWorld);
+    CHECK(m.at("world_size").as_int64() == kWorld);
+    const json::Value& f3 = m.at("files").at("rank_00003.safetensors");
+    CHECK(f3.at("bytes").as_uint64() == fs::file_size(dir / "step_00000005/rank_00003.safetensors"));
+    CHECK(f3.at("crc32c").as_string() == crc32c_hex(crc32c_file(dir / "step_00000005/rank_00003.safetensors")));
+    const auto& b_slices = m.at("tensors").as_array()[1].at("slices").as_array();
+    REQUIRE(b_slices.size() == kWorld);
+    CHECK(b_slices[1].at("rank").as_int64() == 1);
+    CHECK(json::dump(b_slices[1].at("shape")) == "[0]");
+
+    require_assembles(dir / "step_00000003", 3, 0);
+    require_assembles(dir / "step_00000005", 5, 0);
+
+    // Saving a step again meets on fresh store keys and replaces it.
+    CHECK(ranks.save_all(5, 1) == kNoErrors);
+    require_assembles(dir / "step_00000005", 5, 1);
+    auto r = resolve_resume(dir.str(), "auto");
+    REQUIRE(r);
+    CHECK(r->dir == dir / "step_00000005");
+    // Rank 0 deletes the reports it read and the keys of finished saves.
+    CHECK(ranks.server.stats().keys <= 2);
+  }
+}
+
+TEST_CASE("checkpoint: a rank that fails its write fails the save on every rank", "[checkpoint][multirank]") {
+  for (bool async : {false, true}) {
+    INFO("async " << async);
+    TempDir dir;
+    Ranks ranks(dir.str(), async, 30);
+    REQUIRE(ranks.save_all(1) == kNoErrors);
+
+    // Rank 2 hands over a snapshot it cannot write.
+    const auto errors = ranks.run([](int r, CheckpointWriter& w) {
+      Snapshot s = rank_snapshot(2, r);
+      if (r == 2) s.tensors[0].data.pop_back();
+      w.save(std::move(s));
+      w.wait();
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      INFO("rank " << r << ": " << errors[size_t(r)]);
+      CHECK_THAT(errors[size_t(r)], Contains("threw: checkpoint save of " + (dir / "step_00000002") + " failed: "));
+      CHECK_THAT(errors[size_t(r)], Contains("rank 2 failed: ") && Contains("\"model/a\"") && Contains("bytes"));
+      CHECK(!ranks.writers[size_t(r)]->busy());
+      CHECK(ranks.writers[size_t(r)]->last_completed() == dir / "step_00000001");
+    }
+    CHECK(read_text(dir / "latest") == "step_00000001\n");
+    CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000001"});
+
+    // Rank 0 failing after every file was written fails the others too.
+    checkpoint_fail_next_save_at("manifest");
+    const auto rank0_errors = ranks.save_all(3);
+    for (int r = 0; r < kWorld; ++r) {
+      INFO("rank " << r << ": " << rank0_errors[size_t(r)]);
+      CHECK_THAT(rank0_errors[size_t(r)], Contains("rank 0 failed: injected failure at stage 'manifest'"));
+      CHECK(ranks.writers[size_t(r)]->last_completed() == dir / "step_00000001");
+    }
+    CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000001"});
+
+    // The writers keep working.
+    CHECK(ranks.save_all(4) == kNoErrors);
+    CHECK(read_text(dir / "latest") == "step_00000004\n");
+    require_assembles(dir / "step_00000004", 4, 0);
+  }
+}
+
+TEST_CASE("checkpoint: a rank that never saves is named by the timeout", "[checkpoint][multirank]") {
+  TempDir dir;
+  Ranks ranks(dir.str(), true, 1);
+  REQUIRE(ranks.save_all(1) == kNoErrors);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const auto errors = ranks.run([](int r, CheckpointWriter& w) {
+    if (r == 3) return;
+    w.save(rank_snapshot(2, r));
+    w.wait();
+  });
+  CHECK(seconds_since(t0) < 3);
+  const std::string partial = dir / "step_00000002.partial";
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << errors[size_t(r)]);
+    CHECK_THAT(errors[size_t(r)], Contains("rank 0 waited 1 s for the reports of rank 3 (of 4) on " + partial) &&
+                                      Contains("never came"));
+    CHECK(ranks.writers[size_t(r)]->last_completed() == dir / "step_00000001");
+  }
+  CHECK(errors[3].empty());
+  CHECK(read_text(dir / "latest") == "step_00000001\n");
+  CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000001"});
+
+  // Without rank 0 the others give up on the directory it never created.
+  t0 = std::chrono::steady_clock::now();
+  const auto no_rank0 = ranks.run([](int r, CheckpointWriter& w) {
+    if (r == 0) return;
+    w.save(rank_snapshot(5, r));
+    w.wait();
+  });
+  CHECK(seconds_since(t0) < 3);
+  for (int r = 1; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << no_rank0[size_t(r)]);
+    CHECK_THAT(no_rank0[size_t(r)], Contains("rank " + std::to_string(r) + " failed: waited 1 s for rank 0 to create " +
+                                             (dir / "step_00000005.partial")));
+  }
+  CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000001"});
+}
+
+TEST_CASE("checkpoint: group writers refuse inconsistent ranks and snapshots", "[checkpoint][multirank]") {
+  TempDir dir;
+  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false, CheckpointGroup{nullptr, 0, 4, 1}),
+                    Contains("several ranks need a store"));
+  Ranks ranks(dir.str(), false, 30);
+  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false, CheckpointGroup{ranks.clients[0].get(), 4, 4, 1}),
+                    Contains("rank outside the world"));
+  // Rank 0 handed rank 1's snapshot: fails at once, before touching the disk.
+  CHECK_THROWS_WITH(ranks.writers[0]->save(rank_snapshot(1, 1)),
+                    Contains("rank 0 failed") && Contains("snapshot of rank 1 of world size 4 handed to the writer of rank 0"));
+  CHECK(entries(dir.path).empty());
+  // A single-process writer cannot save one rank of several.
+  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false).save(rank_snapshot(1, 0)),
+                    Contains("world_size 4 needs a writer constructed with a CheckpointGroup"));
+  CHECK(entries(dir.path).empty());
 }
