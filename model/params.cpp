@@ -87,51 +87,61 @@ int64_t parameter_count(const std::vector<ParamInfo>& params) {
   return n;
 }
 
+namespace {
+// Every named slot of Weights, in one table shared by bind_weights and
+// weight_slots so that the two can never disagree on a name.
+std::vector<std::pair<std::string, Tensor*>> slot_table(const ModelDims& d, Weights& w) {
+  std::vector<std::pair<std::string, Tensor*>> t;
+  t.emplace_back("tok_embed.weight", &w.tok_embed);
+  t.emplace_back("pos_embed.weight", &w.pos_embed);
+  w.layers.resize(size_t(d.L));
+  for (int64_t i = 0; i < d.L; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[size_t(i)];
+    for (auto [name, slot] : std::initializer_list<std::pair<const char*, Tensor*>>{
+             {"attn_norm.weight", &l.attn_norm_w}, {"attn_norm.bias", &l.attn_norm_b},
+             {"attn.wq.weight", &l.wq},            {"attn.wq.bias", &l.bq},
+             {"attn.wk.weight", &l.wk},            {"attn.wk.bias", &l.bk},
+             {"attn.wv.weight", &l.wv},            {"attn.wv.bias", &l.bv},
+             {"attn.wo.weight", &l.wo},            {"attn.wo.bias", &l.bo},
+             {"mlp_norm.weight", &l.mlp_norm_w},   {"mlp_norm.bias", &l.mlp_norm_b},
+             {"mlp.w_gate.weight", &l.w_gate},     {"mlp.w_up.weight", &l.w_up},
+             {"mlp.w_down.weight", &l.w_down},     {"mlp.w_fc.weight", &l.w_fc},
+             {"mlp.w_fc.bias", &l.b_fc},           {"mlp.w_proj.weight", &l.w_proj},
+             {"mlp.w_proj.bias", &l.b_proj},       {"moe.router.weight", &l.router},
+             {"moe.w_gate", &l.e_gate},            {"moe.w_up", &l.e_up},
+             {"moe.w_down", &l.e_down},            {"moe.w_fc", &l.e_fc},
+             {"moe.w_proj", &l.e_proj}})
+      t.emplace_back(p + name, slot);
+  }
+  t.emplace_back("final_norm.weight", &w.final_norm_w);
+  t.emplace_back("final_norm.bias", &w.final_norm_b);
+  t.emplace_back("lm_head.weight", &w.lm_head);
+  return t;
+}
+}  // namespace
+
+std::vector<std::vector<Tensor*>> weight_slots(const ModelDims& d, const std::vector<ParamInfo>& params,
+                                               Weights& w) {
+  std::unordered_map<std::string, Tensor*> by_name;
+  for (auto& [name, slot] : slot_table(d, w)) by_name[name] = slot;
+  std::vector<std::vector<Tensor*>> out(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = by_name.find(params[i].spec.name);
+    if (it == by_name.end()) throw std::logic_error("weight_slots: no slot for '" + params[i].spec.name + "'");
+    out[i].push_back(it->second);
+    if (d.tied && params[i].spec.name == "tok_embed.weight") out[i].push_back(&w.lm_head);
+  }
+  return out;
+}
+
 Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
                      const std::vector<Tensor>& tensors) {
   if (params.size() != tensors.size()) throw std::logic_error("bind_weights: count mismatch");
-  std::unordered_map<std::string, Tensor> by_name;
-  for (size_t i = 0; i < params.size(); ++i) by_name[params[i].spec.name] = tensors[i];
-  auto get = [&](const std::string& n) -> Tensor {
-    auto it = by_name.find(n);
-    return it == by_name.end() ? Tensor{} : it->second;
-  };
   Weights w;
-  w.tok_embed = get("tok_embed.weight");
-  w.pos_embed = get("pos_embed.weight");
-  for (int64_t i = 0; i < d.L; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    LayerWeights l;
-    l.attn_norm_w = get(p + "attn_norm.weight");
-    l.attn_norm_b = get(p + "attn_norm.bias");
-    l.wq = get(p + "attn.wq.weight");
-    l.bq = get(p + "attn.wq.bias");
-    l.wk = get(p + "attn.wk.weight");
-    l.bk = get(p + "attn.wk.bias");
-    l.wv = get(p + "attn.wv.weight");
-    l.bv = get(p + "attn.wv.bias");
-    l.wo = get(p + "attn.wo.weight");
-    l.bo = get(p + "attn.wo.bias");
-    l.mlp_norm_w = get(p + "mlp_norm.weight");
-    l.mlp_norm_b = get(p + "mlp_norm.bias");
-    l.w_gate = get(p + "mlp.w_gate.weight");
-    l.w_up = get(p + "mlp.w_up.weight");
-    l.w_down = get(p + "mlp.w_down.weight");
-    l.w_fc = get(p + "mlp.w_fc.weight");
-    l.b_fc = get(p + "mlp.w_fc.bias");
-    l.w_proj = get(p + "mlp.w_proj.weight");
-    l.b_proj = get(p + "mlp.w_proj.bias");
-    l.router = get(p + "moe.router.weight");
-    l.e_gate = get(p + "moe.w_gate");
-    l.e_up = get(p + "moe.w_up");
-    l.e_down = get(p + "moe.w_down");
-    l.e_fc = get(p + "moe.w_fc");
-    l.e_proj = get(p + "moe.w_proj");
-    w.layers.push_back(l);
-  }
-  w.final_norm_w = get("final_norm.weight");
-  w.final_norm_b = get("final_norm.bias");
-  w.lm_head = d.tied ? w.tok_embed : get("lm_head.weight");
+  const auto slots = weight_slots(d, params, w);
+  for (size_t i = 0; i < params.size(); ++i)
+    for (Tensor* s : slots[i]) *s = tensors[i];
   return w;
 }
 

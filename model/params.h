@@ -59,6 +59,13 @@ struct Weights {
 Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
                      const std::vector<Tensor>& tensors);
 
+// For each parameter (parameter_list order), the slots of `w` that hold it:
+// one, or two for a tied embedding (tok_embed and lm_head). ZeRO-3 rebinds
+// them when it gathers a unit into a buffer. The pointers stay valid while
+// `w` is not resized or moved.
+std::vector<std::vector<Tensor*>> weight_slots(const ModelDims& d, const std::vector<ParamInfo>& params,
+                                               Weights& w);
+
 // Deterministic init: each tensor draws from a stream seeded by (seed, name),
 // so the values do not depend on the device, the dtype or the layout.
 std::vector<float> initial_values(const ParamInfo& p, uint64_t seed);

@@ -5,17 +5,47 @@
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "model/layers.h"
+#include "model/units.h"
 
 namespace trainer {
 
-void build_model(Model& m, const ModelDims& d, double init_std, Device device) {
+namespace {
+// Carves the parameters unit by unit, each unit padded as model/units.h says;
+// without an arena the tensors keep their shapes and no data.
+std::vector<Tensor> carve(Arena* arena, const std::vector<ParamInfo>& params,
+                          const std::vector<UnitLayout>& units) {
+  std::vector<Tensor> out;
+  for (const UnitLayout& u : units) {
+    for (int i = u.first; i < u.end; ++i) {
+      const TensorSpec& s = params[size_t(i)].spec;
+      if (arena) {
+        out.push_back(arena->alloc(s));
+      } else {
+        Tensor t;
+        t.dtype = s.dtype;
+        t.device = Device::CPU;
+        t.ndim = int(s.shape.size());
+        for (int k = 0; k < t.ndim; ++k) t.shape[size_t(k)] = s.shape[size_t(k)];
+        out.push_back(t);
+      }
+    }
+    const size_t used = u.param_offset.empty() ? 0 : u.param_offset.back() +
+                        arena_round(params[size_t(u.end - 1)].spec.bytes());
+    if (arena && u.bytes > used) arena->alloc({"unit padding", {int64_t((u.bytes - used) / 4)}, DType::F32});
+  }
+  return out;
+}
+}  // namespace
+
+void build_model(Model& m, const ModelDims& d, double init_std, Device device, const ModelStorage& storage) {
   m.dims = d;
   m.params = parameter_list(d, init_std);
-  const auto pspecs = specs_of(m.params);
-  m.param_arena = Arena("parameters", arena_bytes(pspecs), device);
-  m.grad_arena = Arena("gradients", arena_bytes(pspecs), device);
-  m.param_tensors = m.param_arena.alloc_all(pspecs);
-  m.grad_tensors = m.grad_arena.alloc_all(pspecs);
+  const auto units = unit_layout(d, m.params, storage.shards);
+  const size_t full = units_total_bytes(units);
+  m.param_arena = storage.full_params ? Arena("parameters", full, device) : Arena();
+  m.grad_arena = storage.full_grads ? Arena("gradients", full, device) : Arena();
+  m.param_tensors = carve(storage.full_params ? &m.param_arena : nullptr, m.params, units);
+  m.grad_tensors = carve(storage.full_grads ? &m.grad_arena : nullptr, m.params, units);
   m.w = bind_weights(d, m.params, m.param_tensors);
   m.gw = bind_weights(d, m.params, m.grad_tensors);
   const auto aspecs = activation_specs(d);
@@ -36,11 +66,14 @@ ForwardResult model_forward(Model& m, float ce_grad_scale) {
   const ModelDims& d = m.dims;
   Activations& a = m.acts;
   ForwardResult r;
+  UnitHooks* h = m.hooks;
   Tensor x0 = a.layers.empty() ? a.x_final : a.layers[0].x_in;
+  if (h) h->forward_begin(m, embedding_unit());
   ops::embedding_forward(x0, a.ids, m.w.tok_embed, false);
   if (!d.llama) ops::embedding_forward(x0, a.pos_ids, m.w.pos_embed, true);
   for (int64_t i = 0; i < d.L; ++i) {
     LayerActs& la = a.layers[i];
+    if (h) h->forward_begin(m, layer_unit(i));
     const LayerWeights& lw = m.w.layers[i];
     Tensor x_out = i + 1 < d.L ? a.layers[i + 1].x_in : a.x_final;
     attention_block_forward(d, lw, la, la.x_mid);
@@ -51,6 +84,7 @@ ForwardResult model_forward(Model& m, float ce_grad_scale) {
       mlp_block_forward(d, lw, la, x_out);
     }
   }
+  if (h) h->forward_begin(m, head_unit(d));
   norm_forward(d, a.hf, a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
   ops::linear_forward(a.logits, a.hf, m.w.lm_head, {});
   ops::cross_entropy_forward_backward(a.losses, ce_grad_scale > 0 ? a.logits : Tensor{}, a.logits,
@@ -63,25 +97,33 @@ void model_backward(Model& m, float aux_grad) {
   const ModelDims& d = m.dims;
   Activations& a = m.acts;
   GradScratch& g = m.g;
+  UnitHooks* h = m.hooks;
   // a.logits holds d loss / d logits (written by the fused cross-entropy).
+  if (h) h->backward_begin(m, head_unit(d));
   ops::linear_backward(g.dh, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
   ops::fill(g.dres, 0.f);
   norm_backward(d, g.dres, m.gw.final_norm_w, m.gw.final_norm_b, g.dh, a.x_final,
                 m.w.final_norm_w, a.meanf, a.rstdf);
+  if (h) h->backward_end(m, head_unit(d));
   for (int64_t i = d.L - 1; i >= 0; --i) {
     const LayerActs& la = a.layers[i];
+    if (h) h->backward_begin(m, layer_unit(i));
     if (d.moe_layer(i))
       moe_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g, aux_grad);
     else
       mlp_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g);
     attention_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g);
+    if (h) h->backward_end(m, layer_unit(i));
   }
+  if (h) h->backward_begin(m, embedding_unit());
   ops::embedding_backward(m.gw.tok_embed, a.ids, g.dres);
   if (!d.llama) ops::embedding_backward(m.gw.pos_embed, a.pos_ids, g.dres);
+  if (h) h->backward_end(m, embedding_unit());
 }
 
 void zero_grads(Model& m) {
-  for (const Tensor& t : m.grad_tensors) ops::fill(t, 0.f);
+  for (const Tensor& t : m.grad_tensors)
+    if (!t.empty()) ops::fill(t, 0.f);
 }
 
 }  // namespace trainer

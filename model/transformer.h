@@ -12,6 +12,8 @@
 
 namespace trainer {
 
+class UnitHooks;
+
 struct Model {
   ModelDims dims;
   std::vector<ParamInfo> params;
@@ -20,9 +22,36 @@ struct Model {
   Weights w, gw;
   Activations acts;
   GradScratch g;
+  // Called at unit boundaries (model/units.h); null for a plain replica.
+  UnitHooks* hooks = nullptr;
 };
 
-void build_model(Model& m, const ModelDims& d, double init_std, Device device);
+// How ZeRO (optim/zero.h) tells model code where weights and gradients come
+// from without the layers knowing: before a unit's weights are read the hook
+// may gather them and rebind m.w; before a unit's gradients are written it may
+// bind m.gw to a fresh buffer, and after backward finished them it may start
+// their reduction. The head unit also uses the embedding's weights and
+// gradients when they are tied.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void forward_begin(Model& m, int unit) = 0;
+  virtual void backward_begin(Model& m, int unit) = 0;
+  virtual void backward_end(Model& m, int unit) = 0;
+};
+
+// Where parameters and gradients live. The default is a full replica: both
+// arenas hold every tensor. ZeRO-2/3 keep only shards and bind m.w / m.gw
+// unit by unit through hooks, so the arenas they do not own stay empty and
+// the tensors unbound (data == nullptr) until then. `shards` pads each unit
+// (model/units.h) so that the arenas split evenly across data-parallel ranks.
+struct ModelStorage {
+  int shards = 1;
+  bool full_params = true;
+  bool full_grads = true;
+};
+
+void build_model(Model& m, const ModelDims& d, double init_std, Device device, const ModelStorage& storage = {});
 
 struct ForwardResult {
   double loss_sum = 0;   // sum over the micro-batch's tokens of the cross-entropy

@@ -15,6 +15,8 @@
 
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "optim/zero.h"
+#include "comm/process_group.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "trainer/batch_sampler.h"
@@ -128,24 +130,28 @@ TEST_CASE("token-file errors name the file", "[loop][data]") {
 TEST_CASE("memory plan equals what the arenas allocate", "[loop][plan]") {
   for (const char* arch : {"llama", "gpt2"}) {
     for (int experts : {0, 4}) {
-      Config c = load_config_text(std::string("model: {arch: ") + arch +
-                                      ", d_model: 32, n_layers: 2, n_heads: 4, moe: {num_experts: " +
-                                      std::to_string(experts) + "}}\ndata: {train: [x.bin]}\n",
-                                  "<test>", {});
-      const MemoryPlan p = plan_memory(c);
-      Model m;
-      build_model(m, make_dims(c, c.train.micro_batch_size, c.train.seq_len), c.model.init_std,
-                  Device::CPU);
-      AdamWState opt;
-      adamw_init(opt, {}, m.params, Device::CPU);
-      INFO(arch << " experts=" << experts);
-      CHECK(p.param_bytes == m.param_arena.capacity());
-      CHECK(p.param_bytes == m.param_arena.used());
-      CHECK(p.grad_bytes == m.grad_arena.used());
-      CHECK(p.optimizer_bytes == opt.arena.used());
-      CHECK(p.activation_bytes == m.act_arena.used());
-      CHECK(p.workspace_bytes == m.scratch_arena.used());
-      CHECK(p.parameters == parameter_count(m.params));
+      for (int stage : {0, 1, 2, 3}) {
+        Config c = load_config_text(std::string("model: {arch: ") + arch +
+                                        ", d_model: 32, n_layers: 2, n_heads: 4, moe: {num_experts: " +
+                                        std::to_string(experts) + "}}\ndata: {train: [x.bin]}\n",
+                                    "<test>", {});
+        const MemoryPlan p = plan_memory(c, DType::F32, 1, stage);
+        Model m;
+        build_model(m, make_dims(c, c.train.micro_batch_size, c.train.seq_len), c.model.init_std, Device::CPU,
+                    zero_model_storage(stage, 1));
+        SingleRankCommunicator solo("dp", 0, Device::CPU);
+        ZeroOptimizer opt(m, stage, solo, solo, {});
+        INFO(arch << " experts=" << experts << " stage=" << stage);
+        if (stage < 3) {
+          CHECK(p.param_bytes == m.param_arena.capacity());
+          CHECK(p.param_bytes == m.param_arena.used());
+        }
+        if (stage < 2) CHECK(p.grad_bytes == m.grad_arena.used());
+        CHECK(p.optimizer_bytes == opt.optimizer_bytes());
+        CHECK(p.activation_bytes == m.act_arena.used());
+        CHECK(p.workspace_bytes == m.scratch_arena.used());
+        CHECK(p.parameters == parameter_count(m.params));
+      }
     }
   }
 }

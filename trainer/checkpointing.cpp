@@ -1,35 +1,55 @@
 #include "trainer/checkpointing.h"
 
 #include <cstring>
-
-#include "kernels/device_memory.h"
-#include "kernels/ops.h"
 #include <stdexcept>
 #include <unordered_map>
+
+#include "kernels/device_memory.h"
 
 namespace trainer {
 
 namespace {
 
-ShardTensor shard_of(const std::string& name, const Tensor& t) {
+ShardTensor piece_tensor(const std::string& name, const ParamInfo& p, const ZeroPiece& z, const Tensor& src) {
   ShardTensor s;
   s.name = name;
-  s.dtype = t.dtype;
-  for (int i = 0; i < t.ndim; ++i) {
-    s.global_shape.push_back(t.shape[i]);
-    s.shape.push_back(t.shape[i]);
-    s.offset.push_back(0);
+  s.dtype = DType::F32;
+  if (z.begin == 0 && z.count == p.spec.numel()) {
+    s.global_shape = s.shape = p.spec.shape;
+    s.offset.assign(p.spec.shape.size(), 0);
+  } else {
+    s.global_shape = {p.spec.numel()};
+    s.shape = {z.count};
+    s.offset = {z.begin};
   }
-  s.data.resize(t.nbytes());
-  read_to_host(t, s.data.data());  // device tensors come back through one copy
+  s.data.resize(size_t(z.count) * 4);
+  read_to_host(src, s.data.data());  // device tensors come back through one copy
   return s;
 }
 
-std::string layout_string(const Config& c) {
-  const auto& p = c.parallel;
-  return "tp" + std::to_string(p.tp) + ".pp" + std::to_string(p.pp) + ".dp" +
-         std::to_string(p.dp > 0 ? p.dp : 1) + ".cp" + std::to_string(p.cp) + ".ep" +
-         std::to_string(p.ep) + ".zero" + std::to_string(p.zero_stage);
+bool whole(const ShardTensor& s) {
+  for (size_t d = 0; d < s.shape.size(); ++d)
+    if (s.offset[d] != 0 || s.shape[d] != s.global_shape[d]) return false;
+  return true;
+}
+
+// Elements [begin, begin + count) of the flattened tensor from one saved
+// slice: a flattened piece or a whole tensor. Returns the elements copied.
+int64_t copy_flat(const ShardTensor& src, int64_t begin, int64_t count, float* dst, const std::string& where) {
+  int64_t lo = 0, n = 0;
+  if (src.global_shape.size() == 1) {
+    lo = src.offset[0];
+    n = src.shape[0];
+  } else if (whole(src)) {
+    n = int64_t(src.data.size() / 4);
+  } else {
+    throw std::runtime_error(where + ": saved as a multi-dimensional slice (tensor parallel), which a "
+                                     "data-parallel layout cannot read");
+  }
+  const int64_t a = std::max(lo, begin), b = std::min(lo + n, begin + count);
+  if (a >= b) return 0;
+  std::memcpy(dst + (a - begin), src.data.data() + (a - lo) * 4, size_t(b - a) * 4);
+  return b - a;
 }
 
 }  // namespace
@@ -38,35 +58,41 @@ std::string checkpoint_root(const Config& cfg) {
   return cfg.checkpoint.dir.empty() ? cfg.run_dir() + "/ckpt" : cfg.checkpoint.dir;
 }
 
-Snapshot take_snapshot(const Config& cfg, const Model& m, const AdamWState& opt, int64_t step,
-                       int64_t tokens) {
+std::string layout_string(const Config& c, int dp) {
+  const auto& p = c.parallel;
+  return "tp" + std::to_string(p.tp) + ".pp" + std::to_string(p.pp) + ".dp" + std::to_string(dp) + ".cp" +
+         std::to_string(p.cp) + ".ep" + std::to_string(p.ep) + ".zero" + std::to_string(p.zero_stage);
+}
+
+Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& opt, int64_t step, int64_t tokens,
+                       int rank, int world_size) {
   Snapshot s;
   s.meta.step = step;
   s.meta.tokens = tokens;
   s.meta.seed = cfg.run.seed;
-  s.meta.optimizer_step = opt.step;
+  s.meta.optimizer_step = opt.optimizer_step();
   s.meta.config_yaml = config_to_yaml(cfg);
-  s.meta.world_size = 1;
-  s.meta.layout = layout_string(cfg);
-  s.rank = 0;
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    const std::string& n = m.params[i].spec.name;
+  s.meta.world_size = world_size;
+  s.meta.layout = layout_string(cfg, world_size);
+  s.rank = rank;
+  for (const ZeroPiece& z : opt.save_pieces()) {
+    const ParamInfo& p = m.params[size_t(z.param)];
     // fp32 always: the master copy under mixed precision, so a checkpoint
     // written on a GPU in bf16 resumes on a CPU (and back) without loss.
-    s.tensors.push_back(shard_of("model/" + n, fp32_weight(opt, m.param_tensors, i)));
-    s.tensors.push_back(shard_of("optim/m/" + n, opt.m[i]));
-    s.tensors.push_back(shard_of("optim/v/" + n, opt.v[i]));
+    s.tensors.push_back(piece_tensor("model/" + p.spec.name, p, z, opt.fp32_weight(z)));
+    s.tensors.push_back(piece_tensor("optim/m/" + p.spec.name, p, z, opt.moment_m(z)));
+    s.tensors.push_back(piece_tensor("optim/v/" + p.spec.name, p, z, opt.moment_v(z)));
   }
   return s;
 }
 
-void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, AdamWState& opt) {
+void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt) {
   std::unordered_multimap<std::string, const ShardTensor*> by_name;
   for (const ShardTensor& t : ck.tensors) by_name.emplace(t.name, &t);
-  auto fill = [&](const std::string& name, const Tensor& dst) {
-    std::vector<int64_t> shape(dst.shape.begin(), dst.shape.begin() + dst.ndim);
-    std::vector<int64_t> offset(size_t(dst.ndim), 0);
-    std::vector<char> host(dst.nbytes());
+  auto read = [&](const std::string& what, int param, int64_t begin, int64_t count, float* dst) {
+    const ParamInfo& p = m.params[size_t(param)];
+    const std::string name = what + "/" + p.spec.name;
+    const std::string where = ck.dir + ": tensor '" + name + "'";
     auto [lo, hi] = by_name.equal_range(name);
     if (lo == hi)
       throw std::runtime_error(ck.dir + ": checkpoint has no tensor '" + name +
@@ -74,26 +100,19 @@ void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, AdamWState& opt) {
     int64_t copied = 0;
     for (auto it = lo; it != hi; ++it) {
       const ShardTensor& src = *it->second;
-      if (src.global_shape != shape || src.dtype != dst.dtype)
-        throw std::runtime_error(ck.dir + ": tensor '" + name + "' has global shape " +
-                                 dst.shape_str() + " in this model but a different shape or dtype in the checkpoint");
-      copied += copy_overlap(src, offset, shape, host.data());
+      int64_t numel = 1;
+      for (int64_t d : src.global_shape) numel *= d;
+      if (numel != p.spec.numel() || src.dtype != DType::F32)
+        throw std::runtime_error(where + " has " + std::to_string(p.spec.numel()) +
+                                 " elements (F32) in this model but a different size or dtype in the checkpoint");
+      copied += copy_flat(src, begin, count, dst, where);
     }
-    if (copied != dst.numel())
-      throw std::runtime_error(ck.dir + ": tensor '" + name + "': the saved slices cover " +
-                               std::to_string(copied) + " of " + std::to_string(dst.numel()) +
-                               " elements");
-    write_from_host(dst, host.data());
+    if (copied != count)
+      throw std::runtime_error(where + ": the saved slices cover " + std::to_string(copied) + " of the " +
+                               std::to_string(count) + " elements this rank needs");
   };
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    const std::string& n = m.params[i].spec.name;
-    const Tensor w = fp32_weight(opt, m.param_tensors, i);
-    fill("model/" + n, w);
-    if (opt.mixed()) ops::convert(m.param_tensors[i], w);
-    fill("optim/m/" + n, opt.m[i]);
-    fill("optim/v/" + n, opt.v[i]);
-  }
-  opt.step = ck.meta.optimizer_step;
+  opt.load(read, true);
+  opt.set_optimizer_step(ck.meta.optimizer_step);
 }
 
 }  // namespace trainer

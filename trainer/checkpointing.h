@@ -1,25 +1,34 @@
 // Glue between the training state and checkpoint/: which tensors a rank saves
-// (its model slice and optimizer slice) and how a loaded checkpoint is put
-// back, slice by slice, into the arenas of the current layout.
+// (the elements of its data-parallel shard: fp32 weights, AdamW m and v) and
+// how a loaded checkpoint is put back into the shards of the current layout.
+//
+// A rank that holds a whole parameter saves it with its real shape; a piece
+// of one is saved flattened (global shape [numel], 1-D offset). Any layout
+// reads either form, so a checkpoint of DP 4 / ZeRO-2 resumes at DP 2 /
+// ZeRO-1 or in one process.
 #pragma once
 
 #include <string>
 
 #include "checkpoint/checkpoint.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/zero.h"
 #include "trainer/config.h"
 
 namespace trainer {
 
-// Host copy of everything needed to continue: weights, AdamW m and v, counters.
-Snapshot take_snapshot(const Config& cfg, const Model& m, const AdamWState& opt, int64_t step,
-                       int64_t tokens);
+// Host copy of this rank's share of everything needed to continue.
+Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& opt, int64_t step, int64_t tokens,
+                       int rank, int world_size);
 
-// Restores weights, moments and the optimizer step counter. Throws
-// std::runtime_error naming the tensor when the checkpoint does not hold it or
-// its global shape differs from this model's.
-void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, AdamWState& opt);
+// Restores weights, moments and the optimizer step counter of this rank's
+// shard (collective under ZeRO 1-2: the weights are gathered afterwards).
+// Throws std::runtime_error naming the tensor when the checkpoint lacks it,
+// its size differs from this model's, or the saved slices do not cover it.
+void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt);
+
+// "tp1.pp1.dp4.cp1.ep1.zero2"
+std::string layout_string(const Config& c, int dp);
 
 // Root directory for this run's checkpoints (checkpoint.dir or <run dir>/ckpt).
 std::string checkpoint_root(const Config& cfg);

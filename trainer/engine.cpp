@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "optim/zero.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "trainer/batch_sampler.h"
@@ -35,6 +36,10 @@ namespace trainer {
 
 namespace {
 
+AdamWConfig adamw_config(const Config& cfg) {
+  return {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+}
+
 using clock_type = std::chrono::steady_clock;
 
 void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
@@ -42,14 +47,16 @@ void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
   write_from_host(m.acts.targets, hb.targets_of(micro));
 }
 
-// Weights start from the same host values on every device and dtype; under
-// mixed precision the fp32 masters hold them and the 16-bit copies follow.
-void initialise_weights(Model& m, const AdamWState& opt, uint64_t seed) {
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    const std::vector<float> x = initial_values(m.params[i], seed);
-    write_from_host(fp32_weight(opt, m.param_tensors, i), x.data());
-    if (opt.mixed()) ops::convert(m.param_tensors[i], opt.master[i]);
-  }
+// Weights start from the same host values on every device, dtype and layout;
+// each rank writes the elements it owns.
+void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params, uint64_t seed) {
+  int cached = -1;
+  std::vector<float> x;
+  opt.load([&](const std::string&, int param, int64_t begin, int64_t count, float* dst) {
+    if (param != cached) x = initial_values(params[size_t(param)], seed);
+    cached = param;
+    std::copy(x.begin() + begin, x.begin() + begin + count, dst);
+  }, false);
 }
 
 // The validation batches are the same at every evaluation (read once).
@@ -79,28 +86,30 @@ void trim_metrics(const std::string& path, int64_t last_step) {
 
 // Saves, loads back and compares every byte, then restores into a fresh
 // model and checks that the same batch gives the same loss bit for bit.
-void check_roundtrip(const Config& cfg, Model& m, const AdamWState& opt, int64_t step,
-                     int64_t tokens, const std::string& root, TrainSummary& sum) {
+void check_roundtrip(const Config& cfg, Model& m, const ZeroOptimizer& opt, int64_t step, int64_t tokens,
+                     const std::string& root, TrainSummary& sum) {
   sum.roundtrip_checked = true;
   try {
     CheckpointWriter w(root, 0, false);
-    Snapshot snap = take_snapshot(cfg, m, opt, step, tokens);
+    Snapshot snap = take_snapshot(cfg, m, opt, step, tokens, 0, 1);
     w.save(snap);
     const LoadedCheckpoint ck = load_checkpoint(w.last_completed());
     size_t same = 0;
     for (const ShardTensor& t : snap.tensors)
       for (const ShardTensor& u : ck.tensors)
         if (u.name == t.name && u.data == t.data) ++same;
+    const Device dev = m.act_arena.device();
     Model m2;
-    build_model(m2, m.dims, cfg.model.init_std, m.param_arena.device());
-    AdamWState opt2;
-    adamw_init(opt2, opt.cfg, m2.params, m.param_arena.device());
+    build_model(m2, m.dims, cfg.model.init_std, dev, zero_model_storage(opt.stage(), 1));
+    SingleRankCommunicator solo("dp", 0, dev);
+    ZeroOptimizer opt2(m2, opt.stage(), solo, solo, adamw_config(cfg));
+    m2.hooks = &opt2;
     restore_checkpoint(ck, m2, opt2);
     ops::copy(m2.acts.ids, m.acts.ids);
     ops::copy(m2.acts.targets, m.acts.targets);
     const double n = double(m.dims.N());
     const double l1 = model_forward(m, 0.f).loss_sum / n, l2 = model_forward(m2, 0.f).loss_sum / n;
-    sum.roundtrip_ok = same == snap.tensors.size() && l1 == l2 && opt2.step == opt.step;
+    sum.roundtrip_ok = same == snap.tensors.size() && l1 == l2 && opt2.optimizer_step() == opt.optimizer_step();
     char buf[256];
     std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore",
                   same, snap.tensors.size(), l1, l2);
@@ -116,17 +125,17 @@ void check_roundtrip(const Config& cfg, Model& m, const AdamWState& opt, int64_t
 TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   RunOptions opt = opt_in;
   const DeviceChoice dev = select_device(cfg.train.device, opt.launch.local_rank);
-  // Data parallelism (ZeRO stage 0): every rank holds the whole model, draws
-  // its share of the global batch, and the gradients are summed across ranks
-  // before the (identical) optimizer step. Other layouts are later work.
+  // Data parallelism with ZeRO stage 0-3 (optim/zero.h): every rank draws its
+  // share of the global batch; gradients, optimizer state and (stage 3)
+  // weights are split across the data-parallel group. Other axes are later work.
   std::unique_ptr<ProcessGroups> groups;
   int dp = 1, dp_rank = 0;
+  const int stage = cfg.parallel.zero_stage;
   if (opt.launch.world_size > 1) {
     const MeshShape mesh = resolve_mesh(cfg.parallel, opt.launch.world_size, opt.launch.local_world_size);
-    if (mesh.tp > 1 || mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1 || cfg.parallel.zero_stage > 0)
-      throw ConfigError(describe(mesh) + ", parallel.zero_stage=" + std::to_string(cfg.parallel.zero_stage) +
-                        ": only data parallelism with zero_stage 0 is wired into training so far "
-                        "(set parallel.tp/pp/cp/ep to 1 and parallel.zero_stage to 0)");
+    if (mesh.tp > 1 || mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1)
+      throw ConfigError(describe(mesh) + ": only data parallelism (ZeRO stages 0-3) is wired into training so far "
+                        "(set parallel.tp, pp, cp and ep to 1)");
     if (!opt.dump_reference_dir.empty()) throw ConfigError("--dump-reference runs in one process");
     ProcessGroupOptions po;
     po.timeout_s = cfg.parallel.timeout_s;
@@ -135,6 +144,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     dp = mesh.dp;
     dp_rank = coords_of(mesh, opt.launch.rank).dp;
   }
+  if (!opt.dump_reference_dir.empty() && stage > 0)
+    throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
   const bool lead = opt.launch.rank == 0;
   if (!lead) opt.quiet = true;
   const DType storage = storage_dtype(cfg.train.precision, dev.device);
@@ -147,7 +158,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const int threads = omp_get_max_threads();
   if (lead)
     std::printf("%s, %d thread%s, storage %s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
-                dtype_name(storage), dp > 1 ? (", data parallel " + std::to_string(dp)).c_str() : "");
+                dtype_name(storage),
+                dp > 1 || stage > 0
+                    ? (", data parallel " + std::to_string(dp) + ", ZeRO stage " + std::to_string(stage)).c_str()
+                    : "");
 
   const int64_t micro = cfg.train.micro_batch_size;
   const int64_t M = cfg.train.global_batch_size / (micro * dp);
@@ -155,7 +169,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const ModelDims dims = make_dims(cfg, micro, T, storage);
 
   TrainSummary summary;
-  const MemoryPlan plan = plan_memory(cfg, storage);
+  const MemoryPlan plan = plan_memory(cfg, storage, dp, stage);
   summary.planned_bytes = plan.total();
   summary.device_bytes = dev.memory_bytes;
   if (lead) std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
@@ -193,11 +207,16 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   BatchPrefetcher prefetch(train_data, M, micro, indices);
 
   Model model;
-  build_model(model, dims, cfg.model.init_std, dev.device);
-  AdamWState opt_state;
-  adamw_init(opt_state, {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
-             model.params, dev.device);
-  initialise_weights(model, opt_state, cfg.run.seed);
+  build_model(model, dims, cfg.model.init_std, dev.device, zero_model_storage(stage, dp));
+  SingleRankCommunicator solo("dp", 0, dev.device);
+  Communicator& dp_group = groups ? groups->group(Axis::DP) : solo;
+  Communicator& dp_host = groups ? groups->host_world() : solo;  // dp == world while DP is the only axis
+  ZeroOptimizer zero(model, stage, dp_group, dp_host, adamw_config(cfg));
+  model.hooks = &zero;
+  initialise_weights(zero, model.params, cfg.run.seed);
+  summary.optimizer_bytes = zero.optimizer_bytes();
+  if (zero.optimizer_bytes() != plan.optimizer_bytes)
+    throw std::logic_error("memory plan and optimizer allocation disagree");
 
   const std::string run_dir = cfg.run_dir();
   std::error_code ec;
@@ -207,7 +226,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const std::string ckpt_root = checkpoint_root(cfg);
   int64_t start_step = 0, tokens = 0;
   if (auto ck = resolve_resume(ckpt_root, cfg.checkpoint.resume)) {
-    restore_checkpoint(*ck, model, opt_state);
+    restore_checkpoint(*ck, model, zero);
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;
     if (lead) std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(),
@@ -220,9 +239,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (!metrics_path.empty() && start_step > 0) trim_metrics(metrics_path, start_step);
   MetricsLog log(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines");
 
+  // Every rank writes its shard; rank 0 adds the manifest once all are in.
   std::unique_ptr<CheckpointWriter> writer;
-  if (cfg.checkpoint.interval > 0 && lead)  // stage 0: every rank holds the same state
-    writer = std::make_unique<CheckpointWriter>(ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async);
+  if (cfg.checkpoint.interval > 0)
+    writer = std::make_unique<CheckpointWriter>(
+        ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
+        CheckpointGroup{groups ? &groups->store() : nullptr, opt.launch.rank, opt.launch.world_size,
+                        cfg.parallel.timeout_s});
 
   std::unique_ptr<ReferenceDump> dump;
   if (!opt.dump_reference_dir.empty())
@@ -243,12 +266,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   for (int64_t step = start_step; step < end_step; ++step) {
     const auto t0 = clock_type::now();
-    zero_grads(model);
+    zero.begin_step();
     const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
     const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
     double loss_sum = 0, aux_sum = 0;
     const HostBatch& batch = prefetch.get(step);
     for (int64_t mb = 0; mb < M; ++mb) {
+      zero.micro_batch(mb, M);
       load_prefetched(batch, model, mb);
       if (dump) dump->before_forward(step, mb);
       ForwardResult fr = model_forward(model, ce_scale);
@@ -256,12 +280,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       aux_sum += fr.aux_sum;
       model_backward(model, aux_grad);
     }
+    zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
     if (groups) {
-      // One flat all-reduce over the gradient arena (padding is zero).
-      Tensor flat = model.grad_arena.flat_f32();
-      flat.dtype = storage;
-      flat.shape[0] = int64_t(model.grad_arena.capacity() / dtype_size(storage));
-      groups->group(Axis::DP).all_reduce(flat);
       double sums[2] = {loss_sum, aux_sum};
       groups->host_world().all_reduce(Tensor(sums, DType::F64, {2}));
       loss_sum = sums[0];
@@ -269,7 +289,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     }
     const double loss = loss_sum / double(M * dims.N() * dp);
     const double aux = aux_sum / double(M * dp);
-    const double norm = global_grad_norm(model.grad_tensors) / loss_scale;
+    const double norm = std::sqrt(zero.grad_sum_squares()) / loss_scale;
     if (fp16 && (!std::isfinite(norm) || !std::isfinite(loss))) {
       loss_scale /= 2;
       good_steps = 0;
@@ -300,8 +320,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     }
     if (dump && step == 0) dump->after_step0_backward();
     const double lr = learning_rate(sched, step);
-    adamw_step(opt_state, model.params, model.param_tensors, model.grad_tensors, lr,
-               clip_factor(norm, cfg.train.grad_clip) / loss_scale);
+    zero.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
     const int64_t step_tokens = M * dims.N() * dp;
     tokens += step_tokens;
     window_tokens += step_tokens;
@@ -334,7 +353,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     }
     if (writer && ((step + 1) % cfg.checkpoint.interval == 0 || last)) {
       const auto c0 = clock_type::now();
-      Snapshot snap = take_snapshot(cfg, model, opt_state, step + 1, tokens);
+      Snapshot snap = take_snapshot(cfg, model, zero, step + 1, tokens, opt.launch.rank, opt.launch.world_size);
       const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
       const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
       writer->save(std::move(snap));
@@ -345,11 +364,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                                          : "written");
       window_start = clock_type::now();
     }
-    if (valid_batch && lead && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
+    // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
+    if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
       const double vl = evaluate(*valid_batch, model);
       summary.val_losses.push_back(vl);
       summary.final_val_loss = vl;
-      log.eval(step + 1, vl);
+      if (lead) log.eval(step + 1, vl);
       window_start = clock_type::now();  // eval time is not training throughput
     }
   }
@@ -360,14 +380,17 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   }
   if (dump) dump->finish();
   if (opt.smoke && !summary.diverged)
-    check_roundtrip(cfg, model, opt_state, summary.end_step, tokens, ckpt_root + "/roundtrip", summary);
+    check_roundtrip(cfg, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip", summary);
 
+  std::vector<std::vector<float>> final_weights;
+  const bool sample = cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke;
+  if (sample) final_weights = zero.gather_fp32_weights();  // collective
   if (groups) groups->finalize();
-  if (cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke && lead) {
+  if (sample && lead) {
     std::vector<int32_t> prompt;
     if (cfg.model.vocab_size == 256)
       for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);
-    const auto ids = generate_tokens(model, opt_state, T, prompt, cfg.log.sample_tokens,
+    const auto ids = generate_tokens(model.dims, final_weights, T, prompt, cfg.log.sample_tokens,
                                      float(cfg.log.sample_temperature), cfg.run.seed);
     summary.sample = (cfg.model.vocab_size == 256 ? cfg.log.sample_prompt : std::string()) +
                      tokens_to_text(ids, cfg.model.vocab_size);

@@ -28,6 +28,7 @@ struct TrainSummary {
   bool diverged = false;
   std::string divergence;          // what went non-finite, at which step
   size_t planned_bytes = 0;
+  size_t optimizer_bytes = 0;      // this rank's AdamW state as allocated (1/dp under ZeRO 1-3)
   size_t device_bytes = 0;         // GPU memory; 0 on the CPU
   std::vector<std::string> checkpoints;  // directories written, in order
   bool roundtrip_checked = false, roundtrip_ok = false;

@@ -2,23 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/device_memory.h"
 
 namespace trainer {
 
-std::vector<int32_t> generate_tokens(const Model& trained, const AdamWState& opt, int64_t seq_len,
+std::vector<int32_t> generate_tokens(const ModelDims& trained, const std::vector<std::vector<float>>& weights,
+                                     int64_t seq_len,
                                      const std::vector<int32_t>& prompt, int n, float temperature,
                                      uint64_t seed) {
-  ModelDims d = trained.dims;
+  ModelDims d = trained;
   d.B = 1;
   d.T = seq_len;
   d.capacity = 0;  // no token dropping at inference
   d.act = DType::F32;
   Model g;
   build_model(g, d, 0.0, Device::CPU);
-  for (size_t i = 0; i < g.param_tensors.size(); ++i)
-    read_to_host(fp32_weight(opt, trained.param_tensors, i), g.param_tensors[i].data);
+  if (weights.size() != g.param_tensors.size()) throw std::logic_error("generate_tokens: parameter count mismatch");
+  for (size_t i = 0; i < g.param_tensors.size(); ++i) {
+    if (int64_t(weights[i].size()) != g.param_tensors[i].numel())
+      throw std::logic_error("generate_tokens: size mismatch of parameter " + g.params[i].spec.name);
+    write_from_host(g.param_tensors[i], weights[i].data());
+  }
 
   std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{0} : prompt;
   std::vector<int32_t> out;

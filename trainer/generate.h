@@ -7,16 +7,16 @@
 #include <vector>
 
 #include "model/transformer.h"
-#include "optim/adamw.h"
 
 namespace trainer {
 
 // Continues `prompt` (token ids) by n tokens. The context is the last
 // seq_len tokens; causal attention makes the logits at the last position
 // depend only on what came before, so no cache is needed for correctness.
-// Runs on the CPU from the fp32 weights (masters under mixed precision),
-// wherever the model trained.
-std::vector<int32_t> generate_tokens(const Model& trained, const AdamWState& opt, int64_t seq_len,
+// Runs on the CPU from the fp32 weights (masters under mixed precision; one
+// host vector per parameter, parameter_list order), wherever the model trained.
+std::vector<int32_t> generate_tokens(const ModelDims& trained, const std::vector<std::vector<float>>& weights,
+                                     int64_t seq_len,
                                      const std::vector<int32_t>& prompt, int n, float temperature,
                                      uint64_t seed);
 

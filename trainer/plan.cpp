@@ -4,18 +4,21 @@
 
 #include "model/activations.h"
 #include "model/params.h"
-#include "optim/adamw.h"
+#include "optim/zero.h"
 
 namespace trainer {
 
-MemoryPlan plan_memory(const Config& c, DType storage) {
+MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
   const ModelDims d = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
   const auto params = parameter_list(d, c.model.init_std);
   MemoryPlan p;
   p.parameters = parameter_count(params);
-  p.param_bytes = arena_bytes(specs_of(params));
-  p.grad_bytes = p.param_bytes;
-  p.optimizer_bytes = adamw_state_bytes(params);
+  const ZeroBytes z = zero_bytes(d, params, zero_stage, dp);
+  p.param_bytes = z.params;
+  p.grad_bytes = z.grads;
+  p.optimizer_bytes = z.optimizer;
+  p.dp = dp;
+  p.zero_stage = zero_stage;
   p.activation_bytes = arena_bytes(activation_specs(d));
   p.workspace_bytes = arena_bytes(grad_scratch_specs(d));
   return p;
@@ -36,19 +39,27 @@ std::string format_bytes(double b) {
 std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage) {
   const char* st = dtype_name(storage);
   const bool mixed = storage != DType::F32;
+  // What each rank keeps of the three states that ZeRO shards.
+  const std::string part = p.dp > 1 ? ", 1/" + std::to_string(p.dp) + " shard" : "";
+  const std::string pshard = p.zero_stage >= 3 ? part + " + unit gather buffers" : "";
+  const std::string gshard = p.zero_stage >= 2 ? part + " + unit reduce buffers" : "";
+  const std::string oshard = p.zero_stage >= 1 ? part : "";
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "memory plan per rank (%s), %.3fM parameters:\n"
-                "  parameters   %12s  (%s)\n"
-                "  gradients    %12s  (%s)\n"
-                "  optimizer    %12s  (AdamW m, v%s, F32)\n"
+                "memory plan per rank (%s%s), %.3fM parameters:\n"
+                "  parameters   %12s  (%s%s)\n"
+                "  gradients    %12s  (%s%s)\n"
+                "  optimizer    %12s  (AdamW m, v%s, F32%s)\n"
                 "  activations  %12s  (one micro-batch, saved for backward)\n"
                 "  workspace    %12s  (backward scratch)\n"
                 "  total        %12s\n",
-                device_label.c_str(), double(p.parameters) / 1e6,
-                format_bytes(double(p.param_bytes)).c_str(), st,
-                format_bytes(double(p.grad_bytes)).c_str(), st,
-                format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "",
+                device_label.c_str(),
+                p.dp > 1 || p.zero_stage > 0
+                    ? (", data parallel " + std::to_string(p.dp) + ", ZeRO stage " + std::to_string(p.zero_stage)).c_str()
+                    : "",
+                double(p.parameters) / 1e6, format_bytes(double(p.param_bytes)).c_str(), st, pshard.c_str(),
+                format_bytes(double(p.grad_bytes)).c_str(), st, gshard.c_str(),
+                format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "", oshard.c_str(),
                 format_bytes(double(p.activation_bytes)).c_str(),
                 format_bytes(double(p.workspace_bytes)).c_str(),
                 format_bytes(double(p.total())).c_str());

@@ -16,6 +16,7 @@ struct MemoryPlan {
   int64_t parameters = 0;     // count
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   size_t activation_bytes = 0, workspace_bytes = 0;
+  int dp = 1, zero_stage = 0;  // the per-rank share below is for this layout
   size_t total() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }
@@ -23,7 +24,9 @@ struct MemoryPlan {
 
 // storage: element type of weights, gradients and activations (F32 on the
 // CPU; BF16/F16 under mixed precision on a GPU, with fp32 masters).
-MemoryPlan plan_memory(const Config& c, DType storage = DType::F32);
+// dp, zero_stage: parameters, gradients and optimizer state per rank under
+// that data-parallel layout (optim/zero.h).
+MemoryPlan plan_memory(const Config& c, DType storage = DType::F32, int dp = 1, int zero_stage = 0);
 std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage = DType::F32);
 std::string format_bytes(double bytes);  // "12.3 MiB"
 

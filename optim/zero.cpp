@@ -1,0 +1,369 @@
+#include "optim/zero.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/device_memory.h"
+#include "kernels/ops.h"
+
+namespace trainer {
+
+namespace {
+// Unit buffers per pool: the unit in use, a tied embedding the head also
+// needs, one prefetch or reduction in flight, and one spare so that the
+// next unit never waits for a buffer whose reduction is still running.
+constexpr int kPoolSlots = 4;
+
+int moment_count(bool mixed) { return mixed ? 3 : 2; }
+
+void* base_of(const Arena& a) { return a.capacity() ? a.flat_f32().data : nullptr; }
+}  // namespace
+
+ModelStorage zero_model_storage(int stage, int dp) {
+  ModelStorage s;
+  s.shards = dp;
+  s.full_params = stage < 3;
+  s.full_grads = stage < 2;
+  return s;
+}
+
+ZeroBytes zero_bytes(const ModelDims& d, const std::vector<ParamInfo>& params, int stage, int dp) {
+  const auto units = unit_layout(d, params, dp);
+  const size_t elem = dtype_size(d.act);
+  const size_t full = units_total_bytes(units), unit_max = units_max_bytes(units);
+  const size_t shard = size_t(shard_offsets(units, elem, dp).back()) * elem;
+  const int nm = moment_count(needs_master_weights(params));
+  ZeroBytes b;
+  b.params = stage < 3 ? full : shard + kPoolSlots * unit_max;
+  b.grads = stage < 2 ? full : shard + kPoolSlots * (unit_max + arena_round(unit_max / size_t(dp)));
+  b.optimizer = arena_round(size_t(nm) * 4 * (stage == 0 ? full / elem : shard / elem));
+  return b;
+}
+
+ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator& host, const AdamWConfig& cfg)
+    : m_(m), stage_(stage), dp_(dp.size()), rank_(dp.rank()), comm_(dp), host_(host), cfg_(cfg) {
+  if (stage < 0 || stage > 3) throw std::invalid_argument("parallel.zero_stage must be 0, 1, 2 or 3");
+  if (host.size() != dp_ || host.rank() != rank_)
+    throw std::logic_error("ZeroOptimizer: the host group must be the data-parallel group");
+  const Device dev = m.act_arena.device();
+  elem_ = dtype_size(m.dims.act);
+  mixed_ = needs_master_weights(m.params);
+  units_ = unit_layout(m.dims, m.params, dp_);
+  shard_off_ = shard_offsets(units_, elem_, dp_);
+  if ((stage < 3) != (m.param_arena.capacity() == units_total_bytes(units_)) ||
+      (stage < 2) != (m.grad_arena.capacity() == units_total_bytes(units_)))
+    throw std::logic_error("ZeroOptimizer: model not built with zero_model_storage(" + std::to_string(stage) + ", " +
+                           std::to_string(dp_) + ")");
+  save_pieces_ = shard_pieces(units_, m.params, elem_, dp_, rank_);
+  opt_pieces_ = stage == 0 ? shard_pieces(units_, m.params, elem_, 1, 0) : save_pieces_;
+  opt_elems_ = stage == 0 ? int64_t(units_total_bytes(units_) / elem_) : shard_off_.back();
+  opt_arena_ = Arena("optimizer state", size_t(moment_count(mixed_)) * 4 * size_t(opt_elems_), dev);
+
+  const size_t shard_bytes = size_t(shard_off_.back()) * elem_, unit_max = units_max_bytes(units_);
+  if (stage >= 3) param_shard_ = Arena("parameter shard", shard_bytes, dev);
+  if (stage >= 2) grad_shard_ = Arena("gradient shard", shard_bytes, dev);
+  if (stage >= 2) {
+    const size_t staging = arena_round(unit_max / size_t(dp_));
+    const size_t pool = kPoolSlots * (unit_max + staging) + (stage >= 3 ? kPoolSlots * unit_max : 0);
+    pool_arena_ = Arena("unit buffers", pool, dev);
+    const int64_t ue = int64_t(unit_max / elem_), se = int64_t(staging / elem_);
+    for (int i = 0; i < kPoolSlots; ++i) {
+      Slot g;
+      g.buf = pool_arena_.alloc({"grad unit", {std::max<int64_t>(ue, 1)}, m.dims.act});
+      g.staging = pool_arena_.alloc({"grad staging", {std::max<int64_t>(se, 1)}, m.dims.act});
+      gslots_.push_back(std::move(g));
+      if (stage >= 3) {
+        Slot w;
+        w.buf = pool_arena_.alloc({"weight unit", {std::max<int64_t>(ue, 1)}, m.dims.act});
+        wslots_.push_back(std::move(w));
+      }
+    }
+  }
+  w_slots_ = weight_slots(m.dims, m.params, m.w);
+  g_slots_ = weight_slots(m.dims, m.params, m.gw);
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  // Buffers of a collective still in flight must outlive it.
+  for (auto* pool : {&wslots_, &gslots_})
+    for (Slot& s : *pool)
+      if (s.pending) try { s.pending->wait(); } catch (...) {}
+  for (auto& w : pending_)
+    if (w) try { w->wait(); } catch (...) {}
+}
+
+Tensor ZeroOptimizer::flat(void* base, DType t, int64_t offset, int64_t count) const {
+  return Tensor(static_cast<char*>(base) + offset * int64_t(dtype_size(t)), t, {count}, m_.act_arena.device());
+}
+
+int64_t ZeroOptimizer::opt_index(const ZeroPiece& p) const {
+  const UnitLayout& u = units_[size_t(p.unit)];
+  if (stage_ == 0) return int64_t(u.offset / elem_) + p.unit_elem;
+  return shard_off_[size_t(p.unit)] + p.unit_elem - int64_t(rank_) * shard_elems(u, elem_, dp_);
+}
+
+Tensor ZeroOptimizer::weight_view(const ZeroPiece& p) const {
+  if (stage_ >= 3) return flat(base_of(param_shard_), m_.dims.act, opt_index(p), p.count);
+  return flat(m_.param_tensors[size_t(p.param)].data, m_.dims.act, p.begin, p.count);
+}
+
+Tensor ZeroOptimizer::grad_view(const ZeroPiece& p) const {
+  if (stage_ >= 2) return flat(base_of(grad_shard_), m_.dims.act, opt_index(p), p.count);
+  return flat(m_.grad_tensors[size_t(p.param)].data, m_.dims.act, p.begin, p.count);
+}
+
+Tensor ZeroOptimizer::opt_view(const Arena& a, int which, const ZeroPiece& p) const {
+  return flat(base_of(a), DType::F32, int64_t(which) * opt_elems_ + opt_index(p), p.count);
+}
+
+Tensor ZeroOptimizer::fp32_weight(const ZeroPiece& p) const {
+  return mixed_ ? opt_view(opt_arena_, 2, p) : weight_view(p);
+}
+Tensor ZeroOptimizer::moment_m(const ZeroPiece& p) const { return opt_view(opt_arena_, 0, p); }
+Tensor ZeroOptimizer::moment_v(const ZeroPiece& p) const { return opt_view(opt_arena_, 1, p); }
+
+Tensor ZeroOptimizer::unit_range(const Arena& a, int unit) const {
+  const UnitLayout& u = units_[size_t(unit)];
+  return flat(base_of(a), m_.dims.act, int64_t(u.offset / elem_), int64_t(u.bytes / elem_));
+}
+
+Tensor ZeroOptimizer::own_shard(const Arena& a, int unit) const {
+  const UnitLayout& u = units_[size_t(unit)];
+  const int64_t s = shard_elems(u, elem_, dp_);
+  return flat(base_of(a), m_.dims.act, int64_t(u.offset / elem_) + rank_ * s, s);
+}
+
+Tensor ZeroOptimizer::shard_of(const Arena& a, int unit) const {
+  return flat(base_of(a), m_.dims.act, shard_off_[size_t(unit)], shard_elems(units_[size_t(unit)], elem_, dp_));
+}
+
+void ZeroOptimizer::bind(std::vector<std::vector<Tensor*>>& slots, int unit, void* base) {
+  const UnitLayout& u = units_[size_t(unit)];
+  for (int p = u.first; p < u.end; ++p)
+    for (Tensor* t : slots[size_t(p)]) {
+      t->data = base ? static_cast<char*>(base) + u.param_offset[size_t(p - u.first)] : nullptr;
+      t->device = m_.act_arena.device();
+    }
+}
+
+void ZeroOptimizer::gather_all_units() {
+  if (dp_ == 1 || stage_ == 0 || stage_ == 3) return;
+  std::vector<std::unique_ptr<Work>> works;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].bytes) works.push_back(comm_.all_gather_async(unit_range(m_.param_arena, int(u)),
+                                                                own_shard(m_.param_arena, int(u))));
+  for (auto& w : works) w->wait();
+}
+
+void ZeroOptimizer::drop_gathered() {
+  for (Slot& s : wslots_) {
+    if (s.pending) s.pending->wait();
+    s.pending.reset();
+    if (s.unit >= 0) bind(w_slots_, s.unit, nullptr);
+    s.unit = -1;
+  }
+}
+
+void ZeroOptimizer::load(const PieceReader& read, bool moments) {
+  std::vector<float> host;
+  for (const ZeroPiece& p : opt_pieces_) {
+    host.resize(size_t(p.count));
+    read("model", p.param, p.begin, p.count, host.data());
+    write_from_host(fp32_weight(p), host.data());
+    if (mixed_) ops::convert(weight_view(p), fp32_weight(p));
+    if (moments) {
+      read("optim/m", p.param, p.begin, p.count, host.data());
+      write_from_host(moment_m(p), host.data());
+      read("optim/v", p.param, p.begin, p.count, host.data());
+      write_from_host(moment_v(p), host.data());
+    } else {
+      ops::fill(moment_m(p), 0.f);
+      ops::fill(moment_v(p), 0.f);
+    }
+  }
+  gather_all_units();
+  drop_gathered();
+}
+
+void ZeroOptimizer::begin_step() {
+  if (stage_ < 2) {
+    zero_grads(m_);
+  } else {
+    if (shard_off_.back() > 0) ops::fill(flat(base_of(grad_shard_), m_.dims.act, 0, shard_off_.back()), 0.f);
+  }
+}
+
+std::vector<int> ZeroOptimizer::units_for(int unit) const {
+  if (unit == head_unit(m_.dims) && m_.dims.tied) return {unit, embedding_unit()};
+  return {unit};
+}
+
+ZeroOptimizer::Slot& ZeroOptimizer::take_slot(std::vector<Slot>& pool, const std::vector<int>& pinned) {
+  Slot* best = nullptr;
+  for (Slot& s : pool) {
+    if (std::find(pinned.begin(), pinned.end(), s.unit) != pinned.end()) continue;
+    if (!best || (best->unit >= 0 && (s.unit < 0 || s.used < best->used))) best = &s;
+  }
+  if (!best) throw std::logic_error("ZeRO-3: every weight buffer is pinned");
+  if (best->pending) best->pending->wait();
+  best->pending.reset();
+  if (best->unit >= 0) bind(w_slots_, best->unit, nullptr);
+  best->unit = -1;
+  return *best;
+}
+
+ZeroOptimizer::Slot& ZeroOptimizer::weights_resident(int unit, const std::vector<int>& pinned) {
+  for (Slot& s : wslots_)
+    if (s.unit == unit) {
+      if (s.pending) s.pending->wait();
+      s.pending.reset();
+      s.used = ++clock_;
+      bind(w_slots_, unit, s.buf.data);
+      return s;
+    }
+  Slot& s = take_slot(wslots_, pinned);
+  s.unit = unit;
+  s.used = ++clock_;
+  const UnitLayout& u = units_[size_t(unit)];
+  if (u.bytes) comm_.all_gather(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)), shard_of(param_shard_, unit));
+  bind(w_slots_, unit, s.buf.data);
+  return s;
+}
+
+void ZeroOptimizer::prefetch_weights(int unit, const std::vector<int>& pinned) {
+  for (const Slot& s : wslots_)
+    if (s.unit == unit) return;
+  Slot& s = take_slot(wslots_, pinned);
+  s.unit = unit;
+  s.used = ++clock_;
+  const UnitLayout& u = units_[size_t(unit)];
+  if (u.bytes)
+    s.pending = comm_.all_gather_async(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)),
+                                       shard_of(param_shard_, unit));
+}
+
+void ZeroOptimizer::forward_begin(Model&, int unit) {
+  if (stage_ < 3) return;
+  const std::vector<int> need = units_for(unit);
+  for (int u : need) weights_resident(u, need);
+  if (unit < head_unit(m_.dims)) prefetch_weights(unit + 1, need);
+}
+
+void ZeroOptimizer::backward_begin(Model&, int unit) {
+  const std::vector<int> need = units_for(unit);
+  if (stage_ >= 3) {
+    for (int u : need) weights_resident(u, need);
+    if (unit > 0) prefetch_weights(unit - 1, need);
+  }
+  if (stage_ >= 2)
+    for (int u : need) open_grads(u);
+}
+
+void ZeroOptimizer::backward_end(Model&, int unit) {
+  if (stage_ >= 2) {
+    close_grads(unit);
+    return;
+  }
+  if (dp_ == 1 || !last_micro_ || units_[size_t(unit)].bytes == 0) return;
+  // Gradient accumulation synchronises only on the last micro-batch.
+  if (stage_ == 0)
+    pending_.push_back(comm_.all_reduce_async(unit_range(m_.grad_arena, unit)));
+  else
+    pending_.push_back(comm_.reduce_scatter_async(own_shard(m_.grad_arena, unit), unit_range(m_.grad_arena, unit)));
+}
+
+void ZeroOptimizer::land(Slot& s) {
+  s.pending->wait();
+  s.pending.reset();
+  const Tensor own = shard_of(grad_shard_, s.unit);
+  ops::add_inplace(own, flat(s.staging.data, m_.dims.act, 0, own.numel()));
+  s.unit = -1;
+}
+
+void ZeroOptimizer::open_grads(int unit) {
+  for (const Slot& s : gslots_)
+    if (s.unit == unit && !s.pending) return;  // a tied embedding opened by the head
+  Slot* pick = nullptr;
+  for (Slot& s : gslots_)
+    if (s.unit < 0) {
+      pick = &s;
+      break;
+    }
+  if (!pick)  // the oldest reduction in flight gives its buffer back
+    for (Slot& s : gslots_)
+      if (s.pending && (!pick || s.used < pick->used)) pick = &s;
+  if (!pick) throw std::logic_error("ZeRO: every gradient buffer is open");
+  if (pick->pending) land(*pick);
+  pick->unit = unit;
+  pick->used = ++clock_;
+  const UnitLayout& u = units_[size_t(unit)];
+  if (u.bytes) ops::fill(flat(pick->buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)), 0.f);
+  bind(g_slots_, unit, pick->buf.data);
+}
+
+void ZeroOptimizer::close_grads(int unit) {
+  for (Slot& s : gslots_)
+    if (s.unit == unit && !s.pending) {
+      const UnitLayout& u = units_[size_t(unit)];
+      bind(g_slots_, unit, nullptr);
+      s.used = ++clock_;
+      if (u.bytes == 0) {
+        s.unit = -1;
+        return;
+      }
+      const int64_t se = shard_elems(u, elem_, dp_);
+      s.pending = comm_.reduce_scatter_async(flat(s.staging.data, m_.dims.act, 0, se),
+                                             flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
+      return;
+    }
+  throw std::logic_error("ZeRO: gradients of unit " + std::to_string(unit) + " closed but never opened");
+}
+
+void ZeroOptimizer::finish_backward() {
+  for (auto& w : pending_) w->wait();
+  pending_.clear();
+  std::vector<Slot*> inflight;
+  for (Slot& s : gslots_)
+    if (s.pending) inflight.push_back(&s);
+  std::sort(inflight.begin(), inflight.end(), [](const Slot* a, const Slot* b) { return a->used < b->used; });
+  for (Slot* s : inflight) land(*s);
+}
+
+double ZeroOptimizer::grad_sum_squares() {
+  double s = 0;
+  for (const ZeroPiece& p : opt_pieces_) s += ops::sum_squares(grad_view(p));
+  if (stage_ > 0 && dp_ > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
+  return s;
+}
+
+void ZeroOptimizer::step(double lr, double grad_scale) {
+  step_ += 1;
+  for (const ZeroPiece& p : opt_pieces_) {
+    ops::AdamWStep st{float(lr),
+                      float(cfg_.beta1),
+                      float(cfg_.beta2),
+                      float(cfg_.eps),
+                      m_.params[size_t(p.param)].decay ? float(cfg_.weight_decay) : 0.f,
+                      step_,
+                      float(grad_scale)};
+    if (mixed_)
+      ops::adamw_update_master(weight_view(p), fp32_weight(p), grad_view(p), moment_m(p), moment_v(p), st);
+    else
+      ops::adamw_update(weight_view(p), grad_view(p), moment_m(p), moment_v(p), st);
+  }
+  gather_all_units();
+  drop_gathered();
+}
+
+std::vector<std::vector<float>> ZeroOptimizer::gather_fp32_weights() {
+  std::vector<int64_t> off(m_.params.size() + 1, 0);
+  for (size_t i = 0; i < m_.params.size(); ++i) off[i + 1] = off[i] + m_.params[i].spec.numel();
+  std::vector<float> all(size_t(off.back()), 0.f);
+  for (const ZeroPiece& p : save_pieces_) read_to_host(fp32_weight(p), all.data() + off[size_t(p.param)] + p.begin);
+  if (dp_ > 1) host_.all_reduce(Tensor(all.data(), DType::F32, {int64_t(all.size())}));  // pieces are disjoint
+  std::vector<std::vector<float>> out(m_.params.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i].assign(all.begin() + off[i], all.begin() + off[i + 1]);
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,141 @@
+// ZeRO data parallelism (DESIGN.md "ZeRO"): one rank's share of the training
+// state and the gradient / parameter communication, driven by the unit hooks
+// of model_forward / model_backward.
+//
+//   stage 0  every rank keeps everything; gradients are all-reduced unit by
+//            unit as backward finishes them (on the last micro-batch).
+//   stage 1  AdamW m, v (and fp32 masters) exist for this rank's shard only;
+//            gradients are reduce-scattered unit by unit on the last
+//            micro-batch, each rank updates its shard, and the updated
+//            weights are all-gathered.
+//   stage 2  as 1, but the full gradient arena is gone: each unit's
+//            gradients are written into a pooled unit buffer and
+//            reduce-scattered into this rank's gradient shard as soon as
+//            backward finishes the unit, on every micro-batch (keeping
+//            full gradients across micro-batches is the memory stage 2
+//            exists to save).
+//   stage 3  as 2, and the weights too are sharded: before a unit is used,
+//            forward and backward all-gather it into a pooled buffer, with
+//            the next unit prefetched asynchronously; buffers are reused
+//            once their unit is no longer needed.
+//
+// A unit (model/units.h) is the communication bucket. On a GPU the
+// collectives run on NCCL's stream after the compute that produced their
+// input; on the CPU on the Gloo worker thread while backward goes on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "optim/zero_partition.h"
+
+namespace trainer {
+
+// How build_model must lay out a model for a stage (full or unbound arenas).
+ModelStorage zero_model_storage(int stage, int dp);
+
+// Bytes per rank of each memory category at a stage (for the memory plan;
+// equal to what ZeroOptimizer and build_model allocate).
+struct ZeroBytes {
+  size_t params = 0, grads = 0, optimizer = 0;
+};
+ZeroBytes zero_bytes(const ModelDims& d, const std::vector<ParamInfo>& params, int stage, int dp);
+
+class ZeroOptimizer final : public UnitHooks {
+ public:
+  // `m` must have been built with zero_model_storage(stage, dp.size()).
+  // `dp` carries gradients and weights; `host` (the same ranks, host tensors)
+  // sums the squared-norm pieces.
+  ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator& host, const AdamWConfig& cfg);
+  ~ZeroOptimizer() override;
+
+  int stage() const { return stage_; }
+  int64_t optimizer_step() const { return step_; }
+  void set_optimizer_step(int64_t s) { step_ = s; }
+  size_t optimizer_bytes() const { return opt_arena_.capacity(); }
+
+  // Sets the fp32 value of this rank's elements: `read(param, begin, count,
+  // dst)` supplies elements [begin, begin + count) of a parameter, for the
+  // weights and (when `moments`) for AdamW m and v. Collective: the updated
+  // shards are gathered afterwards.
+  using PieceReader = std::function<void(const std::string& what, int param, int64_t begin, int64_t count, float* dst)>;
+  void load(const PieceReader& read, bool moments);
+
+  // One optimizer step: begin_step, then per micro-batch micro_batch(mb, M)
+  // before its forward, then finish_backward, grad_sum_squares, step.
+  void begin_step();
+  void micro_batch(int64_t mb, int64_t count) { last_micro_ = mb + 1 == count; }
+  void finish_backward();          // every reduction of this step has landed
+  double grad_sum_squares();       // of the summed gradient, over all ranks
+  void step(double lr, double grad_scale);
+
+  // The elements this rank writes to a checkpoint (its dp shard at every
+  // stage) and their fp32 weight, m and v.
+  const std::vector<ZeroPiece>& save_pieces() const { return save_pieces_; }
+  Tensor fp32_weight(const ZeroPiece& p) const;
+  Tensor moment_m(const ZeroPiece& p) const;
+  Tensor moment_v(const ZeroPiece& p) const;
+  // Every parameter's fp32 values on every rank (collective; for sampling).
+  std::vector<std::vector<float>> gather_fp32_weights();
+
+  void forward_begin(Model& m, int unit) override;
+  void backward_begin(Model& m, int unit) override;
+  void backward_end(Model& m, int unit) override;
+
+ private:
+  struct Slot {
+    int unit = -1;
+    Tensor buf, staging;
+    std::unique_ptr<Work> pending;
+    uint64_t used = 0;
+  };
+  Tensor flat(void* base, DType t, int64_t offset, int64_t count) const;
+  Tensor weight_view(const ZeroPiece& p) const;
+  Tensor grad_view(const ZeroPiece& p) const;
+  Tensor opt_view(const Arena& a, int which, const ZeroPiece& p) const;
+  int64_t opt_index(const ZeroPiece& p) const;
+  Tensor unit_range(const Arena& a, int unit) const;   // a unit of a full arena
+  Tensor own_shard(const Arena& a, int unit) const;    // this rank's shard of it
+  Tensor shard_of(const Arena& a, int unit) const;     // unit's part of a shard arena
+  void bind(std::vector<std::vector<Tensor*>>& slots, int unit, void* base);
+  void gather_all_units();
+  void drop_gathered();  // ZeRO-3: after the weights changed, every gathered copy is stale
+  // ZeRO-3 weight buffers.
+  Slot& weights_resident(int unit, const std::vector<int>& pinned);
+  void prefetch_weights(int unit, const std::vector<int>& pinned);
+  Slot& take_slot(std::vector<Slot>& pool, const std::vector<int>& pinned);
+  std::vector<int> units_for(int unit) const;  // the head also needs a tied embedding
+  // ZeRO-2/3 gradient buffers.
+  void open_grads(int unit);
+  void close_grads(int unit);
+  void land(Slot& s);
+
+  Model& m_;
+  int stage_, dp_, rank_;
+  Communicator& comm_;
+  Communicator& host_;
+  AdamWConfig cfg_;
+  int64_t step_ = 0;
+  bool last_micro_ = true;
+  bool mixed_ = false;
+  size_t elem_ = 4;
+  std::vector<UnitLayout> units_;
+  std::vector<int64_t> shard_off_;        // per unit, into shard arenas and stage 1-3 optimizer state
+  std::vector<ZeroPiece> opt_pieces_, save_pieces_;
+  int64_t opt_elems_ = 0;
+  Arena opt_arena_;                       // m | v | master, F32
+  Arena param_shard_, grad_shard_;        // stage 3 / stages 2-3
+  Arena pool_arena_;
+  std::vector<Slot> wslots_, gslots_;
+  std::vector<std::unique_ptr<Work>> pending_;  // stage 0/1 reductions
+  std::vector<std::vector<Tensor*>> w_slots_, g_slots_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace trainer
