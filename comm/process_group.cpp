@@ -177,7 +177,13 @@ void ProcessGroups::connect_all(const LaunchInfo& launch, int generation) {
       groups_[size_t(a)] = axis_size(mesh, a) == 1 ? single(name) : gloo(name, group_ranks(mesh, rank_, a));
     }
   } else if (world == 1) {
+#if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)
+    // One GPU under a launcher: the world is still an NCCL communicator, so
+    // that the single-GPU run exercises the same collective path as many.
+    world_ = NcclCommunicator::create_world(*store_, rank_, 1, timeout, generation);
+#else
     world_ = single("world");
+#endif
     for (Axis a : kAllAxes) groups_[size_t(a)] = single(group_name(mesh, a, rank_));
   } else {
 #if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)

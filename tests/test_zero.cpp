@@ -8,7 +8,13 @@
 
 #include "model/params.h"
 #include "model/units.h"
+#include "optim/zero.h"
 #include "optim/zero_partition.h"
+#include "model/transformer.h"
+#include "comm/communicator.h"
+
+#include <algorithm>
+#include <memory>
 #include "trainer/config.h"
 
 using namespace trainer;
@@ -78,4 +84,145 @@ TEST_CASE("zero: units follow the model's structure", "[zero]") {
   CHECK(names(layer_unit(1)).rfind("layers.1.attn_norm.weight", 0) == 0);
   CHECK(names(layer_unit(1)).find("layers.0") == std::string::npos);
   CHECK(names(head_unit(d)) == "final_norm.weight final_norm.bias lm_head.weight ");
+}
+
+// --- overlap: when the collectives are issued relative to the unit hooks ---
+
+namespace {
+
+// Pretends to be rank 0 of 2 and only records what is asked of it, so the
+// order of collectives against forward/backward can be read off one log.
+class RecordingComm final : public Communicator {
+ public:
+  explicit RecordingComm(std::vector<std::string>& log) : log_(log) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& members() const override { return members_; }
+  Device device() const override { return Device::CPU; }
+  void all_reduce(Tensor, ReduceOp) override { log_.push_back("all_reduce"); }
+  void reduce_scatter(Tensor, Tensor) override { log_.push_back("reduce_scatter"); }
+  void all_gather(Tensor, Tensor) override { log_.push_back("all_gather"); }
+  void broadcast(Tensor, int) override {}
+  void all_to_all(Tensor, Tensor) override {}
+  void all_to_all_v(Tensor, const std::vector<int64_t>&, Tensor, const std::vector<int64_t>&) override {}
+  void batch_send_recv(const std::vector<P2POp>&) override {}
+  void barrier() override {}
+  std::unique_ptr<Work> all_reduce_async(Tensor) override { return issue("all_reduce_async"); }
+  std::unique_ptr<Work> reduce_scatter_async(Tensor, Tensor) override { return issue("reduce_scatter_async"); }
+  std::unique_ptr<Work> all_gather_async(Tensor, Tensor) override { return issue("all_gather_async"); }
+
+ private:
+  struct Logged final : Work {
+    std::vector<std::string>& log;
+    std::string what;
+    Logged(std::vector<std::string>& l, std::string w) : log(l), what(std::move(w)) {}
+    void wait() override { log.push_back("wait " + what); }
+  };
+  std::unique_ptr<Work> issue(const std::string& op) {
+    const std::string id = op + " #" + std::to_string(++n_);
+    log_.push_back(id);
+    return std::make_unique<Logged>(log_, id);
+  }
+  std::vector<std::string>& log_;
+  std::string name_ = "dp";
+  std::vector<int> members_{0, 1};
+  int n_ = 0;
+};
+
+class LoggingHooks final : public UnitHooks {
+ public:
+  LoggingHooks(UnitHooks& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
+  void forward_begin(Model& m, int u) override {
+    log_.push_back("forward " + std::to_string(u));
+    inner_.forward_begin(m, u);
+  }
+  void backward_begin(Model& m, int u) override {
+    log_.push_back("backward " + std::to_string(u));
+    inner_.backward_begin(m, u);
+  }
+  void backward_end(Model& m, int u) override {
+    log_.push_back("backward done " + std::to_string(u));  // the unit's gradients are complete
+    inner_.backward_end(m, u);
+  }
+
+ private:
+  UnitHooks& inner_;
+  std::vector<std::string>& log_;
+};
+
+size_t index_of(const std::vector<std::string>& log, const std::string& what, size_t from = 0) {
+  for (size_t i = from; i < log.size(); ++i)
+    if (log[i] == what) return i;
+  return log.size();
+}
+
+std::vector<size_t> positions(const std::vector<std::string>& log, const std::string& prefix) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < log.size(); ++i)
+    if (log[i].rfind(prefix, 0) == 0) at.push_back(i);
+  return at;
+}
+
+}  // namespace
+
+TEST_CASE("zero: reductions are issued as backward finishes each unit and waited after it", "[zero][overlap]") {
+  const ModelDims d = dims_of("{arch: llama, d_model: 32, n_layers: 4, n_heads: 4, n_kv_heads: 2}", DType::F32);
+  const int units = int(d.L) + 2;
+  for (int stage : {0, 1, 2, 3}) {
+    for (int64_t micro : {1, 2}) {
+      INFO("stage " << stage << ", " << micro << " micro-batches");
+      std::vector<std::string> log;
+      RecordingComm comm(log);
+      Model m;
+      build_model(m, d, 0.02, Device::CPU, zero_model_storage(stage, 2));
+      ZeroOptimizer zero(m, stage, comm, comm, {});
+      LoggingHooks hooks(zero, log);
+      m.hooks = &hooks;
+      zero.begin_step();
+      for (int64_t mb = 0; mb < micro; ++mb) {
+        zero.micro_batch(mb, micro);
+        log.push_back("micro-batch " + std::to_string(mb));
+        model_forward(m, 1.f);
+        model_backward(m, 0.f);
+      }
+      log.push_back("finish");
+      zero.finish_backward();
+      const std::string op = stage == 0 ? "all_reduce_async" : "reduce_scatter_async";
+      const std::vector<size_t> issued = positions(log, op);
+      // Stages 0-1 synchronise on the last micro-batch only; 2-3 on every one.
+      REQUIRE(issued.size() == size_t(units) * size_t(stage >= 2 ? micro : 1));
+      const size_t last_mb = index_of(log, "micro-batch " + std::to_string(micro - 1));
+      const size_t first_of_last = issued.size() - size_t(units);
+      for (int k = 0; k < units; ++k) {
+        const int u = units - 1 - k;  // backward order: head, layers from the top, embedding
+        const size_t at = issued[first_of_last + size_t(k)];
+        CHECK(at > last_mb);
+        CHECK(at > index_of(log, "backward done " + std::to_string(u), last_mb));
+        if (u > 0) CHECK(at < index_of(log, "backward " + std::to_string(u - 1), last_mb));  // overlaps the rest
+      }
+      // Each reduction is waited for only after backward went on with another
+      // unit (its buffer is needed again) or at the end: it overlapped compute.
+      CHECK(positions(log, "wait " + op).size() == issued.size());
+      for (size_t at : issued) {
+        const std::string id = log[at];
+        const size_t w = index_of(log, "wait " + id, at);
+        REQUIRE(w < log.size());
+        bool overlapped = false;
+        for (size_t i = at; i < w; ++i) overlapped |= log[i].rfind("backward ", 0) == 0 || log[i] == "finish";
+        CHECK(overlapped);
+      }
+      if (stage == 3) {
+        // The next unit's weights are requested before the current unit runs.
+        for (int u = 1; u < units; ++u) {
+          const size_t fwd_prev = index_of(log, "forward " + std::to_string(u - 1));
+          const auto gathers = positions(log, "all_gather_async");
+          const bool prefetched = std::any_of(gathers.begin(), gathers.end(), [&](size_t g) {
+            return g > fwd_prev && g < index_of(log, "forward " + std::to_string(u));
+          });
+          CHECK(prefetched);
+        }
+      }
+    }
+  }
 }
