@@ -1,6 +1,7 @@
 #include "optim/zero.h"
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "kernels/device_memory.h"
@@ -12,7 +13,27 @@ namespace {
 // Unit buffers per pool: the unit in use, a tied embedding the head also
 // needs, one prefetch or reduction in flight, and one spare so that the
 // next unit never waits for a buffer whose reduction is still running.
-constexpr int kPoolSlots = 4;
+constexpr size_t kPoolSlots = 4;
+
+// Slot sizes: the largest kPoolSlots unit sizes, largest first. Any set of
+// up to kPoolSlots units fits (the i-th largest of them is no larger than the
+// i-th slot), while a large embedding or head does not make every buffer its
+// size. Units go to the smallest slot that holds them.
+std::vector<size_t> slot_bytes(const std::vector<UnitLayout>& units) {
+  std::vector<size_t> b;
+  for (const auto& u : units) b.push_back(u.bytes);
+  std::sort(b.begin(), b.end(), std::greater<>());
+  b.resize(kPoolSlots, b.empty() ? 0 : b.back());
+  return b;
+}
+
+// Bytes of the gradient (and, at stage 3, weight) unit pools.
+size_t pool_bytes(const std::vector<UnitLayout>& units, int dp, bool weights) {
+  size_t total = 0;
+  for (size_t b : slot_bytes(units))
+    total += arena_round(b) + arena_round(b / size_t(dp)) + (weights ? arena_round(b) : 0);
+  return total;
+}
 
 int moment_count(bool mixed) { return mixed ? 3 : 2; }
 
@@ -30,12 +51,13 @@ ModelStorage zero_model_storage(int stage, int dp) {
 ZeroBytes zero_bytes(const ModelDims& d, const std::vector<ParamInfo>& params, int stage, int dp) {
   const auto units = unit_layout(d, params, dp);
   const size_t elem = dtype_size(d.act);
-  const size_t full = units_total_bytes(units), unit_max = units_max_bytes(units);
+  const size_t full = units_total_bytes(units);
   const size_t shard = size_t(shard_offsets(units, elem, dp).back()) * elem;
   const int nm = moment_count(needs_master_weights(params));
   ZeroBytes b;
-  b.params = stage < 3 ? full : shard + kPoolSlots * unit_max;
-  b.grads = stage < 2 ? full : shard + kPoolSlots * (unit_max + arena_round(unit_max / size_t(dp)));
+  const size_t wpool = pool_bytes(units, dp, true) - pool_bytes(units, dp, false);
+  b.params = stage < 3 ? full : shard + wpool;
+  b.grads = stage < 2 ? full : shard + pool_bytes(units, dp, false);
   b.optimizer = arena_round(size_t(nm) * 4 * (stage == 0 ? full / elem : shard / elem));
   return b;
 }
@@ -59,22 +81,22 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator
   opt_elems_ = stage == 0 ? int64_t(units_total_bytes(units_) / elem_) : shard_off_.back();
   opt_arena_ = Arena("optimizer state", size_t(moment_count(mixed_)) * 4 * size_t(opt_elems_), dev);
 
-  const size_t shard_bytes = size_t(shard_off_.back()) * elem_, unit_max = units_max_bytes(units_);
+  const size_t shard_bytes = size_t(shard_off_.back()) * elem_;
   if (stage >= 3) param_shard_ = Arena("parameter shard", shard_bytes, dev);
   if (stage >= 2) grad_shard_ = Arena("gradient shard", shard_bytes, dev);
   if (stage >= 2) {
-    const size_t staging = arena_round(unit_max / size_t(dp_));
-    const size_t pool = kPoolSlots * (unit_max + staging) + (stage >= 3 ? kPoolSlots * unit_max : 0);
-    pool_arena_ = Arena("unit buffers", pool, dev);
-    const int64_t ue = int64_t(unit_max / elem_), se = int64_t(staging / elem_);
-    for (int i = 0; i < kPoolSlots; ++i) {
+    pool_arena_ = Arena("unit buffers", pool_bytes(units_, dp_, stage >= 3), dev);
+    auto carve = [&](const char* what, size_t bytes) {
+      return pool_arena_.alloc({what, {std::max<int64_t>(int64_t(bytes / elem_), 1)}, m.dims.act});
+    };
+    for (size_t b : slot_bytes(units_)) {
       Slot g;
-      g.buf = pool_arena_.alloc({"grad unit", {std::max<int64_t>(ue, 1)}, m.dims.act});
-      g.staging = pool_arena_.alloc({"grad staging", {std::max<int64_t>(se, 1)}, m.dims.act});
+      g.buf = carve("grad unit", b);
+      g.staging = carve("grad staging", b / size_t(dp_));
       gslots_.push_back(std::move(g));
       if (stage >= 3) {
         Slot w;
-        w.buf = pool_arena_.alloc({"weight unit", {std::max<int64_t>(ue, 1)}, m.dims.act});
+        w.buf = carve("weight unit", b);
         wslots_.push_back(std::move(w));
       }
     }
@@ -198,13 +220,21 @@ std::vector<int> ZeroOptimizer::units_for(int unit) const {
   return {unit};
 }
 
-ZeroOptimizer::Slot& ZeroOptimizer::take_slot(std::vector<Slot>& pool, const std::vector<int>& pinned) {
+// The smallest buffer that holds `unit` and is not pinned: a free one if
+// there is, else the least recently used (its prefetch, if any, is waited
+// for and wasted). Slots are ordered largest first.
+ZeroOptimizer::Slot& ZeroOptimizer::take_slot(std::vector<Slot>& pool, int unit, const std::vector<int>& pinned) {
+  const size_t need = units_[size_t(unit)].bytes;
   Slot* best = nullptr;
   for (Slot& s : pool) {
-    if (std::find(pinned.begin(), pinned.end(), s.unit) != pinned.end()) continue;
-    if (!best || (best->unit >= 0 && (s.unit < 0 || s.used < best->used))) best = &s;
+    if (s.buf.nbytes() < need || std::find(pinned.begin(), pinned.end(), s.unit) != pinned.end()) continue;
+    if (s.unit < 0) {
+      best = &s;  // later free slots are smaller: keep looking
+    } else if (!best || (best->unit >= 0 && s.used < best->used)) {
+      best = &s;
+    }
   }
-  if (!best) throw std::logic_error("ZeRO-3: every weight buffer is pinned");
+  if (!best) throw std::logic_error("ZeRO-3: no weight buffer is free for unit " + std::to_string(unit));
   if (best->pending) best->pending->wait();
   best->pending.reset();
   if (best->unit >= 0) bind(w_slots_, best->unit, nullptr);
@@ -221,7 +251,7 @@ ZeroOptimizer::Slot& ZeroOptimizer::weights_resident(int unit, const std::vector
       bind(w_slots_, unit, s.buf.data);
       return s;
     }
-  Slot& s = take_slot(wslots_, pinned);
+  Slot& s = take_slot(wslots_, unit, pinned);
   s.unit = unit;
   s.used = ++clock_;
   const UnitLayout& u = units_[size_t(unit)];
@@ -233,7 +263,7 @@ ZeroOptimizer::Slot& ZeroOptimizer::weights_resident(int unit, const std::vector
 void ZeroOptimizer::prefetch_weights(int unit, const std::vector<int>& pinned) {
   for (const Slot& s : wslots_)
     if (s.unit == unit) return;
-  Slot& s = take_slot(wslots_, pinned);
+  Slot& s = take_slot(wslots_, unit, pinned);
   s.unit = unit;
   s.used = ++clock_;
   const UnitLayout& u = units_[size_t(unit)];
@@ -283,16 +313,16 @@ void ZeroOptimizer::land(Slot& s) {
 void ZeroOptimizer::open_grads(int unit) {
   for (const Slot& s : gslots_)
     if (s.unit == unit && !s.pending) return;  // a tied embedding opened by the head
+  // The smallest free buffer that holds the unit, else the one whose
+  // reduction was issued first among those that do.
+  const size_t need = units_[size_t(unit)].bytes;
   Slot* pick = nullptr;
   for (Slot& s : gslots_)
-    if (s.unit < 0) {
-      pick = &s;
-      break;
-    }
-  if (!pick)  // the oldest reduction in flight gives its buffer back
+    if (s.buf.nbytes() >= need && s.unit < 0) pick = &s;
+  if (!pick)
     for (Slot& s : gslots_)
-      if (s.pending && (!pick || s.used < pick->used)) pick = &s;
-  if (!pick) throw std::logic_error("ZeRO: every gradient buffer is open");
+      if (s.buf.nbytes() >= need && s.pending && (!pick || s.used < pick->used)) pick = &s;
+  if (!pick) throw std::logic_error("ZeRO: no gradient buffer is free for unit " + std::to_string(unit));
   if (pick->pending) land(*pick);
   pick->unit = unit;
   pick->used = ++clock_;

@@ -109,7 +109,7 @@ class ZeroOptimizer final : public UnitHooks {
   // ZeRO-3 weight buffers.
   Slot& weights_resident(int unit, const std::vector<int>& pinned);
   void prefetch_weights(int unit, const std::vector<int>& pinned);
-  Slot& take_slot(std::vector<Slot>& pool, const std::vector<int>& pinned);
+  Slot& take_slot(std::vector<Slot>& pool, int unit, const std::vector<int>& pinned);
   std::vector<int> units_for(int unit) const;  // the head also needs a tied embedding
   // ZeRO-2/3 gradient buffers.
   void open_grads(int unit);

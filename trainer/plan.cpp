@@ -67,3 +67,15 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
 }
 
 }  // namespace trainer
+
+namespace trainer {
+
+std::string format_zero_stages(const Config& c, DType storage, int dp, int this_stage) {
+  std::string line = "  by ZeRO stage at dp " + std::to_string(dp) + ":";
+  for (int stage = 0; stage <= 3; ++stage)
+    line += std::string(stage ? " |" : "") + " " + std::to_string(stage) + ": " +
+            format_bytes(double(plan_memory(c, storage, dp, stage).total()));
+  return line + " (this run: " + std::to_string(this_stage) + ")\n";
+}
+
+}  // namespace trainer
