@@ -29,6 +29,7 @@
 #include "trainer/plan.h"
 #include "trainer/prefetch.h"
 #include "trainer/reference_dump.h"
+#include "trainer/watchdog.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -129,9 +130,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   // share of the global batch; gradients, optimizer state and (stage 3)
   // weights are split across the data-parallel group. Other axes are later work.
   std::unique_ptr<ProcessGroups> groups;
+  std::unique_ptr<Watchdog> watchdog;  // multi-process runs: heartbeats, and a stuck collective ends the run
   int dp = 1, dp_rank = 0;
   const int stage = cfg.parallel.zero_stage;
-  if (opt.launch.world_size > 1) {
+  // A launcher with one process still gets process groups (on a GPU: an
+  // NCCL communicator of one), so a one-GPU job runs the multi-GPU code path.
+  if (opt.launch.world_size > 1 || opt.launch.launcher != "single") {
     const MeshShape mesh = resolve_mesh(cfg.parallel, opt.launch.world_size, opt.launch.local_world_size);
     if (mesh.tp > 1 || mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1)
       throw ConfigError(describe(mesh) + ": only data parallelism (ZeRO stages 0-3) is wired into training so far "
@@ -141,6 +145,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     po.timeout_s = cfg.parallel.timeout_s;
     po.host_world = dev.device == Device::CUDA;
     groups = std::make_unique<ProcessGroups>(opt.launch, mesh, dev.device, po);
+    if (opt.launch.world_size > 1)
+      watchdog = std::make_unique<Watchdog>(WatchdogOptions{groups->store().host(), groups->store().port(), po.token,
+                                                            opt.launch.rank, opt.launch.world_size, po.timeout_s,
+                                                            abort_communicators(*groups)});
     dp = mesh.dp;
     dp_rank = coords_of(mesh, opt.launch.rank).dp;
   }
@@ -173,6 +181,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   summary.planned_bytes = plan.total();
   summary.device_bytes = dev.memory_bytes;
   if (lead) std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
+  if (lead && dp > 1) std::printf("%s", format_zero_stages(cfg, storage, dp, stage).c_str());
   if (dev.memory_bytes > 0 && plan.total() > dev.memory_bytes)
     throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +
                              format_bytes(double(dev.memory_bytes)) +
@@ -209,7 +218,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   Model model;
   build_model(model, dims, cfg.model.init_std, dev.device, zero_model_storage(stage, dp));
   SingleRankCommunicator solo("dp", 0, dev.device);
-  Communicator& dp_group = groups ? groups->group(Axis::DP) : solo;
+  // One process under a launcher reduces over the world (an NCCL
+  // communicator of one on a GPU); the DP axis of a one-rank mesh is a copy.
+  Communicator& dp_group = !groups ? solo : dp > 1 ? groups->group(Axis::DP) : groups->world();
   Communicator& dp_host = groups ? groups->host_world() : solo;  // dp == world while DP is the only axis
   ZeroOptimizer zero(model, stage, dp_group, dp_host, adamw_config(cfg));
   model.hooks = &zero;
@@ -264,119 +275,133 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
 
-  for (int64_t step = start_step; step < end_step; ++step) {
-    const auto t0 = clock_type::now();
-    zero.begin_step();
-    const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
-    const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
-    double loss_sum = 0, aux_sum = 0;
-    const HostBatch& batch = prefetch.get(step);
-    for (int64_t mb = 0; mb < M; ++mb) {
-      zero.micro_batch(mb, M);
-      load_prefetched(batch, model, mb);
-      if (dump) dump->before_forward(step, mb);
-      ForwardResult fr = model_forward(model, ce_scale);
-      loss_sum += fr.loss_sum;
-      aux_sum += fr.aux_sum;
-      model_backward(model, aux_grad);
-    }
-    zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
-    if (groups) {
-      double sums[2] = {loss_sum, aux_sum};
-      groups->host_world().all_reduce(Tensor(sums, DType::F64, {2}));
-      loss_sum = sums[0];
-      aux_sum = sums[1];
-    }
-    const double loss = loss_sum / double(M * dims.N() * dp);
-    const double aux = aux_sum / double(M * dp);
-    const double norm = std::sqrt(zero.grad_sum_squares()) / loss_scale;
-    if (fp16 && (!std::isfinite(norm) || !std::isfinite(loss))) {
-      loss_scale /= 2;
-      good_steps = 0;
-      if (!opt.quiet)
-        std::printf("step %lld: fp16 gradient overflow, step skipped, loss scale -> %g\n", (long long)step + 1,
-                    loss_scale);
-      if (loss_scale < 1.0) {
-        if (!opt.smoke) throw std::runtime_error("fp16 loss scale fell below 1: the gradients overflow at any scale; use train.precision=bf16");
+  // A failed collective ends the run on every rank naming the step, the
+  // phase and the heartbeats (trainer/watchdog.h).
+  try {
+    for (int64_t step = start_step; step < end_step; ++step) {
+      const auto t0 = clock_type::now();
+      if (watchdog) watchdog->progress(step + 1, "forward/backward");
+      zero.begin_step();
+      const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
+      const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
+      double loss_sum = 0, aux_sum = 0;
+      const HostBatch& batch = prefetch.get(step);
+      for (int64_t mb = 0; mb < M; ++mb) {
+        if (watchdog) watchdog->progress(step + 1, "forward/backward");
+        zero.micro_batch(mb, M);
+        load_prefetched(batch, model, mb);
+        if (dump) dump->before_forward(step, mb);
+        ForwardResult fr = model_forward(model, ce_scale);
+        loss_sum += fr.loss_sum;
+        aux_sum += fr.aux_sum;
+        model_backward(model, aux_grad);
+      }
+      if (watchdog) watchdog->progress(step + 1, "gradient reduction");
+      zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
+      if (groups) {
+        double sums[2] = {loss_sum, aux_sum};
+        groups->host_world().all_reduce(Tensor(sums, DType::F64, {2}));
+        loss_sum = sums[0];
+        aux_sum = sums[1];
+      }
+      const double loss = loss_sum / double(M * dims.N() * dp);
+      const double aux = aux_sum / double(M * dp);
+      const double norm = std::sqrt(zero.grad_sum_squares()) / loss_scale;
+      if (fp16 && (!std::isfinite(norm) || !std::isfinite(loss))) {
+        loss_scale /= 2;
+        good_steps = 0;
+        if (!opt.quiet)
+          std::printf("step %lld: fp16 gradient overflow, step skipped, loss scale -> %g\n", (long long)step + 1,
+                      loss_scale);
+        if (loss_scale < 1.0) {
+          if (!opt.smoke) throw std::runtime_error("fp16 loss scale fell below 1: the gradients overflow at any scale; use train.precision=bf16");
+          summary.diverged = true;
+          summary.divergence = "fp16 loss scale fell below 1";
+          break;
+        }
+        continue;
+      }
+      if (fp16 && ++good_steps % kScaleGrowthInterval == 0) loss_scale *= 2;
+      if (!std::isfinite(loss) || !std::isfinite(norm)) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      "training diverged at step %lld: loss %g, grad norm %g (lower optim.lr, "
+                      "raise optim.warmup_steps or set train.grad_clip)",
+                      (long long)step + 1, loss, norm);
+        if (!opt.smoke) throw std::runtime_error(buf);
         summary.diverged = true;
-        summary.divergence = "fp16 loss scale fell below 1";
+        summary.divergence = buf;
+        summary.losses.push_back(loss);
+        summary.grad_norms.push_back(norm);
         break;
       }
-      continue;
-    }
-    if (fp16 && ++good_steps % kScaleGrowthInterval == 0) loss_scale *= 2;
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "training diverged at step %lld: loss %g, grad norm %g (lower optim.lr, "
-                    "raise optim.warmup_steps or set train.grad_clip)",
-                    (long long)step + 1, loss, norm);
-      if (!opt.smoke) throw std::runtime_error(buf);
-      summary.diverged = true;
-      summary.divergence = buf;
+      if (dump && step == 0) dump->after_step0_backward();
+      const double lr = learning_rate(sched, step);
+      if (watchdog) watchdog->progress(step + 1, "optimizer step");
+      zero.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
+      const int64_t step_tokens = M * dims.N() * dp;
+      tokens += step_tokens;
+      window_tokens += step_tokens;
+      window_steps += 1;
       summary.losses.push_back(loss);
       summary.grad_norms.push_back(norm);
-      break;
-    }
-    if (dump && step == 0) dump->after_step0_backward();
-    const double lr = learning_rate(sched, step);
-    zero.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
-    const int64_t step_tokens = M * dims.N() * dp;
-    tokens += step_tokens;
-    window_tokens += step_tokens;
-    window_steps += 1;
-    summary.losses.push_back(loss);
-    summary.grad_norms.push_back(norm);
-    summary.step_ms.push_back(1e3 * std::chrono::duration<double>(clock_type::now() - t0).count());
-    summary.end_step = step + 1;
-    if (dump) dump->record_step(loss, aux, lr, norm);
+      summary.step_ms.push_back(1e3 * std::chrono::duration<double>(clock_type::now() - t0).count());
+      summary.end_step = step + 1;
+      if (dump) dump->record_step(loss, aux, lr, norm);
 
-    const bool last = step + 1 == end_step;
-    const double secs = std::chrono::duration<double>(clock_type::now() - window_start).count();
-    StepMetrics sm;
-    sm.step = step + 1;
-    sm.total_steps = end_step;
-    sm.loss = loss;
-    sm.aux_loss = aux;
-    sm.has_aux = dims.E > 0;
-    sm.lr = lr;
-    sm.grad_norm = norm;
-    sm.tokens = tokens;
-    sm.tokens_per_s = double(window_tokens) / secs;
-    sm.ms_per_step = 1e3 * secs / double(window_steps);
-    if ((step + 1) % cfg.log.interval == 0 || last) {
-      log.step(sm, !opt.quiet);
-      window_start = clock_type::now();
-      window_tokens = window_steps = 0;
-    } else if (!opt.quiet) {
-      log.progress(sm);
+      const bool last = step + 1 == end_step;
+      const double secs = std::chrono::duration<double>(clock_type::now() - window_start).count();
+      StepMetrics sm;
+      sm.step = step + 1;
+      sm.total_steps = end_step;
+      sm.loss = loss;
+      sm.aux_loss = aux;
+      sm.has_aux = dims.E > 0;
+      sm.lr = lr;
+      sm.grad_norm = norm;
+      sm.tokens = tokens;
+      sm.tokens_per_s = double(window_tokens) / secs;
+      sm.ms_per_step = 1e3 * secs / double(window_steps);
+      if ((step + 1) % cfg.log.interval == 0 || last) {
+        log.step(sm, !opt.quiet);
+        window_start = clock_type::now();
+        window_tokens = window_steps = 0;
+      } else if (!opt.quiet) {
+        log.progress(sm);
+      }
+      if (writer && ((step + 1) % cfg.checkpoint.interval == 0 || last)) {
+        if (watchdog) watchdog->progress(step + 1, "checkpoint");
+        const auto c0 = clock_type::now();
+        Snapshot snap = take_snapshot(cfg, model, zero, step + 1, tokens, opt.launch.rank, opt.launch.world_size);
+        const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
+        const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
+        writer->save(std::move(snap));
+        summary.checkpoints.push_back(name);
+        if (!opt.quiet)
+          std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), snap_ms,
+                      cfg.checkpoint.async ? "writing in the background while training continues"
+                                           : "written");
+        window_start = clock_type::now();
+      }
+      // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
+      if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
+        if (watchdog) watchdog->progress(step + 1, "evaluation");
+        const double vl = evaluate(*valid_batch, model);
+        summary.val_losses.push_back(vl);
+        summary.final_val_loss = vl;
+        if (lead) log.eval(step + 1, vl);
+        window_start = clock_type::now();  // eval time is not training throughput
+      }
     }
-    if (writer && ((step + 1) % cfg.checkpoint.interval == 0 || last)) {
-      const auto c0 = clock_type::now();
-      Snapshot snap = take_snapshot(cfg, model, zero, step + 1, tokens, opt.launch.rank, opt.launch.world_size);
-      const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
-      const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
-      writer->save(std::move(snap));
-      summary.checkpoints.push_back(name);
-      if (!opt.quiet)
-        std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), snap_ms,
-                    cfg.checkpoint.async ? "writing in the background while training continues"
-                                         : "written");
-      window_start = clock_type::now();
+    if (watchdog) watchdog->progress(summary.end_step, "finishing");
+    if (writer) {
+      writer->wait();
+      if (!opt.quiet && !writer->last_completed().empty())
+        std::printf("checkpoint: latest complete is %s\n", writer->last_completed().c_str());
     }
-    // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
-    if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
-      const double vl = evaluate(*valid_batch, model);
-      summary.val_losses.push_back(vl);
-      summary.final_val_loss = vl;
-      if (lead) log.eval(step + 1, vl);
-      window_start = clock_type::now();  // eval time is not training throughput
-    }
-  }
-  if (writer) {
-    writer->wait();
-    if (!opt.quiet && !writer->last_completed().empty())
-      std::printf("checkpoint: latest complete is %s\n", writer->last_completed().c_str());
+  } catch (...) {
+    if (watchdog) watchdog->rethrow_failure();  // adds step, phase, heartbeats; rank 0 keeps the store up briefly
+    throw;
   }
   if (dump) dump->finish();
   if (opt.smoke && !summary.diverged)
@@ -385,6 +410,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   std::vector<std::vector<float>> final_weights;
   const bool sample = cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke;
   if (sample) final_weights = zero.gather_fp32_weights();  // collective
+  watchdog.reset();  // finalize has its own timeout, and rank 0's sample afterwards is no collective
   if (groups) groups->finalize();
   if (sample && lead) {
     std::vector<int32_t> prompt;

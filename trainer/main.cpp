@@ -4,7 +4,9 @@
 //   trainer --config run.yaml --resume CKPT_DIR
 //   trainer inspect CKPT_DIR
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
-// 2 a user mistake in the command line or the configuration.
+// 2 a user mistake in the command line or the configuration, 3 a distributed
+// failure: a collective or the store timed out or a rank went missing
+// (trainer/watchdog.h; torchrun's restarts take over).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "trainer/engine.h"
 #include "trainer/launch.h"
 #include "trainer/smoke.h"
+#include "trainer/watchdog.h"
 
 namespace {
 // OpenMP threads that spin after a parallel region steal the cores OpenBLAS's
@@ -93,6 +96,9 @@ int main(int argc, char** argv) {
   } catch (const trainer::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const trainer::DistributedFailure& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return trainer::kDistributedFailureExitCode;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,0 +1,161 @@
+// The watchdog of a multi-process run (DESIGN.md "Launch"): a collective that
+// does not finish within parallel.timeout_s must end the run on every rank
+// with a message naming the collective, the group, the step and the ranks that
+// did not arrive, and a non-zero exit so that torchrun's restarts take over.
+//
+// Two paths lead there:
+//
+//  * The collective fails by itself (Gloo's own timeout; CollectiveTimeout or
+//    a runtime_error "<op> on group <group> ..." naming the missing ranks).
+//    The engine catches it around the training loop and calls
+//    rethrow_failure(), which adds "step N (phase)" and the heartbeat summary
+//    and throws DistributedFailure; main() prints "error: <message>" and exits
+//    with kDistributedFailureExitCode.
+//
+//  * Nothing comes back (NCCL waits on the device forever, a store call hangs
+//    because rank 0 is stopped, ...): the watchdog's thread sees no progress()
+//    for timeout_s + grace, prints one line to stderr naming this rank, the
+//    step, the phase and the stale ranks, aborts the communicators and calls
+//    _exit(kDistributedFailureExitCode). The grace lets the first path, which
+//    names the collective precisely, win whenever it can.
+//
+// Heartbeats: the thread publishes Store::set_heartbeat(rank, step) every
+// min(1 s, timeout_s / 4) from its OWN store connection (the shared one may be
+// held by a waiting call), whether or not the main thread is stuck: a stuck
+// rank still heartbeats (at the step it is stuck in), a stopped or dead one
+// does not. A peer is "stale" when its heartbeat is older than three
+// intervals (at least 1 s), "behind" when it is at an earlier step.
+//
+//   Watchdog wd({host, port, token, rank, world, timeout_s, abort_all});
+//   wd.progress(step, "forward/backward");   // cheap; at each phase boundary
+//   ...
+//   catch (...) { wd.rethrow_failure(); }       // inside a catch block only
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace trainer {
+
+class StoreClient;
+class ProcessGroups;
+
+// The exit code of a run that ended because a collective timed out or a rank
+// went missing (both paths above). 1 is any other run-time failure and 2 a
+// configuration mistake (trainer/main.cpp).
+inline constexpr int kDistributedFailureExitCode = 3;
+inline constexpr int kWatchdogExitCode = kDistributedFailureExitCode;
+
+// A collective or store failure of a multi-process run, with the step, the
+// phase and the heartbeat summary in the message.
+class DistributedFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct WatchdogOptions {
+  std::string host;  // the rendezvous store (ProcessGroups::store().host()/port())
+  int port = 0;
+  std::string token;  // "" : job_token_from_env()
+  int rank = 0;
+  int world = 1;
+  double timeout_s = 600;  // parallel.timeout_s
+  // Makes pending collectives fail instead of hanging (abort_communicators).
+  // Called from the watchdog's thread just before it exits the process.
+  std::function<void()> abort;
+  // Extra seconds past timeout_s before the thread fires; < 0: the default,
+  // default_watchdog_grace_s(timeout_s).
+  double grace_s = -1;
+};
+
+// clamp(timeout/2, 0.5, 3) (how long a failed Gloo collective waits for its
+// peers' notes) + 3 s (building the message; rank 0's linger).
+double default_watchdog_grace_s(double timeout_s);
+
+// Calls abort() on every communicator of `pg` (world, each axis, host world).
+std::function<void()> abort_communicators(ProcessGroups& pg);
+
+class Watchdog {
+ public:
+  // Connects to the store (a failure is not fatal: the summary then says the
+  // store is unreachable) and starts the heartbeat thread. The timer is armed
+  // by the first progress() call, so slow set-up before the loop never fires.
+  explicit Watchdog(WatchdogOptions options);
+  // Stops the threads without firing (at most one heartbeat interval, plus a
+  // store request or reconnection already under way).
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // This rank reached `phase` of `step` (the 1-based step of the logs).
+  // `phase` must outlive the watchdog (a string literal). Lock-free.
+  void progress(int64_t step, const char* phase);
+
+  // "step 7 (gradient reduction)"
+  std::string where() const;
+
+  // One line about the peers, from the heartbeats in the store:
+  //   "rank 2 last at step 6, 5.3 s ago (stale)"
+  //   "no rank is stale or behind (4 ranks at steps 7..7)"
+  //   "store unreachable (store: cannot connect ...)"
+  // Never throws.
+  std::string describe_peers();
+
+  // Call inside a catch block, on every rank, for any exception that ends
+  // the training loop. Posts this rank's failure note in the store; on rank
+  // 0, which serves the store, waits up to min(timeout/2, 3) + 1 s until every
+  // other rank has posted one or gone stale, so that they can still ask the
+  // store who is missing. Then a collective or store failure (CollectiveTimeout,
+  // StoreError, or a runtime_error naming "on group") is thrown again as
+  // DistributedFailure("step N (phase): <what>; heartbeats: <summary>");
+  // anything else is rethrown unchanged.
+  [[noreturn]] void rethrow_failure();
+
+  double interval_s() const { return interval_s_; }
+  double stale_after_s() const { return stale_after_s_; }
+  double grace_s() const { return grace_s_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void heartbeat_loop();
+  void timer_loop();
+  bool wait_stop(double seconds);
+  [[noreturn]] void fire(double idle_s);
+  // Runs fn on the store client; returns false (and sets *error) when the
+  // store cannot be reached. Only the heartbeat thread reconnects a dropped
+  // connection (which can take seconds when rank 0 is stopped); the others
+  // wait at most a request timeout for the connection and never reconnect,
+  // so that firing and the error path stay prompt.
+  bool with_store(const std::function<void(StoreClient&)>& fn, std::string* error, bool heartbeat_thread);
+  void post_failure_note();
+  void linger_for_peers(double max_s);
+  std::string summarize(int64_t my_step, std::string* error);
+
+  WatchdogOptions opt_;
+  double interval_s_ = 1, stale_after_s_ = 3, grace_s_ = 3, request_timeout_s_ = 2;
+
+  std::atomic<int64_t> step_{0};
+  std::atomic<const char*> phase_{"start-up"};
+  std::atomic<int64_t> last_progress_ns_{0};  // Clock ticks since epoch; 0: not armed
+
+  std::timed_mutex store_mu_;  // guards client_ (calls on it are serialised anyway)
+  std::unique_ptr<StoreClient> client_;
+  std::mutex error_mu_;
+  std::string store_error_;  // why client_ is gone
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread heartbeat_thread_, timer_thread_;
+};
+
+}  // namespace trainer
