@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,15 +120,30 @@ struct LoadedCheckpoint {
   std::vector<ShardTensor> tensors;  // every tensor of every rank file, verified
 };
 
-// Verifies sizes and checksums of every file named by the manifest and loads
-// all tensors. Throws std::runtime_error naming the file on any mismatch.
-LoadedCheckpoint load_checkpoint(const std::string& dir);
+// Which saved slices a rank needs (the name, the tensor's global shape and
+// the slice's offset and shape, as in the manifest); empty: all of them.
+using SliceFilter = std::function<bool(const std::string& name, const std::vector<int64_t>& global_shape,
+                                       const std::vector<int64_t>& offset, const std::vector<int64_t>& shape)>;
 
-// checkpoint.resume: "none" -> nullopt; "auto" -> the newest complete and
-// valid checkpoint under root (a corrupt one is reported on stderr and the
-// previous one is tried; nullopt when none); anything else is a path that
-// must be a valid checkpoint (throws otherwise).
-std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode);
+// Verifies the manifest, the size of every file it names and the CRC32C of
+// every file that holds a wanted slice, and loads the wanted slices only: a
+// rank of a sharded run reads its share, not the whole checkpoint. Throws
+// std::runtime_error naming the file on any mismatch.
+LoadedCheckpoint load_checkpoint(const std::string& dir, const SliceFilter& want = {});
+
+// checkpoint.resume as a list of directories to try, in order: "none" -> {};
+// "auto" -> every step directory under root, `latest` first, then newest
+// first; anything else is a path (a step directory, or a root whose `latest`
+// names one) that must exist (throws otherwise).
+std::vector<std::string> resume_candidates(const std::string& root, const std::string& mode);
+
+// One process: the first candidate that loads ("auto": a corrupt one is
+// reported on stderr and the next is tried; nullopt when none loads; a path
+// must load or this throws). Ranks of a sharded run instead agree on the
+// candidate together (trainer/checkpointing.h), since each verifies only the
+// files it reads.
+std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
+                                               const SliceFilter& want = {});
 
 // Human-readable summary for `trainer inspect DIR`.
 std::string describe_checkpoint(const std::string& dir);

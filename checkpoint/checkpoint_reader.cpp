@@ -174,7 +174,9 @@ Manifest read_manifest(const fs::path& dir) {
 }
 
 // Empty when the file matches the manifest, else what is wrong with it.
-std::string verify_file(const fs::path& dir, const ManifestFile& f) {
+// `checksum`: also read it through for the CRC (files whose slices are not
+// loaded are only checked for existence and size).
+std::string verify_file(const fs::path& dir, const ManifestFile& f, bool checksum) {
   const std::string path = (dir / f.name).string();
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
@@ -183,6 +185,7 @@ std::string verify_file(const fs::path& dir, const ManifestFile& f) {
   if (uint64_t(st.st_size) != f.bytes)
     return path + ": size is " + std::to_string(uint64_t(st.st_size)) + " bytes, the manifest says " +
            std::to_string(f.bytes) + " (truncated or corrupt)";
+  if (!checksum) return "";
   const std::string actual = crc32c_hex(crc32c_file(path));
   if (actual != f.crc32c)
     return path + ": CRC32C mismatch: the manifest says " + f.crc32c + ", the file has " + actual + " (corrupt)";
@@ -209,18 +212,25 @@ std::optional<std::string> read_latest(const fs::path& root) {
 
 }  // namespace
 
-LoadedCheckpoint load_checkpoint(const std::string& dir_str) {
+LoadedCheckpoint load_checkpoint(const std::string& dir_str, const SliceFilter& want) {
   const fs::path dir = strip_trailing_slash(dir_str);
   Manifest m = read_manifest(dir);
 
+  // Only the files that hold a wanted slice are read (and checksummed); the
+  // others must still exist with their recorded size.
+  std::set<std::string> needed;
+  for (const ManifestTensor& mt : m.tensors)
+    for (const ManifestSlice& ms : mt.slices)
+      if (!want || want(mt.name, mt.global_shape, ms.offset, ms.shape)) needed.insert(ms.file);
   for (const ManifestFile& f : m.files) {
-    const std::string bad = verify_file(dir, f);
+    const std::string bad = verify_file(dir, f, needed.count(f.name) > 0);
     if (!bad.empty()) throw std::runtime_error(bad);
   }
 
-  // Read each file once; slices then take their bytes from it.
+  // Read each needed file once; slices then take their bytes from it.
   std::map<std::string, std::map<std::string, SafetensorsTensor>> contents;
   for (const ManifestFile& f : m.files) {
+    if (!needed.count(f.name)) continue;
     auto& by_name = contents[f.name];
     for (auto& t : read_safetensors((dir / f.name).string())) {
       std::string name = t.name;
@@ -233,6 +243,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str) {
   out.meta = m.meta;
   for (const ManifestTensor& mt : m.tensors) {
     for (const ManifestSlice& ms : mt.slices) {
+      if (!needed.count(ms.file)) continue;
       const std::string path = (dir / ms.file).string();
       auto& by_name = contents[ms.file];
       auto it = by_name.find(mt.name);
@@ -243,15 +254,18 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str) {
         throw std::runtime_error(path + ": tensor \"" + mt.name + "\" is " + dtype_name(st.dtype) + " " +
                                  shape_str(st.shape) + ", the manifest says " + dtype_name(mt.dtype) + " " +
                                  shape_str(ms.shape));
-      ShardTensor t;
-      t.name = mt.name;
-      t.global_shape = mt.global_shape;
-      t.offset = ms.offset;
-      t.dtype = mt.dtype;
-      t.shape = ms.shape;
-      t.data = std::move(st.data);
+      const bool keep = !want || want(mt.name, mt.global_shape, ms.offset, ms.shape);
+      if (keep) {
+        ShardTensor t;
+        t.name = mt.name;
+        t.global_shape = mt.global_shape;
+        t.offset = ms.offset;
+        t.dtype = mt.dtype;
+        t.shape = ms.shape;
+        t.data = std::move(st.data);
+        out.tensors.push_back(std::move(t));
+      }
       by_name.erase(it);
-      out.tensors.push_back(std::move(t));
     }
   }
   for (const auto& [file, rest] : contents)
@@ -261,13 +275,13 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str) {
   return out;
 }
 
-std::optional<LoadedCheckpoint> resolve_resume(const std::string& root_str, const std::string& mode) {
-  if (mode == "none" || mode.empty()) return std::nullopt;
+std::vector<std::string> resume_candidates(const std::string& root_str, const std::string& mode) {
+  if (mode == "none" || mode.empty()) return {};
 
   if (mode == "auto") {
     const fs::path root = strip_trailing_slash(root_str);
     std::error_code ec;
-    if (!fs::exists(root, ec)) return std::nullopt;
+    if (!fs::exists(root, ec)) return {};
     if (!fs::is_directory(root, ec))
       throw std::runtime_error("checkpoint.dir " + root.string() + " exists but is not a directory");
     std::vector<std::pair<int64_t, std::string>> candidates;
@@ -284,15 +298,9 @@ std::optional<LoadedCheckpoint> resolve_resume(const std::string& root_str, cons
       auto it = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) { return c.second == *latest; });
       if (it != candidates.end()) std::rotate(candidates.begin(), it, it + 1);
     }
-    for (const auto& [step, name] : candidates) {
-      const std::string dir = (root / name).string();
-      try {
-        return load_checkpoint(dir);
-      } catch (const std::exception& e) {
-        std::cerr << "checkpoint: skipping " << dir << ": " << e.what() << "\n";
-      }
-    }
-    return std::nullopt;
+    std::vector<std::string> out;
+    for (const auto& c : candidates) out.push_back((root / c.second).string());
+    return out;
   }
 
   const fs::path p = strip_trailing_slash(mode);
@@ -302,16 +310,33 @@ std::optional<LoadedCheckpoint> resolve_resume(const std::string& root_str, cons
   if (name.size() > std::strlen(kPartialSuffix) &&
       name.compare(name.size() - std::strlen(kPartialSuffix), std::string::npos, kPartialSuffix) == 0)
     throw std::runtime_error("checkpoint.resume: " + p.string() + " is an unfinished save (.partial), not a checkpoint");
-  if (fs::exists(p / kManifestName, ec) || parse_step_dir_name(name)) return load_checkpoint(p.string());
+  if (fs::exists(p / kManifestName, ec) || parse_step_dir_name(name)) return {p.string()};
   if (fs::exists(p / kLatestName, ec)) {
     const auto latest = read_latest(p);
     if (!latest)
       throw std::runtime_error("checkpoint.resume: " + (p / kLatestName).string() +
                                " does not name a step directory (expected e.g. step_00001000)");
-    return load_checkpoint((p / *latest).string());
+    return {(p / *latest).string()};
   }
   throw std::runtime_error("checkpoint.resume: " + p.string() + " is neither a checkpoint directory (no " +
                            kManifestName + ") nor a checkpoint root (no `" + kLatestName + "`)");
+}
+
+std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
+                                               const SliceFilter& want) {
+  const std::vector<std::string> dirs = resume_candidates(root, mode);
+  if (mode != "auto") {
+    if (dirs.empty()) return std::nullopt;
+    return load_checkpoint(dirs.front(), want);
+  }
+  for (const std::string& dir : dirs) {
+    try {
+      return load_checkpoint(dir, want);
+    } catch (const std::exception& e) {
+      std::cerr << "checkpoint: skipping " << dir << ": " << e.what() << "\n";
+    }
+  }
+  return std::nullopt;
 }
 
 std::string describe_checkpoint(const std::string& dir_str) {
@@ -333,7 +358,7 @@ std::string describe_checkpoint(const std::string& dir_str) {
   for (const auto& f : m.files) {
     std::string status;
     try {
-      const std::string bad = verify_file(dir, f);
+      const std::string bad = verify_file(dir, f, true);
       status = bad.empty() ? "ok" : bad.substr(bad.find(": ") + 2);
     } catch (const std::exception& e) {
       status = e.what();

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/collective_trace.h"
 #include "comm/gloo_store_adapter.h"
 
 namespace trainer {
@@ -267,6 +268,7 @@ struct GlooCommunicator::Impl {
   // who is missing.
   void run_collective(const char* op, const std::function<void()>& fn) {
     check_usable(op);
+    note_collective(op, describe());
     const uint64_t seq = ++collectives;
     try {
       fn();

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "comm/collective_trace.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 
@@ -55,6 +56,7 @@ struct NcclCommunicator::Impl {
   }
 
   void usable(const char* op) const {
+    note_collective(op, describe());
     if (aborted.load())
       throw std::runtime_error(std::string(op) + " on group " + describe() + ": the communicator was aborted");
   }

@@ -78,6 +78,8 @@ class ZeroOptimizer final : public UnitHooks {
   // The elements this rank writes to a checkpoint (its dp shard at every
   // stage) and their fp32 weight, m and v.
   const std::vector<ZeroPiece>& save_pieces() const { return save_pieces_; }
+  // The elements this rank updates and loads (stage 0: every element).
+  const std::vector<ZeroPiece>& own_pieces() const { return opt_pieces_; }
   Tensor fp32_weight(const ZeroPiece& p) const;
   Tensor moment_m(const ZeroPiece& p) const;
   Tensor moment_v(const ZeroPiece& p) const;

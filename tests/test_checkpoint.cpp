@@ -1175,3 +1175,40 @@ TEST_CASE("checkpoint: group writers refuse inconsistent ranks and snapshots", "
                     Contains("world_size 4 needs a writer constructed with a CheckpointGroup"));
   CHECK(entries(dir.path).empty());
 }
+
+TEST_CASE("checkpoint: a rank loads only the slices it wants and checksums only the files it reads",
+          "[checkpoint][multirank]") {
+  TempDir dir;
+  {
+    Ranks ranks(dir.str(), false, 30);
+    REQUIRE(ranks.save_all(4) == kNoErrors);
+  }
+  const std::string step = (dir / "step_00000004");
+  // Elements [8, 14) of "model/a" live in the files of ranks 1 and 2 only.
+  const SliceFilter want = [](const std::string& name, const std::vector<int64_t>&, const std::vector<int64_t>& offset,
+                              const std::vector<int64_t>& shape) {
+    return name == "model/a" && offset[0] < 14 && offset[0] + shape[0] > 8;
+  };
+  LoadedCheckpoint ck = load_checkpoint(step, want);
+  REQUIRE(ck.tensors.size() == 2);
+  std::set<std::vector<int64_t>> offsets;
+  for (const ShardTensor& t : ck.tensors) offsets.insert(t.offset);
+  CHECK(offsets == std::set<std::vector<int64_t>>{{kPerRank}, {2 * kPerRank}});
+  std::vector<char> part(size_t(kWorld * kPerRank) * 4, 0);
+  int64_t copied = 0;
+  for (const ShardTensor& t : ck.tensors) copied += copy_overlap(t, {0}, {kWorld * kPerRank}, part.data());
+  const auto all = global_bytes("model/a", DType::F32, kWorld * kPerRank, 4, 0);
+  CHECK(copied == 2 * kPerRank);
+  CHECK(std::equal(all.begin() + kPerRank * 4, all.begin() + 3 * kPerRank * 4, part.begin() + kPerRank * 4));
+
+  // A damaged file nobody here reads does not stop this rank, but it must
+  // still be there with its size; one it reads is refused, naming it.
+  flip_byte((dir / "step_00000004/rank_00003.safetensors"), 40);
+  CHECK_NOTHROW(load_checkpoint(step, want));
+  CHECK_THROWS_WITH(load_checkpoint(step), Catch::Contains("rank_00003.safetensors") && Catch::Contains("CRC32C"));
+  flip_byte((dir / "step_00000004/rank_00002.safetensors"), 40);
+  CHECK_THROWS_WITH(load_checkpoint(step, want), Catch::Contains("rank_00002.safetensors"));
+  fs::resize_file(fs::path(dir / "step_00000004/rank_00000.safetensors"), 10);
+  CHECK_THROWS_WITH(load_checkpoint(step, [](auto&&...) { return false; }),
+                    Catch::Contains("rank_00000.safetensors") && Catch::Contains("size"));
+}

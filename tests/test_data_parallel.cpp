@@ -321,3 +321,34 @@ TEST_CASE("real torchrun and mpirun launch the same data-parallel run", "[dp][la
   }
   fs::remove_all(s.dir);
 }
+
+TEST_CASE("ranks agree on the checkpoint to resume: one rank's damaged file makes all fall back", "[dp][zero][reshard][e2e]") {
+  const Setup s = make_setup("agree", "");
+  std::string out;
+  REQUIRE(run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + (s.dir / "single").string(),
+              &out) == 0);
+  const std::string rd = (s.dir / "dp2").string();
+  REQUIRE(run_by_hand(s, 2, rd, &out, "--set parallel.zero_stage=1 --set checkpoint.interval=5 --stop-after 10") == 0);
+  // Each rank reads only its own shard at the same layout: rank 0 would load
+  // step 10 happily, rank 1 cannot.
+  const fs::path damaged = fs::path(rd) / "ckpt/step_00000010/rank_00001.safetensors";
+  REQUIRE(fs::exists(damaged));
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(200);
+    c = char(c ^ 0x20);
+    f.write(&c, 1);
+  }
+  out.clear();
+  const int rc = run_by_hand(s, 2, rd, &out, "--set parallel.zero_stage=1 --set checkpoint.interval=5 --set checkpoint.resume=auto");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("skipping " + rd + "/ckpt/step_00000010") != std::string::npos);
+  CHECK(out.find("rank_00001.safetensors") != std::string::npos);
+  CHECK(out.find("resumed from " + rd + "/ckpt/step_00000005 at step 5") != std::string::npos);
+  expect_same_run(s, "dp 2 resumed at step 5", rd);
+  fs::remove_all(s.dir);
+}

@@ -1,5 +1,6 @@
 #include "trainer/checkpointing.h"
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
@@ -53,6 +54,50 @@ int64_t copy_flat(const ShardTensor& src, int64_t begin, int64_t count, float* d
 }
 
 }  // namespace
+
+std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
+                                                       const Model& m, const ZeroOptimizer& opt, Communicator& host,
+                                                       bool lead) {
+  // Per parameter, the flat element range this rank needs ([0, 0): none).
+  std::unordered_map<std::string, std::pair<int64_t, int64_t>> need;
+  for (const ZeroPiece& z : opt.own_pieces()) need[m.params[size_t(z.param)].spec.name] = {z.begin, z.begin + z.count};
+  const SliceFilter want = [&](const std::string& name, const std::vector<int64_t>& global,
+                               const std::vector<int64_t>& offset, const std::vector<int64_t>& shape) {
+    std::string param;
+    for (const char* prefix : {"model/", "optim/m/", "optim/v/"})
+      if (name.rfind(prefix, 0) == 0) param = name.substr(std::strlen(prefix));
+    auto it = need.find(param);
+    if (it == need.end()) return false;
+    int64_t lo = 0, hi = 1;
+    if (global.size() == 1) {
+      lo = offset[0];
+      hi = offset[0] + shape[0];
+    } else {
+      for (int64_t d : global) hi *= d;
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (offset[d] != 0 || shape[d] != global[d]) return true;  // a tensor-parallel box: let restore judge it
+    }
+    return lo < it->second.second && it->second.first < hi;
+  };
+  for (const std::string& dir : resume_candidates(root, mode)) {
+    std::optional<LoadedCheckpoint> ck;
+    std::string error;
+    try {
+      ck = load_checkpoint(dir, want);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    double failed = ck ? 0 : 1;
+    host.all_reduce(Tensor(&failed, DType::F64, {1}));
+    if (failed == 0) return ck;
+    const std::string why = !error.empty() ? error
+                                           : dir + ": failed to load on " + std::to_string(int64_t(failed)) +
+                                                 " other rank(s) (see their messages)";
+    if (mode != "auto") throw std::runtime_error(why);
+    if (lead || !error.empty()) std::fprintf(stderr, "checkpoint: skipping %s: %s\n", dir.c_str(), why.c_str());
+  }
+  return std::nullopt;
+}
 
 std::string checkpoint_root(const Config& cfg) {
   return cfg.checkpoint.dir.empty() ? cfg.run_dir() + "/ckpt" : cfg.checkpoint.dir;

@@ -8,6 +8,7 @@
 // ZeRO-1 or in one process.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
@@ -26,6 +27,16 @@ Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& o
 // Throws std::runtime_error naming the tensor when the checkpoint lacks it,
 // its size differs from this model's, or the saved slices do not cover it.
 void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt);
+
+// The checkpoint to resume from (checkpoint.resume: auto | none | path),
+// chosen by all ranks together: each rank reads only the saved slices that
+// overlap its own pieces (verifying the files it reads), and a candidate is
+// taken only when it loaded on every rank; under "auto" the next one is tried
+// otherwise, an explicit path fails on every rank. `host` is a group of all
+// ranks for host tensors (a single-rank communicator in one process).
+std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
+                                                       const Model& m, const ZeroOptimizer& opt, Communicator& host,
+                                                       bool lead);
 
 // "tp1.pp1.dp4.cp1.ep1.zero2"
 std::string layout_string(const Config& c, int dp);

@@ -236,7 +236,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   const std::string ckpt_root = checkpoint_root(cfg);
   int64_t start_step = 0, tokens = 0;
-  if (auto ck = resolve_resume(ckpt_root, cfg.checkpoint.resume)) {
+  if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, model, zero, dp_host, lead)) {
     restore_checkpoint(*ck, model, zero);
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;

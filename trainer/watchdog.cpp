@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <future>
 
+#include "comm/collective_trace.h"
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 #include "comm/process_group.h"
@@ -203,10 +204,11 @@ void Watchdog::timer_loop() {
 
 void Watchdog::fire(double idle_s) {
   const std::string peers = describe_peers();
+  const std::string last = last_collective();
   const std::string line = "watchdog: rank " + std::to_string(opt_.rank) + " made no progress for " +
                            seconds(idle_s) + " s at " + where() + " (parallel.timeout_s " + seconds(opt_.timeout_s) +
-                           " s + " + seconds(grace_s_) +
-                           " s grace): a collective or store call never returned; heartbeats: " + peers +
+                           " s + " + seconds(grace_s_) + " s grace): a collective or store call never returned" +
+                           (last.empty() ? "" : " (last collective issued: " + last + ")") + "; heartbeats: " + peers +
                            "; aborting the communicators and exiting with code " +
                            std::to_string(kWatchdogExitCode) + "\n";
   write_all(STDERR_FILENO, line);
