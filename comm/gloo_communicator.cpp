@@ -317,7 +317,10 @@ struct GlooCommunicator::Impl {
         who = io ? "every member reached it, so data stopped flowing between them (a network problem?)"
                  : "every member reached it";
       else
-        who = ranks_text(missing) + " never joined it (" + format_rank_list(arrived) + " did)";
+        // A rank without a note either never came or had already left: in a
+        // ring, a member can finish before the one next to a stopped rank.
+        who = ranks_text(missing) + " never joined it or had already left it (" + format_rank_list(arrived) +
+              (arrived.size() == 1 ? " was" : " were") + " still in it)";
     } catch (const std::exception& e) {
       close_connections();
       who = "could not ask the store which ranks are missing (" + std::string(e.what()) + ")";

@@ -361,8 +361,12 @@ TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other ran
     CHECK((contains(line, "all_reduce") || contains(line, "reduce_scatter") || contains(line, "all_gather")));
     CHECK((contains(line, " on group dp") || contains(line, " on group world")));
     CHECK(contains(line, "error: step "));
-    CHECK(contains(line, "rank 2 never joined"));
+    // Which ranks a collective's members saw depends on where the ring broke
+    // (a neighbour of the stopped rank may have finished); the heartbeats
+    // name the one that stopped.
+    CHECK(contains(line, "never joined it"));
     CHECK(contains(line, "heartbeats: rank 2 last at step "));
+    CHECK(contains(line, "(stale)"));
   }
   fs::remove_all(dir);
 }
