@@ -15,7 +15,7 @@
 //
 // Several ranks (a CheckpointGroup): every rank's writer saves the same steps,
 // each with its own snapshot, and they meet in the rendezvous store under
-// ckpt/step_N/<k>/ (k counts earlier saves of that step by this writer).
+// ckpt/<root>/step_N/<k>/ (k counts earlier saves of that step by this writer).
 // Rank 0 recreates step_N.partial/ and sets "ready"; every rank then writes
 // its rank_XXXXX.safetensors there (fsynced) and publishes a report (file
 // size, CRC32C, its slices) or its error under "report/<rank>". Rank 0 waits

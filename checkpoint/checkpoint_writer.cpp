@@ -488,7 +488,7 @@ struct Rendezvous {
   int rank = 0;
   int world = 1;
   double timeout_s = 0;
-  std::string prefix;  // "ckpt/step_00001000/0/"
+  std::string prefix;  // "ckpt/<root>/step_00001000/0/"
 
   std::string ready() const { return prefix + "ready"; }
   std::string report(int r) const { return prefix + "report/" + std::to_string(r); }
@@ -720,9 +720,11 @@ struct CheckpointWriter::Impl {
     last_completed = dir;
   }
 
-  // Store key prefix of the next save of `step`.
+  // Store key prefix of the next save of `step`. The root is part of it:
+  // writers of different roots (a run's checkpoints and the smoke test's
+  // round trip) may save the same step in one job.
   std::string next_prefix(int64_t step) {
-    return "ckpt/" + checkpoint_dir_name(step) + "/" + std::to_string(saves_of_step[step]++) + "/";
+    return "ckpt/" + root + "/" + checkpoint_dir_name(step) + "/" + std::to_string(saves_of_step[step]++) + "/";
   }
 
   // The whole save; returns the final directory. Runs on the writer thread

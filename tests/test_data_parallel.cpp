@@ -352,3 +352,39 @@ TEST_CASE("ranks agree on the checkpoint to resume: one rank's damaged file make
   expect_same_run(s, "dp 2 resumed at step 5", rd);
   fs::remove_all(s.dir);
 }
+
+TEST_CASE("the smoke test runs on every rank of a data-parallel job and they agree", "[dp][zero][smoke][e2e]") {
+  const Setup s = make_setup("smoke", "");
+  for (int stage : {1, 3}) {
+    std::string out;
+    const std::string rd = (s.dir / ("z" + std::to_string(stage))).string();
+    const std::string cmd_extra = "--set parallel.zero_stage=" + std::to_string(stage) + " --set train.steps=40 --smoke-test";
+    // Exit codes of both ranks, each on its own line, after the logs.
+    const int port = free_port();
+    std::string cmd;
+    for (int r = 0; r < 2; ++r)
+      cmd += "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
+             " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port - 1) + " " + TRAINER_BIN +
+             " --config " + s.cfg + " --set run.dir=" + rd + " " + cmd_extra + " > " + rd + ".rank" + std::to_string(r) +
+             ".log 2>&1 & p" + std::to_string(r) + "=$!; ";
+    cmd += "wait $p0; echo \"rank0 exit $?\"; wait $p1; echo \"rank1 exit $?\"";
+    run("mkdir -p " + rd + " && " + cmd, &out);
+    std::ifstream in(rd + ".rank0.log");
+    const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(out << log0);
+    const auto code = [&](int r) {
+      const auto k = out.find("rank" + std::to_string(r) + " exit ");
+      return k == std::string::npos ? -1 : std::stoi(out.substr(k + 11));
+    };
+    std::printf("[dp] smoke test, dp 2, zero %d: rank exits %d %d\n", stage, code(0), code(1));
+    CHECK(code(0) == code(1));  // one verdict for the job
+    CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
+    CHECK(log0.find("on 2 ranks") != std::string::npos);
+    for (const char* check : {"memory plan fits the device", "no NaN/Inf in loss or gradients", "loss falling",
+                              "checkpoint save -> load round trip"})
+      CHECK(log0.find(std::string("PASS  ") + check) != std::string::npos);
+    // Throughput on a shared 2-core machine with two processes is not judged here.
+    CHECK(log0.find("tensors identical after save -> load") != std::string::npos);
+  }
+  fs::remove_all(s.dir);
+}

@@ -55,18 +55,16 @@ int64_t copy_flat(const ShardTensor& src, int64_t begin, int64_t count, float* d
 
 }  // namespace
 
-std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
-                                                       const Model& m, const ZeroOptimizer& opt, Communicator& host,
-                                                       bool lead) {
+SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt) {
   // Per parameter, the flat element range this rank needs ([0, 0): none).
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> need;
   for (const ZeroPiece& z : opt.own_pieces()) need[m.params[size_t(z.param)].spec.name] = {z.begin, z.begin + z.count};
-  const SliceFilter want = [&](const std::string& name, const std::vector<int64_t>& global,
-                               const std::vector<int64_t>& offset, const std::vector<int64_t>& shape) {
+  return [need = std::move(need)](const std::string& name, const std::vector<int64_t>& global,
+                                  const std::vector<int64_t>& offset, const std::vector<int64_t>& shape) {
     std::string param;
     for (const char* prefix : {"model/", "optim/m/", "optim/v/"})
       if (name.rfind(prefix, 0) == 0) param = name.substr(std::strlen(prefix));
-    auto it = need.find(param);
+    const auto it = need.find(param);
     if (it == need.end()) return false;
     int64_t lo = 0, hi = 1;
     if (global.size() == 1) {
@@ -79,6 +77,12 @@ std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, 
     }
     return lo < it->second.second && it->second.first < hi;
   };
+}
+
+std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
+                                                       const Model& m, const ZeroOptimizer& opt, Communicator& host,
+                                                       bool lead) {
+  const SliceFilter want = shard_filter(m, opt);
   for (const std::string& dir : resume_candidates(root, mode)) {
     std::optional<LoadedCheckpoint> ck;
     std::string error;

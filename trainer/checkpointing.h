@@ -28,6 +28,9 @@ Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& o
 // its size differs from this model's, or the saved slices do not cover it.
 void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt);
 
+// The saved slices this rank needs to restore its own pieces.
+SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt);
+
 // The checkpoint to resume from (checkpoint.resume: auto | none | path),
 // chosen by all ranks together: each rank reads only the saved slices that
 // overlap its own pieces (verifying the files it reads), and a candidate is

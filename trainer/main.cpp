@@ -87,9 +87,7 @@ int main(int argc, char** argv) {
     }
     if (launch.rank == 0) std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
     opt.launch = launch;
-    if (smoke && launch.world_size > 1)
-      throw trainer::ConfigError("--smoke-test runs in one process for now; launch it without torchrun/mpirun/srun");
-    if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps);
+    if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps, launch);
     if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
     trainer::run_training(cfg, opt);
     return 0;

@@ -120,25 +120,39 @@ std::string format_verdict(const std::vector<SmokeCheck>& checks) {
   return t;
 }
 
-int run_smoke_test(Config cfg, int64_t steps) {
-  char tmpl[] = "/tmp/trainer-smoke-XXXXXX";
-  if (!::mkdtemp(tmpl)) throw std::runtime_error("smoke test: cannot create a temporary directory in /tmp");
-  const std::string tmp = tmpl;
+int run_smoke_test(Config cfg, int64_t steps, const LaunchInfo& launch) {
+  const bool several = launch.world_size > 1 || launch.launcher != "single";
+  const bool lead = launch.rank == 0;
+  std::string tmp;
+  if (several) {
+    // Rank 0 clears it before the others can pass the start-up barrier.
+    tmp = cfg.run_dir() + "/smoke-test";
+    std::error_code ec;
+    if (lead) std::filesystem::remove_all(tmp, ec);
+    if (ec) throw std::runtime_error("smoke test: cannot clear " + tmp + ": " + ec.message());
+  } else {
+    char tmpl[] = "/tmp/trainer-smoke-XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error("smoke test: cannot create a temporary directory in /tmp");
+    tmp = tmpl;
+  }
   cfg.run.dir = tmp + "/run";
   cfg.checkpoint.dir = tmp + "/ckpt";
   cfg.checkpoint.resume = "none";
   const int64_t n = std::min(steps, cfg.train.steps);
   cfg.checkpoint.interval = std::max<int64_t>(1, n / 2);
   cfg.checkpoint.keep_last = 2;
-  std::printf("smoke test: %lld steps of %s, checkpoints in %s\n", (long long)n, cfg.source.c_str(), tmp.c_str());
+  if (lead)
+    std::printf("smoke test: %lld steps of %s%s, checkpoints in %s\n", (long long)n, cfg.source.c_str(),
+                several ? (" on " + std::to_string(launch.world_size) + " ranks").c_str() : "", tmp.c_str());
   RunOptions opt;
   opt.smoke = true;
   opt.stop_after = n;
+  opt.launch = launch;
   const TrainSummary s = run_training(cfg, opt);
   const auto checks = judge_smoke(s, s.device_bytes > 0 ? s.device_bytes : host_memory_bytes());
-  const std::string verdict = format_verdict(checks);
-  std::fputs(verdict.c_str(), stdout);
   const bool ok = std::all_of(checks.begin(), checks.end(), [](const SmokeCheck& c) { return c.pass; });
+  if (!lead) return ok ? 0 : 1;
+  std::fputs(format_verdict(checks).c_str(), stdout);
   if (ok) {
     std::error_code ec;
     std::filesystem::remove_all(tmp, ec);

@@ -24,6 +24,10 @@ std::vector<SmokeCheck> judge_smoke(const TrainSummary& s, size_t device_bytes);
 std::string format_verdict(const std::vector<SmokeCheck>& checks);
 
 // Runs the smoke test; returns the process exit code (0 all passed, 1 not).
-int run_smoke_test(Config cfg, int64_t steps);
+// Under a launcher every rank runs it together (the same layout as the real
+// run); its files then go to <run dir>/smoke-test, which all ranks share,
+// instead of a private temporary directory, and rank 0 prints the verdict
+// that every rank returns.
+int run_smoke_test(Config cfg, int64_t steps, const LaunchInfo& launch = {});
 
 }  // namespace trainer
