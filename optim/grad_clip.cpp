@@ -3,15 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/ops.h"
-
 namespace trainer {
-
-double global_grad_norm(const std::vector<Tensor>& grads) {
-  double s = 0;
-  for (const Tensor& g : grads) s += ops::sum_squares(g);
-  return std::sqrt(s);
-}
 
 double clip_factor(double norm, double max_norm) {
   if (max_norm <= 0 || !std::isfinite(norm)) return 1.0;

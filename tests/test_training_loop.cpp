@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
 #include "optim/zero.h"
 #include "comm/process_group.h"
 #include "optim/grad_clip.h"
@@ -69,9 +69,24 @@ TEST_CASE("clip factor follows torch clip_grad_norm_", "[loop]") {
   CHECK(clip_factor(0.5, 1.0) == 1.0);
   CHECK(clip_factor(4.0, 1.0) == Approx(1.0 / (4.0 + 1e-6)));
   CHECK(clip_factor(4.0, 0.0) == 1.0);  // clipping off
-  std::vector<float> a{3, 0, 0}, b{0, 4};
-  std::vector<Tensor> g{Tensor(a.data(), DType::F32, {3}), Tensor(b.data(), DType::F32, {2})};
-  CHECK(global_grad_norm(g) == Approx(5.0));
+}
+
+TEST_CASE("the global gradient norm sums every element once, padding never", "[loop][zero]") {
+  const Config c = load_config_text("model: {arch: gpt2, d_model: 32, n_layers: 2, n_heads: 4}\n"
+                                    "data: {train: [x.bin]}\n", "<test>", {});
+  for (int stage : {0, 1}) {
+    Model m;
+    build_model(m, make_dims(c, 1, 16), 0.02, Device::CPU, zero_model_storage(stage, 1));
+    SingleRankCommunicator solo("dp", 0, Device::CPU);
+    ZeroOptimizer zero(m, stage, solo, solo, {});
+    zero.begin_step();
+    // 2 in every gradient element and NaN in the arena's padding, which no
+    // piece may touch.
+    ops::fill(m.grad_arena.flat_f32(), std::nanf(""));
+    for (const Tensor& g : m.grad_tensors) ops::fill(g, 2.f);
+    INFO("stage " << stage);
+    CHECK(zero.grad_sum_squares() == Approx(4.0 * double(parameter_count(m.params))));
+  }
 }
 
 TEST_CASE("batch sampler is a pure function of (seed, step, index)", "[loop][data]") {
