@@ -357,8 +357,9 @@ TEST_CASE("the smoke test runs on every rank of a data-parallel job and they agr
   const Setup s = make_setup("smoke", "");
   for (int stage : {1, 3}) {
     std::string out;
-    const std::string rd = (s.dir / ("z" + std::to_string(stage))).string();
-    const std::string cmd_extra = "--set parallel.zero_stage=" + std::to_string(stage) + " --set train.steps=40 --smoke-test";
+    const std::string stage_text = std::to_string(stage);
+    const std::string rd = (s.dir / "z").string() + stage_text;
+    const std::string cmd_extra = "--set parallel.zero_stage=" + stage_text + " --set train.steps=40 --smoke-test";
     // Exit codes of both ranks, each on its own line, after the logs.
     const int port = free_port();
     std::string cmd;
