@@ -29,6 +29,7 @@
 #include "trainer/plan.h"
 #include "trainer/prefetch.h"
 #include "trainer/reference_dump.h"
+#include "trainer/distributed_run.h"
 #include "trainer/watchdog.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -141,30 +142,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const DeviceChoice dev = select_device(cfg.train.device, opt.launch.local_rank);
   // Data parallelism with ZeRO stage 0-3 (optim/zero.h): every rank draws its
   // share of the global batch; gradients, optimizer state and (stage 3)
-  // weights are split across the data-parallel group. Other axes are later work.
-  std::unique_ptr<ProcessGroups> groups;
-  std::unique_ptr<Watchdog> watchdog;  // multi-process runs: heartbeats, and a stuck collective ends the run
-  int dp = 1, dp_rank = 0;
+  // weights are split across the data-parallel group.
   const int stage = cfg.parallel.zero_stage;
-  // A launcher with one process still gets process groups (on a GPU: an
-  // NCCL communicator of one), so a one-GPU job runs the multi-GPU code path.
-  if (opt.launch.world_size > 1 || opt.launch.launcher != "single") {
-    const MeshShape mesh = resolve_mesh(cfg.parallel, opt.launch.world_size, opt.launch.local_world_size);
-    if (mesh.tp > 1 || mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1)
-      throw ConfigError(describe(mesh) + ": only data parallelism (ZeRO stages 0-3) is wired into training so far "
-                        "(set parallel.tp, pp, cp and ep to 1)");
-    if (!opt.dump_reference_dir.empty()) throw ConfigError("--dump-reference runs in one process");
-    ProcessGroupOptions po;
-    po.timeout_s = cfg.parallel.timeout_s;
-    po.host_world = dev.device == Device::CUDA;
-    groups = std::make_unique<ProcessGroups>(opt.launch, mesh, dev.device, po);
-    if (opt.launch.world_size > 1)
-      watchdog = std::make_unique<Watchdog>(WatchdogOptions{groups->store().host(), groups->store().port(), po.token,
-                                                            opt.launch.rank, opt.launch.world_size, po.timeout_s,
-                                                            abort_communicators(*groups)});
-    dp = mesh.dp;
-    dp_rank = coords_of(mesh, opt.launch.rank).dp;
-  }
+  if (!opt.dump_reference_dir.empty() && (opt.launch.world_size > 1 || opt.launch.launcher != "single"))
+    throw ConfigError("--dump-reference runs in one process");
+  DistributedRun dist(cfg, opt.launch, dev.device);
+  const int dp = dist.dp(), dp_rank = dist.dp_rank();
+  Watchdog* watchdog = dist.watchdog();  // multi-process runs: heartbeats, and a stuck collective ends the run
   if (!opt.dump_reference_dir.empty() && stage > 0)
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
   const bool lead = opt.launch.rank == 0;
@@ -230,11 +214,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   Model model;
   build_model(model, dims, cfg.model.init_std, dev.device, zero_model_storage(stage, dp));
-  SingleRankCommunicator solo("dp", 0, dev.device);
-  // One process under a launcher reduces over the world (an NCCL
-  // communicator of one on a GPU); the DP axis of a one-rank mesh is a copy.
-  Communicator& dp_group = !groups ? solo : dp > 1 ? groups->group(Axis::DP) : groups->world();
-  Communicator& dp_host = groups ? groups->host_world() : solo;  // dp == world while DP is the only axis
+  Communicator& dp_group = dist.dp_group();
+  Communicator& dp_host = dist.dp_host();
   ZeroOptimizer zero(model, stage, dp_group, dp_host, adamw_config(cfg));
   model.hooks = &zero;
   initialise_weights(zero, model.params, cfg.run.seed);
@@ -268,7 +249,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (cfg.checkpoint.interval > 0)
     writer = std::make_unique<CheckpointWriter>(
         ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
-        CheckpointGroup{groups ? &groups->store() : nullptr, opt.launch.rank, opt.launch.world_size,
+        CheckpointGroup{dist.store(), opt.launch.rank, opt.launch.world_size,
                         cfg.parallel.timeout_s});
 
   std::unique_ptr<ReferenceDump> dump;
@@ -311,9 +292,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       }
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
       zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
-      if (groups) {
+      if (dist.launched()) {
         double sums[2] = {loss_sum, aux_sum};
-        groups->host_world().all_reduce(Tensor(sums, DType::F64, {2}));
+        dp_host.all_reduce(Tensor(sums, DType::F64, {2}));
         loss_sum = sums[0];
         aux_sum = sums[1];
       }
@@ -419,19 +400,18 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (dump) dump->finish();
   if (opt.smoke && !summary.diverged)
     check_roundtrip(cfg, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip",
-                    {groups ? &groups->store() : nullptr, opt.launch.rank, opt.launch.world_size,
+                    {dist.store(), opt.launch.rank, opt.launch.world_size,
                      cfg.parallel.timeout_s, &dp_group, &dp_host},
                     summary);
   // The smoke test judges the pace of the job: a step takes as long as its
   // slowest rank, and every rank must reach the same verdict.
-  if (opt.smoke && groups && !summary.step_ms.empty())
+  if (opt.smoke && dist.launched() && !summary.step_ms.empty())
     dp_host.all_reduce(Tensor(summary.step_ms.data(), DType::F64, {int64_t(summary.step_ms.size())}), ReduceOp::Max);
 
   std::vector<std::vector<float>> final_weights;
   const bool sample = cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke;
   if (sample) final_weights = zero.gather_fp32_weights();  // collective
-  watchdog.reset();  // finalize has its own timeout, and rank 0's sample afterwards is no collective
-  if (groups) groups->finalize();
+  dist.finish();
   if (sample && lead) {
     std::vector<int32_t> prompt;
     if (cfg.model.vocab_size == 256)
