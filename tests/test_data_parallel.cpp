@@ -52,16 +52,20 @@ int run(const std::string& cmd, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-std::vector<double> losses(const fs::path& metrics) {
+// The values of one key ("loss", "val_loss") in metrics.jsonl, in order.
+std::vector<double> metric(const fs::path& metrics, const std::string& key) {
   std::vector<double> out;
   std::ifstream in(metrics);
   std::string line;
+  const std::string tag = "\"" + key + "\": ";
   while (std::getline(in, line)) {
-    const auto k = line.find("\"loss\": ");
-    if (k != std::string::npos) out.push_back(std::stod(line.substr(k + 8)));
+    const auto k = line.find(tag);
+    if (k != std::string::npos) out.push_back(std::stod(line.substr(k + tag.size())));
   }
   return out;
 }
+
+std::vector<double> losses(const fs::path& metrics) { return metric(metrics, "loss"); }
 
 // Every "model/" tensor of a checkpoint as one flat vector, assembled from
 // its slices: whole tensors, or flattened 1-D pieces written by ZeRO shards.
@@ -124,9 +128,10 @@ Setup make_setup(const std::string& name, const std::string& model_extra) {
   std::ofstream(s.cfg) << "run: {name: dp}\n"
                        << "model: {arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, max_seq_len: 32"
                        << model_extra << "}\n"
-                       << "train: {steps: 20, seq_len: 32, micro_batch_size: 2, global_batch_size: 8}\n"
+                       << "train: {steps: 20, seq_len: 32, micro_batch_size: 2, global_batch_size: 8, "
+                          "eval_interval: 10, eval_steps: 1}\n"
                        << "optim: {lr: 3.0e-3, warmup_steps: 3}\n"
-                       << "data: {train: [" << tokens.string() << "]}\n"
+                       << "data: {train: [" << tokens.string() << "], valid: [" << tokens.string() << "]}\n"
                        << "checkpoint: {interval: 20}\n"
                        << "log: {interval: 1, progress: lines}\n"
                        << "parallel: {timeout_s: 60}\n";
@@ -159,11 +164,19 @@ void expect_same_run(const Setup& s, const std::string& label, const std::string
   REQUIRE(b.size() == 20);
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]) / a[i]);
+  // Every rank evaluates its share of the same validation sequences.
+  const auto va = metric(s.dir / "single/metrics.jsonl", "val_loss"),
+             vb = metric(fs::path(run_dir) / "metrics.jsonl", "val_loss");
+  REQUIRE(va.size() == 2);
+  REQUIRE(vb.size() == 2);
+  double vworst = 0;
+  for (size_t i = 0; i < va.size(); ++i) vworst = std::max(vworst, std::fabs(va[i] - vb[i]) / va[i]);
   const double w = weight_diff(s.dir / "single/ckpt/step_00000020", fs::path(run_dir) / "ckpt/step_00000020");
-  std::printf("[dp] %-28s losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n", label.c_str(),
-              worst, w);
+  std::printf("[dp] %-28s losses max rel diff %.2e, val %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+              label.c_str(), worst, vworst, w);
   // Only the summation order of the gradients differs from one process.
   CHECK(worst < 1e-5);
+  CHECK(vworst < 1e-5);
   CHECK(w < 1e-4);
 }
 

@@ -121,7 +121,7 @@ std::vector<KeySpec> build_schema() {
           .aka("clip_grad max_grad_norm gradient_clipping clip"),
       Row("train.eval_interval", FIELD(train.eval_interval), "evaluate every N steps; 0: no periodic eval")
           .at_least(0).aka("eval_every eval_iters_interval"),
-      Row("train.eval_steps", FIELD(train.eval_steps), "micro-batches per evaluation")
+      Row("train.eval_steps", FIELD(train.eval_steps), "validation batches per evaluation, each of train.global_batch_size sequences (split over ranks and micro-batches like a training step)")
           .at_least(1).aka("eval_iters eval_batches"),
       Row("train.threads", FIELD(train.threads), "CPU threads; 0: all cores")
           .at_least(0).aka("num_threads omp_threads"),

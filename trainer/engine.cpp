@@ -62,13 +62,16 @@ void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params
 }
 
 // The validation batches are the same at every evaluation (read once).
-double evaluate(const HostBatch& hb, Model& m) {
+// Each rank evaluates its share of the validation batches (split like a
+// training step), so the loss does not depend on dp or the micro-batch size.
+double evaluate(const HostBatch& hb, Model& m, Communicator& host, int dp) {
   double sum = 0;
   for (int64_t i = 0; i < hb.micro_steps; ++i) {
     load_prefetched(hb, m, i);
     sum += model_forward(m, 0.f).loss_sum;
   }
-  return sum / double(hb.micro_steps * m.dims.N());
+  host.all_reduce(Tensor(&sum, DType::F64, {1}));
+  return sum / double(hb.micro_steps * m.dims.N() * dp);
 }
 
 // After a resume, rows logged past the checkpoint (by the run that crashed)
@@ -200,8 +203,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     const BatchSampler valid_data(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed, "valid",
                                   cfg.data.format);
     valid_batch = std::make_unique<HostBatch>();
-    fill_batch(valid_data, default_step_indices(cfg.train.eval_steps, micro), 0, cfg.train.eval_steps, micro,
-               *valid_batch);
+    // train.eval_steps batches of global_batch_size sequences, this rank's
+    // share in the order of a training step.
+    std::vector<int64_t> valid_indices;
+    for (int64_t mb = 0; mb < cfg.train.eval_steps * M; ++mb)
+      for (int64_t b = 0; b < micro; ++b) valid_indices.push_back(mb * micro * dp + dp_rank * micro + b);
+    fill_batch(valid_data, valid_indices, 0, cfg.train.eval_steps * M, micro, *valid_batch);
   }
   if (lead) std::printf("data: %s", train_data.describe().c_str());  // describe() ends each entry with a newline
   // Sequence (mb, b) of this rank is global sequence mb*B*dp + dp_rank*B + b:
@@ -380,7 +387,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
       if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
         if (watchdog) watchdog->progress(step + 1, "evaluation");
-        const double vl = evaluate(*valid_batch, model);
+        const double vl = evaluate(*valid_batch, model, dp_host, dp);
         summary.val_losses.push_back(vl);
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);
