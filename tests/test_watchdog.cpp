@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -240,7 +241,11 @@ TEST_CASE("watchdog: no progress for timeout + grace fires and names the stale p
   CHECK(contains(err, "abort callback ran"));
 }
 
-TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other rank", "[watchdog][e2e][serial]") {
+namespace {
+
+// Four ranks train; `victim` is stopped with SIGSTOP past step 5; every other
+// rank must exit with kDistributedFailureExitCode in time, saying why.
+void stop_one_rank(int victim) {
   const fs::path dir = fs::temp_directory_path() / ("trainer_watchdog_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -252,7 +257,7 @@ TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other ran
         .write(reinterpret_cast<const char*>(toks.data()), std::streamsize(toks.size() * 2));
   }
   const double timeout = 4;
-  const int world = 4, victim = 2;
+  const int world = 4;
   const std::string cfg = (dir / "cfg.yaml").string();
   // Milliseconds a step: 100000 steps would run for many minutes.
   std::ofstream(cfg) << "run: {name: watchdog}\n"
@@ -321,8 +326,10 @@ TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other ran
   REQUIRE(::kill(kids.pids[victim], SIGSTOP) == 0);
   const auto stopped = Clock::now();
 
-  // Every other rank must exit, non-zero, within timeout + 6 s.
-  const double window = timeout + 6;
+  // Every other rank must exit, non-zero, within timeout + 6 s. Stopping
+  // rank 0 also freezes the store, so nobody can ask who is missing: the
+  // watchdog thread ends those ranks at timeout + grace.
+  const double window = victim == 0 ? timeout + default_watchdog_grace_s(timeout) + 3 : timeout + 6;
   std::vector<double> delay(world, -1);
   std::vector<int> code(world, -1);
   for (;;) {
@@ -345,28 +352,50 @@ TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other ran
   ::waitpid(kids.pids[victim], nullptr, 0);
   kids.pids[victim] = 0;
 
-  std::printf("[watchdog] SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.0f s\n", victim,
+  std::printf("[watchdog] SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.1f s\n", victim,
               (long long)victim_step, timeout, window);
   for (int r = 0; r < world; ++r) {
     if (r == victim) continue;
     const std::string out = read_file(dir / ("rank" + std::to_string(r) + ".log"));
-    const auto k = out.rfind("error: ") != std::string::npos ? out.rfind("error: ") : out.rfind("watchdog: ");
-    const std::string line = k == std::string::npos ? "(no error line)" : out.substr(k, out.find('\n', k) - k);
+    // The last line that starts with "error: " (main) or "watchdog: " (the thread).
+    std::string line = "(no error line)";
+    std::istringstream lines(out);
+    for (std::string l; std::getline(lines, l);)
+      if (l.rfind("error: ", 0) == 0 || l.rfind("watchdog: ", 0) == 0) line = l;
     std::printf("[watchdog] rank %d exited with code %d after %.2f s: %s\n", r, code[r], delay[r], line.c_str());
     INFO("rank " << r << " log:\n" << out);
     CHECK(delay[r] >= 0);
     CHECK(delay[r] <= window);
     CHECK(code[r] == kDistributedFailureExitCode);
-    // The collective, the group, the step and the missing rank.
+    // The collective, the group and the step.
     CHECK((contains(line, "all_reduce") || contains(line, "reduce_scatter") || contains(line, "all_gather")));
     CHECK((contains(line, " on group dp") || contains(line, " on group world")));
-    CHECK(contains(line, "error: step "));
-    // Which ranks a collective's members saw depends on where the ring broke
-    // (a neighbour of the stopped rank may have finished); the heartbeats
-    // name the one that stopped.
-    CHECK(contains(line, "never joined it"));
-    CHECK(contains(line, "heartbeats: rank 2 last at step "));
-    CHECK(contains(line, "(stale)"));
+    CHECK(contains(line, "step "));
+    if (victim == 0) {
+      // The store went silent with rank 0: the watchdog line names the last
+      // collective and says that the heartbeats cannot be read.
+      CHECK(contains(line, "watchdog: rank "));
+      CHECK(contains(line, "last collective issued: "));
+      CHECK(contains(line, "store unreachable"));
+    } else {
+      // Which ranks a collective's members saw depends on where the ring
+      // broke (a neighbour of the stopped rank may have finished); the
+      // heartbeats name the one that stopped.
+      CHECK(contains(line, "error: step "));
+      CHECK(contains(line, "never joined it"));
+      CHECK(contains(line, "heartbeats: rank " + std::to_string(victim) + " last at step "));
+      CHECK(contains(line, "(stale)"));
+    }
   }
   fs::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other rank", "[watchdog][e2e][serial]") {
+  stop_one_rank(2);
+}
+
+TEST_CASE("watchdog: stopping rank 0, which serves the store, still ends every other rank", "[watchdog][e2e][serial]") {
+  stop_one_rank(0);
 }
