@@ -137,13 +137,17 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, const SliceFilter& want
 // names one) that must exist (throws otherwise).
 std::vector<std::string> resume_candidates(const std::string& root, const std::string& mode);
 
-// One process: the first candidate that loads ("auto": a corrupt one is
-// reported on stderr and the next is tried; nullopt when none loads; a path
-// must load or this throws). Ranks of a sharded run instead agree on the
-// candidate together (trainer/checkpointing.h), since each verifies only the
-// files it reads.
+// Several ranks choose one checkpoint together, since each verifies only the
+// files it reads: called on every rank with the candidate and whether it
+// loaded here, returns how many ranks could not load it (0: it is taken).
+using ResumeAgreement = std::function<int64_t(const std::string& dir, bool loaded_here)>;
+
+// The first candidate that loads (on every rank, with `agree`). "auto": a
+// candidate that fails is reported on stderr (by the ranks where it failed)
+// and the next is tried; nullopt when none loads. A path must load or this
+// throws, on every rank.
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
-                                               const SliceFilter& want = {});
+                                               const SliceFilter& want = {}, const ResumeAgreement& agree = {});
 
 // Human-readable summary for `trainer inspect DIR`.
 std::string describe_checkpoint(const std::string& dir);

@@ -323,18 +323,22 @@ std::vector<std::string> resume_candidates(const std::string& root_str, const st
 }
 
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
-                                               const SliceFilter& want) {
-  const std::vector<std::string> dirs = resume_candidates(root, mode);
-  if (mode != "auto") {
-    if (dirs.empty()) return std::nullopt;
-    return load_checkpoint(dirs.front(), want);
-  }
-  for (const std::string& dir : dirs) {
+                                               const SliceFilter& want, const ResumeAgreement& agree) {
+  for (const std::string& dir : resume_candidates(root, mode)) {
+    std::optional<LoadedCheckpoint> ck;
+    std::string error;
     try {
-      return load_checkpoint(dir, want);
+      ck = load_checkpoint(dir, want);
     } catch (const std::exception& e) {
-      std::cerr << "checkpoint: skipping " << dir << ": " << e.what() << "\n";
+      error = e.what();
     }
+    const int64_t failed = agree ? agree(dir, ck.has_value()) : int64_t(!ck);
+    if (failed == 0) return ck;
+    if (mode != "auto")
+      throw std::runtime_error(!error.empty() ? error
+                                              : dir + ": failed to load on " + std::to_string(failed) +
+                                                    " other rank(s) (see their messages)");
+    if (!error.empty()) std::cerr << "checkpoint: skipping " << dir << ": " << error << "\n";
   }
   return std::nullopt;
 }

@@ -138,9 +138,10 @@ Setup make_setup(const std::string& name, const std::string& model_extra) {
   return s;
 }
 
-// Starts `world` copies of the binary with the variables torchrun sets.
+// Starts `world` copies of the binary with the variables torchrun sets;
+// returns 0 when all succeeded. `codes`, when given, gets each rank's exit code.
 int run_by_hand(const Setup& s, int world, const std::string& run_dir, std::string* out,
-                const std::string& extra = "") {
+                const std::string& extra = "", std::vector<int>* codes = nullptr) {
   const int port = free_port();  // the store takes MASTER_PORT + 1 under torchrun variables
   std::string cmd = "(pids=''; ";
   for (int r = 0; r < world; ++r)
@@ -149,8 +150,17 @@ int run_by_hand(const Setup& s, int world, const std::string& run_dir, std::stri
            " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port - 1) + " " + TRAINER_BIN +
            " --config " + s.cfg + " --set run.dir=" + run_dir + " " + extra + " > " + run_dir + ".rank" + std::to_string(r) +
            ".log 2>&1 & pids=\"$pids $!\"; ";
-  cmd += "fail=0; for p in $pids; do wait $p || fail=1; done; exit $fail)";
+  cmd += "fail=0; r=0; for p in $pids; do wait $p; c=$?; echo \"rank $r exit $c\"; [ $c = 0 ] || fail=1; "
+         "r=$((r+1)); done; exit $fail)";
   const int rc = run(cmd, out);
+  if (codes) {
+    codes->assign(size_t(world), -1);
+    for (int r = 0; r < world; ++r) {
+      const std::string tag = "rank " + std::to_string(r) + " exit ";
+      const auto k = out->find(tag);
+      if (k != std::string::npos) (*codes)[size_t(r)] = std::stoi(out->substr(k + tag.size()));
+    }
+  }
   for (int r = 0; r < world; ++r) {
     std::ifstream in(run_dir + ".rank" + std::to_string(r) + ".log");
     out->append(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
@@ -372,26 +382,14 @@ TEST_CASE("the smoke test runs on every rank of a data-parallel job and they agr
     std::string out;
     const std::string stage_text = std::to_string(stage);
     const std::string rd = (s.dir / "z").string() + stage_text;
-    const std::string cmd_extra = "--set parallel.zero_stage=" + stage_text + " --set train.steps=40 --smoke-test";
-    // Exit codes of both ranks, each on its own line, after the logs.
-    const int port = free_port();
-    std::string cmd;
-    for (int r = 0; r < 2; ++r)
-      cmd += "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
-             " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port - 1) + " " + TRAINER_BIN +
-             " --config " + s.cfg + " --set run.dir=" + rd + " " + cmd_extra + " > " + rd + ".rank" + std::to_string(r) +
-             ".log 2>&1 & p" + std::to_string(r) + "=$!; ";
-    cmd += "wait $p0; echo \"rank0 exit $?\"; wait $p1; echo \"rank1 exit $?\"";
-    run("mkdir -p " + rd + " && " + cmd, &out);
+    std::vector<int> code;
+    run_by_hand(s, 2, rd, &out, "--set parallel.zero_stage=" + stage_text + " --set train.steps=40 --smoke-test", &code);
     std::ifstream in(rd + ".rank0.log");
     const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    INFO(out << log0);
-    const auto code = [&](int r) {
-      const auto k = out.find("rank" + std::to_string(r) + " exit ");
-      return k == std::string::npos ? -1 : std::stoi(out.substr(k + 11));
-    };
-    std::printf("[dp] smoke test, dp 2, zero %d: rank exits %d %d\n", stage, code(0), code(1));
-    CHECK(code(0) == code(1));  // one verdict for the job
+    INFO(out);
+    std::printf("[dp] smoke test, dp 2, zero %d: rank exits %d %d\n", stage, code[0], code[1]);
+    REQUIRE(code[0] >= 0);
+    CHECK(code[0] == code[1]);  // one verdict for the job
     CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
     CHECK(log0.find("on 2 ranks") != std::string::npos);
     for (const char* check : {"memory plan fits the device", "no NaN/Inf in loss or gradients", "loss falling",

@@ -82,25 +82,15 @@ SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt) {
 std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
                                                        const Model& m, const ZeroOptimizer& opt, Communicator& host,
                                                        bool lead) {
-  const SliceFilter want = shard_filter(m, opt);
-  for (const std::string& dir : resume_candidates(root, mode)) {
-    std::optional<LoadedCheckpoint> ck;
-    std::string error;
-    try {
-      ck = load_checkpoint(dir, want);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    double failed = ck ? 0 : 1;
+  return resolve_resume(root, mode, shard_filter(m, opt), [&](const std::string& dir, bool loaded_here) {
+    double failed = loaded_here ? 0 : 1;
     host.all_reduce(Tensor(&failed, DType::F64, {1}));
-    if (failed == 0) return ck;
-    const std::string why = !error.empty() ? error
-                                           : dir + ": failed to load on " + std::to_string(int64_t(failed)) +
-                                                 " other rank(s) (see their messages)";
-    if (mode != "auto") throw std::runtime_error(why);
-    if (lead || !error.empty()) std::fprintf(stderr, "checkpoint: skipping %s: %s\n", dir.c_str(), why.c_str());
-  }
-  return std::nullopt;
+    // Ranks where it failed say why themselves; rank 0 says that it is skipped.
+    if (loaded_here && failed > 0 && lead && mode == "auto")
+      std::fprintf(stderr, "checkpoint: skipping %s: failed to load on %lld other rank(s) (see their messages)\n",
+                   dir.c_str(), (long long)failed);
+    return int64_t(failed);
+  });
 }
 
 std::string checkpoint_root(const Config& cfg) {

@@ -5,7 +5,7 @@
 namespace trainer {
 
 DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Device device) {
-  if (launch.world_size == 1 && launch.launcher == "single") {
+  if (!launch.launched()) {
     solo_ = std::make_unique<SingleRankCommunicator>("dp", 0, device);
     dp_group_ = dp_host_ = solo_.get();
     return;

@@ -89,25 +89,17 @@ void trim_metrics(const std::string& path, int64_t last_step) {
   std::ofstream(path, std::ios::trunc) << kept;
 }
 
-// Where the round trip of a smoke test meets the other ranks.
-struct RoundTripGroup {
-  Store* store = nullptr;       // null: one process
-  int rank = 0, world = 1;
-  double timeout_s = 600;
-  Communicator* dp = nullptr;   // the ZeRO groups of the run
-  Communicator* host = nullptr;
-};
-
 // Saves (every rank its shard), loads back this rank's share and compares
 // every byte, then restores into a fresh model and checks that the same
 // batch gives the same loss bit for bit; the verdict is the same on all ranks.
 void check_roundtrip(const Config& cfg, Model& m, const ZeroOptimizer& opt, int64_t step, int64_t tokens,
-                     const std::string& root, const RoundTripGroup& g, TrainSummary& sum) {
+                     const std::string& root, const LaunchInfo& launch, DistributedRun& dist, TrainSummary& sum) {
   sum.roundtrip_checked = true;
   bool ok = false;
   try {
-    CheckpointWriter w(root, 0, false, CheckpointGroup{g.store, g.rank, g.world, g.timeout_s});
-    Snapshot snap = take_snapshot(cfg, m, opt, step, tokens, g.rank, g.world);
+    CheckpointWriter w(root, 0, false,
+                       CheckpointGroup{dist.store(), launch.rank, launch.world_size, cfg.parallel.timeout_s});
+    Snapshot snap = take_snapshot(cfg, m, opt, step, tokens, launch.rank, launch.world_size);
     w.save(snap);
     const LoadedCheckpoint ck = load_checkpoint(w.last_completed(), shard_filter(m, opt));
     size_t same = 0;
@@ -115,8 +107,8 @@ void check_roundtrip(const Config& cfg, Model& m, const ZeroOptimizer& opt, int6
       for (const ShardTensor& u : ck.tensors)
         if (u.name == t.name && u.offset == t.offset && u.data == t.data) ++same;
     Model m2;
-    build_model(m2, m.dims, cfg.model.init_std, m.act_arena.device(), zero_model_storage(opt.stage(), g.dp->size()));
-    ZeroOptimizer opt2(m2, opt.stage(), *g.dp, *g.host, adamw_config(cfg));
+    build_model(m2, m.dims, cfg.model.init_std, m.act_arena.device(), zero_model_storage(opt.stage(), dist.dp()));
+    ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.dp_host(), adamw_config(cfg));
     m2.hooks = &opt2;
     restore_checkpoint(ck, m2, opt2);
     ops::copy(m2.acts.ids, m.acts.ids);
@@ -127,13 +119,13 @@ void check_roundtrip(const Config& cfg, Model& m, const ZeroOptimizer& opt, int6
     char buf[256];
     std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore%s",
                   same, snap.tensors.size(), l1, l2,
-                  g.world > 1 ? (" (rank " + std::to_string(g.rank) + ")").c_str() : "");
+                  launch.world_size > 1 ? (" (rank " + std::to_string(launch.rank) + ")").c_str() : "");
     sum.roundtrip_detail = buf;
   } catch (const std::exception& e) {
     sum.roundtrip_detail = e.what();
   }
   double failed = ok ? 0 : 1;
-  g.host->all_reduce(Tensor(&failed, DType::F64, {1}));
+  dist.dp_host().all_reduce(Tensor(&failed, DType::F64, {1}));
   sum.roundtrip_ok = failed == 0;
   if (ok && failed > 0) sum.roundtrip_detail += "; but it failed on " + std::to_string(int64_t(failed)) + " other rank(s)";
 }
@@ -147,7 +139,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   // share of the global batch; gradients, optimizer state and (stage 3)
   // weights are split across the data-parallel group.
   const int stage = cfg.parallel.zero_stage;
-  if (!opt.dump_reference_dir.empty() && (opt.launch.world_size > 1 || opt.launch.launcher != "single"))
+  if (!opt.dump_reference_dir.empty() && opt.launch.launched())
     throw ConfigError("--dump-reference runs in one process");
   DistributedRun dist(cfg, opt.launch, dev.device);
   const int dp = dist.dp(), dp_rank = dist.dp_rank();
@@ -406,10 +398,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   }
   if (dump) dump->finish();
   if (opt.smoke && !summary.diverged)
-    check_roundtrip(cfg, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip",
-                    {dist.store(), opt.launch.rank, opt.launch.world_size,
-                     cfg.parallel.timeout_s, &dp_group, &dp_host},
-                    summary);
+    check_roundtrip(cfg, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip", opt.launch, dist, summary);
   // The smoke test judges the pace of the job: a step takes as long as its
   // slowest rank, and every rank must reach the same verdict.
   if (opt.smoke && dist.launched() && !summary.step_ms.empty())

@@ -22,6 +22,9 @@ struct LaunchInfo {
   int restart_count = 0;            // torchelastic restarts / Slurm requeues so far
   std::string run_id;               // launcher's job id ("" when it has none)
 
+  // Started by a launcher (even as its only process): the run then builds
+  // process groups and meets the other ranks through the store.
+  bool launched() const { return world_size > 1 || launcher != "single"; }
   // "launcher: torchrun, rank 3 of 8 (local 3 of 4), master node01:29500, restart 0"
   std::string describe() const;
 };

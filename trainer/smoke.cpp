@@ -121,7 +121,7 @@ std::string format_verdict(const std::vector<SmokeCheck>& checks) {
 }
 
 int run_smoke_test(Config cfg, int64_t steps, const LaunchInfo& launch) {
-  const bool several = launch.world_size > 1 || launch.launcher != "single";
+  const bool several = launch.launched();
   const bool lead = launch.rank == 0;
   std::string tmp;
   if (several) {
