@@ -12,6 +12,7 @@
 // that did not arrive (the watchdog turns that into a clean exit).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,13 @@ enum class ReduceOp { Sum, Max };
 struct CollectiveTimeout : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// How long a member whose collective failed waits for the others' failure
+// notes before naming the missing ranks; the watchdog's own grace and rank
+// 0's linger are built on it, so that this explanation arrives first.
+inline double collective_failure_grace_s(double timeout_s) {
+  return std::clamp(timeout_s / 2, 0.5, 3.0);
+}
 
 // A pending asynchronous collective; wait() rethrows its error.
 class Work {

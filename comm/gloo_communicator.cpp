@@ -299,7 +299,7 @@ struct GlooCommunicator::Impl {
       close_connections();
       std::vector<std::string> keys;
       for (int r = 0; r < size; ++r) keys.push_back(base + std::to_string(r));
-      const double grace = std::clamp(timeout_s / 2, 0.5, 3.0);
+      const double grace = collective_failure_grace_s(timeout_s);
       const auto deadline = Clock::now() + std::chrono::duration<double>(grace);
       std::vector<StoreEntry> notes;
       for (;;) {

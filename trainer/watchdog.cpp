@@ -47,7 +47,7 @@ void write_all(int fd, const std::string& s) {
 
 }  // namespace
 
-double default_watchdog_grace_s(double timeout_s) { return std::clamp(timeout_s / 2, 0.5, 3.0) + 3.0; }
+double default_watchdog_grace_s(double timeout_s) { return collective_failure_grace_s(timeout_s) + 3.0; }
 
 std::function<void()> abort_communicators(ProcessGroups& pg) {
   return [&pg] {
@@ -284,7 +284,7 @@ void Watchdog::rethrow_failure() {
   const std::string at = where();
   const std::string peers = distributed ? describe_peers() : "";
   post_failure_note();
-  if (opt_.rank == 0) linger_for_peers(std::min(opt_.timeout_s / 2, 3.0) + 1.0);
+  if (opt_.rank == 0) linger_for_peers(collective_failure_grace_s(opt_.timeout_s) + 1.0);
   if (distributed) throw DistributedFailure(at + ": " + what + "; heartbeats: " + peers);
   std::rethrow_exception(ep);
 }

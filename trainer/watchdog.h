@@ -77,7 +77,7 @@ struct WatchdogOptions {
   double grace_s = -1;
 };
 
-// clamp(timeout/2, 0.5, 3) (how long a failed Gloo collective waits for its
+// collective_failure_grace_s (how long a failed Gloo collective waits for its
 // peers' notes) + 3 s (building the message; rank 0's linger).
 double default_watchdog_grace_s(double timeout_s);
 
@@ -112,9 +112,9 @@ class Watchdog {
 
   // Call inside a catch block, on every rank, for any exception that ends
   // the training loop. Posts this rank's failure note in the store; on rank
-  // 0, which serves the store, waits up to min(timeout/2, 3) + 1 s until every
-  // other rank has posted one or gone stale, so that they can still ask the
-  // store who is missing. Then a collective or store failure (CollectiveTimeout,
+  // 0, which serves the store, waits up to collective_failure_grace_s + 1 s
+  // until every other rank has posted one or gone stale, so that they can
+  // still ask the store who is missing. Then a collective or store failure (CollectiveTimeout,
   // StoreError, or a runtime_error naming "on group") is thrown again as
   // DistributedFailure("step N (phase): <what>; heartbeats: <summary>");
   // anything else is rethrown unchanged.
