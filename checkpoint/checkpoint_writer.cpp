@@ -4,7 +4,7 @@
 // names it, and old checkpoints are deleted only after `latest` moved on.
 // With several ranks, rank 0 alone creates, publishes and deletes
 // directories; the others only add their file to step_N.partial and report
-// it through the store (protocol in checkpoint.h).
+// it through the store (checkpoint_group.cpp).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -28,6 +28,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
+#include "checkpoint/checkpoint_save.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
@@ -36,9 +37,8 @@
 namespace trainer {
 
 namespace fs = std::filesystem;
-using namespace ckpt_detail;
 
-namespace {
+namespace ckpt_detail {
 
 std::mutex g_fault_mu;
 std::string g_fault_stage;
@@ -135,14 +135,6 @@ void validate_snapshot(Snapshot& snap) {
   }
 }
 
-// What one rank contributes to the manifest: its file and the slices in it
-// (tensor data not included).
-struct RankReport {
-  int rank = 0;
-  std::string file;
-  WrittenFile written;
-  std::vector<ShardTensor> slices;
-};
 
 RankReport write_rank_file(const fs::path& partial, const Snapshot& snap) {
   RankReport r;
@@ -295,11 +287,6 @@ void publish(const fs::path& root, const fs::path& partial, const fs::path& fina
   }
 }
 
-// The directories of one save.
-struct SavePaths {
-  fs::path root, partial, final_dir;
-  std::string name;  // "step_00001000"
-};
 
 SavePaths save_paths(const std::string& root, int64_t step) {
   SavePaths p;
@@ -361,328 +348,9 @@ std::string save_single(const std::string& root, int keep_last, Snapshot& snap) 
   return p.final_dir.string();
 }
 
-// ---------------------------------------------------------------------------
-// Several ranks. Reports travel through the store as JSON.
+}  // namespace ckpt_detail
 
-json::Value slice_to_json(const ShardTensor& t) {
-  json::Value s = json::Value::object();
-  s["name"] = t.name;
-  s["dtype"] = dtype_name(t.dtype);
-  s["global_shape"] = int_array(t.global_shape);
-  s["offset"] = int_array(t.offset);
-  s["shape"] = int_array(t.shape);
-  return s;
-}
-
-std::vector<int64_t> int_vector(const json::Value& a) {
-  std::vector<int64_t> v;
-  for (const auto& x : a.as_array()) v.push_back(x.as_int64());
-  return v;
-}
-
-ShardTensor slice_from_json(const json::Value& s) {
-  ShardTensor t;
-  t.name = s.at("name").as_string();
-  const std::string& dt = s.at("dtype").as_string();
-  const auto dtype = dtype_from_name(dt);
-  if (!dtype) throw json::TypeError("tensor \"" + t.name + "\" has unknown dtype \"" + dt + "\"");
-  t.dtype = *dtype;
-  t.global_shape = int_vector(s.at("global_shape"));
-  t.offset = int_vector(s.at("offset"));
-  t.shape = int_vector(s.at("shape"));
-  return t;
-}
-
-std::string encode_report(const RankReport& r) {
-  json::Value v = json::Value::object();
-  v["rank"] = r.rank;
-  v["file"] = r.file;
-  v["bytes"] = r.written.bytes;
-  v["crc32c"] = r.written.crc32c;
-  json::Value slices = json::Value::array();
-  for (const ShardTensor& t : r.slices) slices.push_back(slice_to_json(t));
-  v["slices"] = std::move(slices);
-  return json::dump(v);
-}
-
-std::string encode_failure(int rank, const std::string& error) {
-  json::Value v = json::Value::object();
-  v["rank"] = rank;
-  v["error"] = error;
-  return json::dump(v);
-}
-
-// What rank 0 learns from one rank: its report, or why there is none.
-struct RankResult {
-  std::optional<RankReport> report;
-  std::string error;
-};
-
-RankResult decode_report(const std::string& text, int rank) {
-  RankResult out;
-  try {
-    const json::Value v = json::parse(text);
-    const int64_t claimed = v.at("rank").as_int64();
-    if (claimed != rank) throw json::TypeError("it claims to come from rank " + std::to_string(claimed));
-    if (const json::Value* e = v.find("error")) {
-      out.error = e->as_string().empty() ? "(no message)" : e->as_string();
-      return out;
-    }
-    RankReport r;
-    r.rank = rank;
-    r.file = v.at("file").as_string();
-    // The name becomes a path inside the checkpoint: only the expected one will do.
-    if (r.file != rank_file_name(rank)) throw json::TypeError("unexpected file name \"" + r.file + "\"");
-    r.written.bytes = v.at("bytes").as_uint64();
-    const uint64_t crc = v.at("crc32c").as_uint64();
-    if (crc > UINT32_MAX) throw json::TypeError("crc32c " + std::to_string(crc) + " is out of range");
-    r.written.crc32c = uint32_t(crc);
-    for (const auto& s : v.at("slices").as_array()) r.slices.push_back(slice_from_json(s));
-    out.report = std::move(r);
-  } catch (const std::exception& e) {
-    out.error = std::string("its report is unreadable: ") + e.what();
-  }
-  return out;
-}
-
-using Clock = std::chrono::steady_clock;
-
-// A StoreClient serialises its calls, so one long blocking get would stall
-// every other user of the same client (barriers, heartbeats) for as long as a
-// slow rank takes; waits are cut into short slices instead.
-constexpr double kStoreWaitSliceS = 0.2;
-
-Clock::time_point deadline_after(double seconds) {
-  if (!(seconds < 1e9)) return Clock::time_point::max();  // +infinity: wait forever
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-// The key's value, or nullopt once the deadline has passed without it.
-std::optional<std::string> get_before(Store& store, const std::string& key, Clock::time_point deadline) {
-  for (;;) {
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    try {
-      return store.get(key, std::clamp(left, 0.0, kStoreWaitSliceS));  // 0: one last look
-    } catch (const StoreTimeout&) {
-      if (left <= 0) return std::nullopt;
-    }
-  }
-}
-
-std::string seconds_str(double s) {
-  std::ostringstream o;
-  o << s;
-  return o.str();
-}
-
-// "rank 3", "ranks 1, 3"
-std::string ranks_str(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-// One multi-rank save: where it meets in the store, and who is asking.
-struct Rendezvous {
-  Store& store;
-  int rank = 0;
-  int world = 1;
-  double timeout_s = 0;
-  std::string prefix;  // "ckpt/<root>/step_00001000/0/"
-
-  std::string ready() const { return prefix + "ready"; }
-  std::string report(int r) const { return prefix + "report/" + std::to_string(r); }
-  std::string outcome() const { return prefix + "outcome"; }
-};
-
-// Tells the other ranks about a failure. A store error here must not replace
-// the failure being reported, so it only warns (the others then time out).
-void set_quietly(Store& store, const std::string& key, const std::string& value) {
-  try {
-    store.set(key, value);
-  } catch (const std::exception& e) {
-    warn("could not report a failed save under store key '" + key + "': " + e.what());
-  }
-}
-
-// Keys nobody reads any more; a leftover only costs a few bytes in the store.
-void forget_keys(Store& store, const std::vector<std::string>& keys) {
-  for (const std::string& k : keys) try {
-      store.del(k);
-    } catch (const std::exception& e) {
-      warn("could not delete store key '" + k + "': " + e.what());
-    }
-}
-
-// The writer was built for one rank; a snapshot of another would put its
-// file under the wrong name or its report under the wrong key.
-void check_group_snapshot(const Snapshot& snap, const Rendezvous& rv) {
-  if (snap.rank != rv.rank || snap.meta.world_size != rv.world)
-    throw std::invalid_argument("checkpoint save: snapshot of rank " + std::to_string(snap.rank) + " of world size " +
-                                std::to_string(snap.meta.world_size) + " handed to the writer of rank " +
-                                std::to_string(rv.rank) + " of " + std::to_string(rv.world));
-}
-
-// Failures of other ranks, already worded "rank N ...", as opposed to rank 0's own.
-struct RankFailures : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// A root that is node-local on each host would otherwise yield a manifest
-// naming files rank 0 cannot see.
-std::string check_visible(const SavePaths& p, const RankReport& r) {
-  const fs::path f = p.partial / r.file;
-  std::error_code ec;
-  const uint64_t size = fs::file_size(f, ec);
-  const std::string who = "rank " + std::to_string(r.rank);
-  if (ec)
-    return who + " wrote " + f.string() + " but rank 0 cannot see it (" + ec.message() +
-           "); the checkpoint directory must be on a filesystem shared by all ranks";
-  if (size != r.written.bytes)
-    return who + " wrote " + std::to_string(r.written.bytes) + " bytes to " + f.string() + ", rank 0 sees " +
-           std::to_string(size);
-  return "";
-}
-
-struct Gathered {
-  std::vector<RankReport> reports;  // in rank order
-  std::string failures;             // "" when every rank wrote its file
-  bool all_arrived = false;
-};
-
-// Rank 0's own result plus every other rank's report; the failures name each
-// rank that failed or never reported.
-Gathered gather_rank_reports(const Rendezvous& rv, const SavePaths& p, int64_t step, RankResult own) {
-  Gathered g;
-  std::vector<int> missing;
-  auto fail = [&](const std::string& why) { g.failures += (g.failures.empty() ? "" : "; ") + why; };
-  auto take = [&](int r, RankResult res) {
-    if (!res.report) {
-      fail("rank " + std::to_string(r) + " failed: " + res.error);
-    } else if (const std::string bad = r == 0 ? "" : check_visible(p, *res.report); !bad.empty()) {
-      fail(bad);
-    } else {
-      g.reports.push_back(std::move(*res.report));
-    }
-  };
-  take(0, std::move(own));
-  const Clock::time_point deadline = deadline_after(rv.timeout_s);
-  for (int r = 1; r < rv.world; ++r) {
-    std::optional<std::string> text = get_before(rv.store, rv.report(r), deadline);
-    if (!text) {
-      missing.push_back(r);
-      continue;
-    }
-    forget_keys(rv.store, {rv.report(r)});  // rank 0 is its only reader
-    take(r, decode_report(*text, r));
-  }
-  g.all_arrived = missing.empty();
-  if (!missing.empty())
-    fail("rank 0 waited " + seconds_str(rv.timeout_s) + " s for the reports of " + ranks_str(missing) + " (of " +
-         std::to_string(rv.world) + ") on " + p.partial.string() +
-         "; they never came (did every rank call save() for step " + std::to_string(step) + "?)");
-  return g;
-}
-
-// Rank 0 of a group: prepares the directory, writes its own file, collects the
-// others' reports and publishes only when all of them succeeded. Every
-// failure after "ready" is announced under "outcome" for the other ranks.
-// `previous_prefix` holds the keys of this writer's previous save.
-std::string save_as_rank0(const Rendezvous& rv, const SavePaths& p, int keep_last, Snapshot& snap,
-                          std::string& previous_prefix) {
-  const std::string failed = "checkpoint save of " + p.final_dir.string() + " failed: ";
-  try {
-    check_group_snapshot(snap, rv);
-    validate_snapshot(snap);
-    prepare_partial(p);
-  } catch (const std::exception& e) {
-    const std::string msg = failed + "rank 0 failed: " + e.what();
-    set_quietly(rv.store, rv.ready(), "failed: " + msg);  // the others stop waiting and report nothing
-    throw std::runtime_error(msg);
-  }
-  rv.store.set(rv.ready(), "ok");
-
-  RankResult own;
-  try {
-    own.report = write_rank_file(p.partial, snap);
-    maybe_inject_failure("rank_file");
-  } catch (const std::exception& e) {
-    own.report.reset();
-    own.error = e.what();
-  }
-  try {
-    Gathered g = gather_rank_reports(rv, p, snap.meta.step, std::move(own));
-    if (g.all_arrived) {
-      // Every rank reported, so every rank has finished this writer's previous save.
-      if (!previous_prefix.empty()) forget_keys(rv.store, {previous_prefix + "ready", previous_prefix + "outcome"});
-      previous_prefix = rv.prefix;
-    }
-    if (!g.failures.empty()) throw RankFailures(g.failures);
-    finish(p, snap.meta, g.reports);
-  } catch (const std::exception& e) {
-    remove_partial(p);
-    const bool others = dynamic_cast<const RankFailures*>(&e) != nullptr;
-    const std::string msg = failed + (others ? "" : "rank 0 failed: ") + e.what();
-    set_quietly(rv.store, rv.outcome(), "failed: " + msg);
-    throw std::runtime_error(msg);
-  }
-  rv.store.set(rv.outcome(), "done");
-  prune(p.root, keep_last, p.name);
-  return p.final_dir.string();
-}
-
-// Rank 0's announcement of a failure, to be rethrown as it is worded.
-struct RankZeroFailed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Waits until rank 0 created step_N.partial.
-void wait_for_directory(const Rendezvous& rv, const SavePaths& p, int64_t step) {
-  const std::optional<std::string> v = get_before(rv.store, rv.ready(), deadline_after(rv.timeout_s));
-  if (!v)
-    throw std::runtime_error("waited " + seconds_str(rv.timeout_s) + " s for rank 0 to create " + p.partial.string() +
-                             " (store key '" + rv.ready() + "'); rank 0 never announced it (did it call save() for step " +
-                             std::to_string(step) + "?)");
-  if (*v != "ok") throw RankZeroFailed(v->rfind("failed: ", 0) == 0 ? v->substr(8) : *v);
-}
-
-// Rank 0's verdict; returns only when the checkpoint was published.
-void wait_for_outcome(const Rendezvous& rv, const SavePaths& p) {
-  // Rank 0 may itself wait timeout_s for the slowest rank before deciding.
-  const std::optional<std::string> v = get_before(rv.store, rv.outcome(), deadline_after(2 * rv.timeout_s));
-  if (!v)
-    throw std::runtime_error("checkpoint save of " + p.final_dir.string() + ": rank " + std::to_string(rv.rank) +
-                             " wrote its file but heard no verdict from rank 0 within " +
-                             seconds_str(2 * rv.timeout_s) + " s (store key '" + rv.outcome() +
-                             "'); the checkpoint may or may not have been published");
-  if (*v == "done") return;
-  throw std::runtime_error(v->rfind("failed: ", 0) == 0 ? v->substr(8) : *v);
-}
-
-// Any rank but 0: writes its file into the directory rank 0 prepared, reports
-// it (or its error), and succeeds only if rank 0 then published the checkpoint.
-std::string save_as_other_rank(const Rendezvous& rv, const SavePaths& p, Snapshot& snap) {
-  RankReport report;
-  try {
-    check_group_snapshot(snap, rv);
-    validate_snapshot(snap);
-    wait_for_directory(rv, p, snap.meta.step);
-    report = write_rank_file(p.partial, snap);
-    maybe_inject_failure("rank_file");
-  } catch (const RankZeroFailed& e) {
-    throw std::runtime_error(e.what());  // rank 0 gave up already and reads no reports
-  } catch (const std::exception& e) {
-    // Rank 0 fails the save on this report; waiting for it to say so adds nothing.
-    set_quietly(rv.store, rv.report(rv.rank), encode_failure(rv.rank, e.what()));
-    throw std::runtime_error("checkpoint save of " + p.final_dir.string() + " failed: rank " + std::to_string(rv.rank) +
-                             " failed: " + e.what());
-  }
-  rv.store.set(rv.report(rv.rank), encode_report(report));
-  wait_for_outcome(rv, p);
-  return p.final_dir.string();
-}
-
-}  // namespace
+using namespace ckpt_detail;
 
 void checkpoint_fail_next_save_at(const std::string& stage) {
   std::lock_guard<std::mutex> lock(g_fault_mu);
