@@ -68,6 +68,9 @@ struct TrainConfig {
   int64_t eval_interval = 0;       // 0: no periodic eval
   int eval_steps = 4;              // micro-batches per eval
   int threads = 0;                 // CPU threads; 0: all cores
+  std::string loss_scaling = "auto";  // auto | dynamic | off (auto: dynamic with fp16)
+  double initial_loss_scale = 65536;  // a power of two
+  int64_t loss_scale_window = 1000;   // steps without overflow before the scale doubles
 };
 
 struct OptimConfig {

@@ -125,6 +125,12 @@ std::vector<KeySpec> build_schema() {
           .at_least(1).aka("eval_iters eval_batches"),
       Row("train.threads", FIELD(train.threads), "CPU threads; 0: all cores")
           .at_least(0).aka("num_threads omp_threads"),
+      Row("train.loss_scaling", FIELD(train.loss_scaling), "dynamic loss scaling; auto: on with fp16 only")
+          .one_of("auto|dynamic|off").aka("loss_scale dynamic_loss_scale fp16_loss_scaling"),
+      Row("train.initial_loss_scale", FIELD(train.initial_loss_scale), "loss scale at the start (a power of two)")
+          .at_least(1).aka("init_loss_scale initial_scale initial_scale_power"),
+      Row("train.loss_scale_window", FIELD(train.loss_scale_window), "steps without overflow before the loss scale doubles")
+          .at_least(1).aka("scale_window loss_scale_growth_interval growth_interval"),
 
       Row("optim.name", FIELD(optim.name), "optimizer").one_of("adamw").aka("optimizer type"),
       Row("optim.lr", FIELD(optim.lr), "peak learning rate").above(0)

@@ -1,5 +1,6 @@
 // Range and cross-key checks. Types were settled by the loader; here every
 // message names the keys involved, their values and what would be accepted.
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -127,6 +128,12 @@ void check_train(const Config& c, int world, const Checker& ck) {
                kv("train.global_batch_size", t.global_batch_size) + " must be a multiple of " +
                    "train.micro_batch_size x data-parallel size = " + std::to_string(t.micro_batch_size) + " x " +
                    std::to_string(dp) + " = " + std::to_string(step) + " (gradient accumulation runs whole micro-batches)");
+  }
+  {
+    int exponent = 0;
+    const double mantissa = std::frexp(t.initial_loss_scale, &exponent);
+    ck.require(mantissa == 0.5, "train.initial_loss_scale=" + value_yaml(*find_key("train.initial_loss_scale"), c) +
+                                    " must be a power of two (2^k scales and unscales every gradient exactly)");
   }
   if (t.device == "cpu")
     ck.require(t.precision == "auto" || t.precision == "fp32",

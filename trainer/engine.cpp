@@ -20,6 +20,7 @@
 #include "optim/adamw.h"
 #include "optim/zero.h"
 #include "optim/grad_clip.h"
+#include "optim/loss_scale.h"
 #include "optim/lr_schedule.h"
 #include "trainer/batch_sampler.h"
 #include "trainer/checkpointing.h"
@@ -257,13 +258,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   LrSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps,
                    cfg.optim.decay_steps > 0 ? cfg.optim.decay_steps : cfg.train.steps};
-  // fp16 has too little range for small gradients: the loss is multiplied by
-  // loss_scale before backward and the update divides it out. An overflow
-  // skips the step and halves the scale; a long run without one doubles it.
-  const bool fp16 = storage == DType::F16;
-  double loss_scale = fp16 ? 65536.0 : 1.0;
-  int64_t good_steps = 0;
-  constexpr int64_t kScaleGrowthInterval = 1000;
+  // fp16 has too little range for small gradients: dynamic loss scaling
+  // (optim/loss_scale.h); train.loss_scaling: dynamic turns it on for any
+  // precision (exact in fp32 and bf16, so the run is unchanged).
+  const bool scaling = cfg.train.loss_scaling == "dynamic" || (cfg.train.loss_scaling == "auto" && storage == DType::F16);
+  LossScaler scaler(scaling, cfg.train.initial_loss_scale, cfg.train.loss_scale_window);
   const int64_t end_step = opt.stop_after > 0 ? std::min(opt.stop_after, cfg.train.steps) : cfg.train.steps;
   auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
@@ -275,6 +274,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       const auto t0 = clock_type::now();
       if (watchdog) watchdog->progress(step + 1, "forward/backward");
       zero.begin_step();
+      const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
       double loss_sum = 0, aux_sum = 0;
@@ -300,21 +300,22 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       const double loss = loss_sum / double(M * dims.N() * dp);
       const double aux = aux_sum / double(M * dp);
       const double norm = std::sqrt(zero.grad_sum_squares()) / loss_scale;
-      if (fp16 && (!std::isfinite(norm) || !std::isfinite(loss))) {
-        loss_scale /= 2;
-        good_steps = 0;
+      if (scaler.enabled() && (!std::isfinite(norm) || !std::isfinite(loss))) {
+        scaler.overflow();
+        summary.skipped_steps.push_back(step + 1);
         if (!opt.quiet)
-          std::printf("step %lld: fp16 gradient overflow, step skipped, loss scale -> %g\n", (long long)step + 1,
-                      loss_scale);
-        if (loss_scale < 1.0) {
-          if (!opt.smoke) throw std::runtime_error("fp16 loss scale fell below 1: the gradients overflow at any scale; use train.precision=bf16");
+          std::printf("step %lld: gradient overflow at loss scale %g, step skipped, loss scale -> %g\n",
+                      (long long)step + 1, loss_scale, scaler.scale());
+        if (scaler.scale() < 1.0) {
+          const char* why = "the loss scale fell below 1: the gradients overflow at any scale";
+          if (!opt.smoke)
+            throw std::runtime_error(std::string(why) + (storage == DType::F16 ? "; use train.precision=bf16" : ""));
           summary.diverged = true;
-          summary.divergence = "fp16 loss scale fell below 1";
+          summary.divergence = why;
           break;
         }
         continue;
       }
-      if (fp16 && ++good_steps % kScaleGrowthInterval == 0) loss_scale *= 2;
       if (!std::isfinite(loss) || !std::isfinite(norm)) {
         char buf[256];
         std::snprintf(buf, sizeof buf,
@@ -332,12 +333,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       const double lr = learning_rate(sched, step);
       if (watchdog) watchdog->progress(step + 1, "optimizer step");
       zero.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
+      scaler.step_applied();  // only now may the scale grow: this step divided by loss_scale
       const int64_t step_tokens = M * dims.N() * dp;
       tokens += step_tokens;
       window_tokens += step_tokens;
       window_steps += 1;
       summary.losses.push_back(loss);
       summary.grad_norms.push_back(norm);
+      summary.loss_scales.push_back(loss_scale);
       summary.step_ms.push_back(1e3 * std::chrono::duration<double>(clock_type::now() - t0).count());
       summary.end_step = step + 1;
       if (dump) dump->record_step(loss, aux, lr, norm);
@@ -350,6 +353,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       sm.loss = loss;
       sm.aux_loss = aux;
       sm.has_aux = dims.E > 0;
+      sm.loss_scale = scaler.enabled() ? loss_scale : 0;
       sm.lr = lr;
       sm.grad_norm = norm;
       sm.tokens = tokens;

@@ -24,6 +24,8 @@ struct TrainSummary {
   int64_t start_step = 0, end_step = 0;
   std::vector<double> losses, grad_norms, step_ms;  // per step run in this process
   std::vector<double> val_losses;
+  std::vector<double> loss_scales;     // the loss scale each recorded step used (1 without scaling)
+  std::vector<int64_t> skipped_steps;  // steps skipped for a gradient overflow under loss scaling (1-based)
   double final_val_loss = -1;
   bool diverged = false;
   std::string divergence;          // what went non-finite, at which step

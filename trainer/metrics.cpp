@@ -54,17 +54,19 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
     clear_bar();
     std::printf("step %6lld/%lld | loss %.4f", (long long)m.step, (long long)m.total_steps, m.loss);
     if (m.has_aux) std::printf(" | aux %.4f", m.aux_loss);
-    std::printf(" | lr %.3e | grad norm %.3f | %.0f tok/s | %.1f ms/step\n", m.lr, m.grad_norm,
-                m.tokens_per_s, m.ms_per_step);
+    std::printf(" | lr %.3e | grad norm %.3f", m.lr, m.grad_norm);
+    if (m.loss_scale > 0) std::printf(" | loss scale %g", m.loss_scale);
+    std::printf(" | %.0f tok/s | %.1f ms/step\n", m.tokens_per_s, m.ms_per_step);
     std::fflush(stdout);
   }
   if (jsonl_) {
     std::fprintf(jsonl_,
                  "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %s, "
-                 "\"ms_per_step\": %s, \"tokens\": %lld%s%s}\n",
+                 "\"ms_per_step\": %s, \"tokens\": %lld%s%s%s%s}\n",
                  (long long)m.step, num(m.loss).c_str(), num(m.lr).c_str(), num(m.grad_norm).c_str(),
                  num(m.tokens_per_s).c_str(), num(m.ms_per_step).c_str(), (long long)m.tokens,
-                 m.has_aux ? ", \"aux_loss\": " : "", m.has_aux ? num(m.aux_loss).c_str() : "");
+                 m.has_aux ? ", \"aux_loss\": " : "", m.has_aux ? num(m.aux_loss).c_str() : "",
+                 m.loss_scale > 0 ? ", \"loss_scale\": " : "", m.loss_scale > 0 ? num(m.loss_scale).c_str() : "");
     std::fflush(jsonl_);
   }
 }

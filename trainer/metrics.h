@@ -16,6 +16,7 @@ struct StepMetrics {
   double tokens_per_s = 0, ms_per_step = 0;
   int64_t tokens = 0;        // tokens seen so far
   bool has_aux = false;
+  double loss_scale = 0;     // > 0: dynamic loss scaling is on (the scale this step used)
 };
 
 class MetricsLog {
