@@ -12,7 +12,9 @@ namespace trainer {
 // Zero-filled, 64-byte aligned (host) or cudaMalloc'd (device) memory.
 void* device_alloc(size_t bytes, Device d, const std::string& label);
 void device_free(void* p, Device d);
-// Same dtype and numel; any pair of devices. Synchronous for device->host.
+// Same dtype and numel; any pair of devices. Ordered on the compute stream;
+// returns once a copy to the host has landed and the host source of a copy
+// to the device may be reused.
 void copy_between_devices(Tensor dst, Tensor src);
 // Copies a tensor into a host buffer (for checkpoints, dumps, generation).
 void read_to_host(Tensor src, void* host_dst);

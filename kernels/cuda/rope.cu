@@ -3,22 +3,31 @@
 // position t turns by angle t * theta^(-2i/D); backward turns by -angle (the
 // rotation is orthogonal, so its gradient is the inverse rotation).
 //
-// One thread per (b, t, i) walks the H heads, so the angle and its cos/sin are
-// computed once per H pairs. They are computed in double and rounded once to
-// float, as the CPU twin does: an fp32 angle t * inv_freq is off by ~1e-4 rad
-// at t in the thousands. inv_freq = 2^(-2i/D * log2(theta)) with log2(theta)
-// from the host in double equals the CPU's pow(theta, -2i/D) to a few double
-// ulps, far below the final rounding to float. Consecutive threads take
-// consecutive i, so each head's loads and stores are coalesced. A thread reads
-// both elements of a pair before writing either, so out may alias inp.
-// Bytes: 2 * numel * s (one read, one write); FLOPs: 6 per pair plus, per
-// (b, t, i), one double exp2 and sincos.
+// The angles' cos and sin come from a table [T, D/2] of float2, built once
+// per (T, D, theta) and kept for the process: each entry is computed in
+// double and rounded once to float, as the CPU twin does (an fp32 angle
+// t * inv_freq is off by ~1e-4 rad at t in the thousands), so the table
+// costs one double exp2 and sincos per (t, i) once, not per element and
+// step. inv_freq = 2^(-2i/D * log2(theta)) with log2(theta) from the host in
+// double equals the CPU's pow(theta, -2i/D) to a few double ulps, far below
+// the final rounding to float.
+//
+// One thread per (b, t, i) reads its table entry and walks the H heads.
+// Consecutive threads take consecutive i, so each head's loads and stores
+// are coalesced. A thread reads both elements of a pair before writing
+// either, so out may alias inp.
+// Bytes: 2 * numel * s (one read, one write) plus 8 bytes of table per
+// (b, t, i) (from L2); FLOPs: 6 per pair.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "kernels/cpu/checks.h"
 #include "kernels/cuda/cuda_check.h"
@@ -49,11 +58,47 @@ void need_bthd(const char* op, const char* name, const Tensor& t) {
     fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
 }
 
+__global__ void __launch_bounds__(kThreads)
+    rope_table_kernel(float2* table, int64_t T_len, int64_t half, double log2_theta) {
+  const int64_t total = T_len * half;
+  const int64_t D = 2 * half;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / half;
+    const int64_t i = idx - t * half;
+    const double inv_freq = exp2(-2.0 * double(i) / double(D) * log2_theta);
+    double sd, cd;
+    sincos(double(t) * inv_freq, &sd, &cd);
+    table[idx] = make_float2(float(cd), float(sd));
+  }
+}
+
+// The table for (T, D/2, theta), built on the compute stream on first use
+// (kernels queued after it see it); kept until the process ends.
+const float2* rope_table(int64_t T_len, int64_t half, double log2_theta, const std::string& context) {
+  static std::mutex mu;
+  static auto* tables = new std::map<std::tuple<int64_t, int64_t, uint64_t>, float2*>();  // never freed
+  uint64_t theta_bits;
+  std::memcpy(&theta_bits, &log2_theta, sizeof theta_bits);
+  const auto key = std::make_tuple(T_len, half, theta_bits);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = tables->find(key);
+  if (it != tables->end()) return it->second;
+  float2* table = nullptr;
+  const size_t bytes = size_t(T_len * half) * sizeof(float2);
+  CUDA_CHECK(cudaMalloc(&table, bytes), "rope: cos/sin table of " + std::to_string(bytes) + " bytes for " + context);
+  const int64_t blocks = std::min((T_len * half + kThreads - 1) / kThreads, kMaxBlocks);
+  rope_table_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(table, T_len, half, log2_theta);
+  KERNEL_CHECK("rope_table_kernel", "rope: cos/sin table for " + context);
+  tables->emplace(key, table);
+  return table;
+}
+
 // sign = +1 rotates forward, -1 applies the inverse rotation.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    rope_kernel(T* out, const T* inp, int64_t BT, int64_t T_len, int64_t H, int64_t half,
-                double log2_theta, float sign) {
+    rope_kernel(T* out, const T* inp, const float2* __restrict__ table, int64_t BT, int64_t T_len, int64_t H,
+                int64_t half, float sign) {
   const int64_t total = BT * half;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t D = 2 * half;
@@ -61,11 +106,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t bt = idx / half;
     const int64_t i = idx - bt * half;
     const int64_t t = bt % T_len;
-    const double inv_freq = exp2(-2.0 * double(i) / double(D) * log2_theta);
-    double sd, cd;
-    sincos(double(t) * inv_freq, &sd, &cd);
-    const float c = float(cd);
-    const float s = sign * float(sd);
+    const float2 cs = table[t * half + i];
+    const float c = cs.x;
+    const float s = sign * cs.y;
     const int64_t base = bt * H * D + i;
     for (int64_t h0 = 0; h0 < H; h0 += kHeadBatch) {
       float x0[kHeadBatch], x1[kHeadBatch];
@@ -104,10 +147,10 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
   const int64_t blocks = std::min((total + kThreads - 1) / kThreads, kMaxBlocks);
   const double log2_theta = std::log2(double(theta));
   const std::string context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str();
+  const float2* table = rope_table(T_len, half, log2_theta, std::string(op) + " " + context);
   DISPATCH_FLOAT(inp.dtype, T, op, {
     rope_kernel<T><<<unsigned(blocks), kThreads, 0, stream()>>>(
-        static_cast<T*>(out.data), static_cast<const T*>(inp.data), B * T_len, T_len, H, half, log2_theta,
-        sign);
+        static_cast<T*>(out.data), static_cast<const T*>(inp.data), table, B * T_len, T_len, H, half, sign);
     KERNEL_CHECK("rope_kernel", std::string(op) + " " + context);
   });
 }

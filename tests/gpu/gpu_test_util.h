@@ -261,9 +261,9 @@ class DeviceTensor {
   Tensor t_;
 };
 
-// write_from_host runs cudaMemcpy on the legacy stream, which may return
-// before a pageable upload has landed, and the ops run on a non-blocking
-// stream that does not wait for it: every write ends with a device sync.
+// write_from_host is ordered on the compute stream; the device sync after
+// every write reports a fault of the upload (or of the op before it) against
+// the tensor being written.
 inline void write_bytes(const Tensor& t, const std::vector<uint8_t>& bytes) {
   if (bytes.size() != t.nbytes()) throw std::logic_error("write_bytes: size mismatch");
   write_from_host(t, bytes.data());
