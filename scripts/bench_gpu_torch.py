@@ -6,6 +6,8 @@ that compares them with this trainer.
     bench_gpu_torch.py kernels --json FILE [--quick] [--deadline S]
     bench_gpu_torch.py train   --json FILE --config configs/bench_gpt2_124m.yaml [--modes eager,compile]
     bench_gpu_torch.py all     --json FILE [--deadline S]      # kernels, then both models
+        (--resume: keep FILE's results and measure only what it lacks; gpu-check.sh
+         runs the benchmark during its build, stops it, and resumes it at the end)
     bench_gpu_torch.py summary --ours F --torch F [--trainer NAME=CONFIG:METRICS ...] [--out F]
     bench_gpu_torch.py selftest [--paths]                      # CPU: model sizes vs the FLOP formula;
                                                                # --paths: every benchmark at tiny shapes
@@ -87,11 +89,25 @@ def free_cache(torch):
 
 
 class Report:
-    def __init__(self, path, impl="torch"):
+    def __init__(self, path, impl="torch", resume=False):
         self.path = path
         self.impl = impl
         self.device = {}
         self.results = []
+        if resume and path and os.path.exists(path):
+            # What a run stopped earlier measured stays; what it skipped for
+            # its deadline is measured now.
+            try:
+                with open(path) as f:
+                    old = json.load(f)
+                self.results = [r for r in old.get("results", []) if r.get("status") != "skipped"]
+            except (OSError, ValueError) as e:
+                print(f"bench_gpu_torch: --resume: {path} unreadable ({e}); starting over", file=sys.stderr)
+            print(f"bench_gpu_torch: resuming with {len(self.results)} results from {path}", flush=True)
+
+    def done(self, name, **shape):
+        """A measurement of this name and shape is already in the results."""
+        return any(r.get("name") == name and all(r.get(k) == v for k, v in shape.items()) for r in self.results)
 
     def emit(self, **fields):
         fields = {"impl": fields.pop("impl", self.impl), **fields}
@@ -228,6 +244,8 @@ def bench_kernels(torch, rep, dl, quick=False, reps=20):
     def run(name, fn, **shape):
         """fn() returns a list of dicts, the fields of one RESULT each; an
         exception becomes one error RESULT, and the next measurement runs."""
+        if rep.done(name, **shape):
+            return
         try:
             for rec in fn():
                 rep.emit(name=name, **shape, **rec)
@@ -339,6 +357,8 @@ def bench_kernels(torch, rep, dl, quick=False, reps=20):
             fwd_flops = 4.0 * B * H * T * T * D / 2
             bwd_flops = 2.5 * fwd_flops
             shape = dict(seq=T, d=D, batch=B, heads=H, causal=1)
+            if all(rep.done("attn_fwdbwd", backend=b, **shape) for b, _ in backends):
+                continue
             if dl.left() < 20:
                 rep.emit(name="attn_fwd", **shape, status="skipped", error="deadline")
                 continue
@@ -346,6 +366,9 @@ def bench_kernels(torch, rep, dl, quick=False, reps=20):
             q, k, v, do = (torch.empty(B, T, H, D, dtype=bf16, device=dev).uniform_(-1, 1) for _ in range(4))
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
             for bname, backend in backends:
+                if rep.done("attn_fwdbwd", backend=bname, **shape):
+                    continue
+
                 def attn(bname=bname, backend=backend):
                     recs = []
                     with sdpa_kernel(backend):
@@ -514,6 +537,8 @@ def bench_train(torch, rep, dl, config, modes=("eager", "compile"), warmup=3, st
         # JSON holds by then is what remains.
         need = 30 if mode == "eager" else 100
         base = dict(name="train", model=mc["name"], mode=mode, batch=B, seq=T)
+        if rep.done(**base):
+            continue
         if dl.left() < need:
             rep.emit(**base, status="skipped", error=f"deadline ({dl.left():.0f} s left, {need} s needed)")
             continue
@@ -871,6 +896,8 @@ def main():
                        help="model config for train/all (repeatable; default: both bench configs)")
         p.add_argument("--modes", default="eager,compile")
         p.add_argument("--steps", type=int, default=10)
+        p.add_argument("--resume", action="store_true",
+                       help="keep the results already in --json and measure only the missing ones")
     p = sub.add_parser("summary")
     p.add_argument("--ours", default="")
     p.add_argument("--torch", default="")
@@ -895,7 +922,7 @@ def main():
         return 1
     torch.backends.cuda.matmul.allow_tf32 = True
     dl = Deadline(args.deadline)
-    rep = Report(args.json)
+    rep = Report(args.json, resume=args.resume)
     rep.device = device_info(torch)
     print("device: " + ", ".join(f"{k} {v}" for k, v in rep.device.items()), flush=True)
     if args.cmd in ("kernels", "all"):

@@ -1,38 +1,45 @@
 #!/usr/bin/env bash
-# The whole GPU check in one call on the lent GPU machine (one H200, nvcc,
-# CMake, ninja, PyTorch; no Debian packages, no network), under 10 minutes:
+# The whole GPU check in one call on a lent GPU machine (one H200; nvcc,
+# CMake, ninja, PyTorch, compute-sanitizer; no Debian packages, no network),
+# within 540 s so that the device tool (600 s a call) always brings the
+# results back. Here, first:
+#
+#   bash scripts/gpu_deps_bundle.sh && bash scripts/gpu-check.sh --dry-run
+#
+# then the device call:
 #
 #   run(command="bash scripts/gpu-check.sh", carry=["gpu_deps"], timeout_s=600)
 #
-# after `bash scripts/gpu_deps_bundle.sh` here has made gpu_deps/ (the
-# Debian-packaged libraries that machine lacks). It
-#   1. prints the GPU, driver, nvcc, CMake, compiler and PyTorch versions;
-#   2. writes random-token files for the two bench configs (numpy);
-#   3. starts scripts/bench_gpu_torch.py (PyTorch kernels and models) in the
-#      background: it uses the GPU while the trainer builds, which uses only
-#      the CPUs (the build runs at lower priority);
-#   4. configures and builds build-gpu/ (CUDA on, sm_90) with all cores,
-#      trainer, gpu_tests and bench_kernels first;
-#   5. runs the CPU unit tests (no GPU visible, lowest priority) while
-#      PyTorch finishes, then, with the GPU to itself: the GPU tests
-#      (ctest -L gpu), bench_kernels, and the trainer on
-#      configs/bench_gpt2_124m.yaml and configs/bench_llama_1b.yaml;
-#   6. prints a status table, then the comparison table (kernels: ours vs
-#      PyTorch; end to end: tokens/s and MFU, ours vs PyTorch eager vs compiled).
-# Every part has its own time limit, so a hang in one still leaves the others'
-# results and the tables. Logs, JSON and the tables go to $OUT (8 files, flat):
-#   gpu-check.log build.log tests.log trainer.log bench_kernels.json
-#   bench_torch.log bench_torch.json summary.md
+# Order (time caps in seconds, each cut short so the phases after it keep theirs):
+#   summary.md is written first (date, commit from gpu_deps/SOURCE when the
+#     copy has no .git) and appended after every phase, so a kill at any point
+#     still returns everything measured so far;
+#   versions; configure build-gpu (sm_90 only); build gpu_tests first with all
+#     cores, then trainer and bench_kernels (no CPU-only tests: CI runs those);
+#     PyTorch's benchmark runs only while our build does, and is stopped when it ends;
+#   our GPU tests, one process per op family, each with its own time limit,
+#     line-buffered, with GPU_TESTS_REQUIRE_DEVICE=1 (no device = failure);
+#   a failed family again under compute-sanitizer memcheck (time-capped);
+#   bench_kernels; the trainer on the two bench configs (a failing config
+#     again for 2 steps with CUDA_LAUNCH_BLOCKING=1);
+#   with nothing failed and time left: racecheck and synccheck on a small
+#     attention subset; then PyTorch resumes with the time left; the tables.
+# Results in $OUT, 8 files: summary.md gpu-check.log build.log tests.log
+#   trainer.log bench_kernels.json bench_torch.json bench_torch.log
 #
-#   bash scripts/gpu-check.sh --dry-run   # here, no GPU: the plan, the commands,
-#                                         # and a check that every file they use exists
+#   bash scripts/gpu-check.sh --dry-run    # here: everything short of the GPU
+#
+# Environment: GPU_CHECK_BIN_DIR=DIR uses DIR/{gpu_tests,trainer,bench_kernels}
+# instead of building (a warm machine's earlier build, or the rehearsal's
+# stand-ins: tests/gpu_check_rehearsal.sh); GPU_CHECK_TORCH=0 skips PyTorch;
+# GPU_CHECK_FAMILY_CAP=N gives every test family N seconds.
 # Numbers go to docs/PERFORMANCE.md only once measured by this script.
-set -uo pipefail   # no -e: a failing part is recorded and the rest still runs
+set -uo pipefail   # no -e: a failing phase is recorded and the rest still runs
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 DRY=0
-BUDGET=${GPU_CHECK_BUDGET:-570}   # seconds; the device tool kills the call at 600
+BUDGET=${GPU_CHECK_BUDGET:-540}
 for a in "$@"; do
   case "$a" in
     --dry-run) DRY=1 ;;
@@ -42,54 +49,89 @@ for a in "$@"; do
   esac
 done
 
-# Time caps (seconds), about 540 in all: PyTorch runs during the build, and
-# everything after the build has the GPU alone. Each step after the build
-# keeps back the caps of the steps after it, so a slow one cannot eat them.
-# The LLaMA run gets more: 1.1B parameters are initialised on the host, one
-# thread (~15 s). A run cut short still leaves its logged steps' ms/step.
-T_INFO=20 T_TORCH=280 T_CONFIGURE=90 T_BUILD=275 T_GPU_TESTS=60 T_BENCH=80 T_SUMMARY=10
+# ---- the plan -----------------------------------------------------------------
+T_INFO=15 T_CONFIGURE=75 T_BUILD=220 T_MEMCHECK=60 T_BENCH=60 T_BLOCKING=30 T_SANITIZE=40 T_SUMMARY=10
 CONFIGS=(configs/bench_gpt2_124m.yaml configs/bench_llama_1b.yaml)
-T_TRAIN=(35 65)
+T_TRAIN=(35 60)
+# GPU test families: name, Catch2 test spec (a comma is "or"), time cap.
+# Every GPU test case is in exactly one family (--dry-run checks it).
+FAMILIES=(
+  "basic|[convert],[elementwise],[reduce],[embedding]|30"
+  "norms|[norm]|30"
+  "linear|[linear]|30"
+  "rope|[rope]|20"
+  "activations|[activation]|20"
+  "cross_entropy|[loss]|30"
+  "optimizer|[optim]|30"
+  "moe|[moe]|40"
+  "attention_f32|[attention][f32]|60"
+  "attention_bf16|[attention][bf16]|60"
+  "attention_f16|[attention][f16]|30"
+  "training|[training]~[nccl]|90"
+  "training_nccl|[nccl]|60"
+)
+SANITIZE_SPEC="[sanitize]"
 BUILD=build-gpu
 DEPS=$ROOT/gpu_deps
 CUDA_ARCH=${CUDA_ARCH:-90}
 JOBS=$(nproc 2>/dev/null || echo 4)
-AFTER_BENCH=$(( T_TRAIN[0] + T_TRAIN[1] + T_SUMMARY ))
-AFTER_TESTS=$(( T_BENCH + AFTER_BENCH ))
-AFTER_BUILD=$(( T_GPU_TESTS + AFTER_TESTS ))
-
-if ((DRY)); then
-  OUT=${OUT:-/tmp/gpu-check-dry}
+BIN_DIR=${GPU_CHECK_BIN_DIR:-}
+WITH_TORCH=${GPU_CHECK_TORCH:-1}
+if [ -n "$BIN_DIR" ]; then
+  BIN_DIR=$(cd "$BIN_DIR" && pwd)
+  GPU_TESTS=$BIN_DIR/gpu_tests TRAINER=$BIN_DIR/trainer BENCH=$BIN_DIR/bench_kernels
 else
-  OUT=${OUT:-$ROOT/gpu-check-out}
+  GPU_TESTS=$ROOT/$BUILD/tests/gpu_tests TRAINER=$ROOT/$BUILD/trainer BENCH=$ROOT/$BUILD/bench/bench_kernels
 fi
+# gpu_tests line-buffers its own stdout; stdbuf covers stderr and stand-ins.
+STDBUF=(env)
+command -v stdbuf >/dev/null 2>&1 && STDBUF=(stdbuf -oL -eL)
+family_cap() { echo "${GPU_CHECK_FAMILY_CAP:-$1}"; }
+# Seconds the phases after the GPU tests are guaranteed: bench_kernels'
+# minimum, both trainer runs, the summary.
+AFTER_TESTS=$(( 30 + T_TRAIN[0] + T_TRAIN[1] + T_SUMMARY ))
+
+OUT=${OUT:-$ROOT/gpu-check-out}
+((DRY)) && OUT=${GPU_CHECK_DRY_OUT:-/tmp/gpu-check-dry}
 mkdir -p "$OUT"
+SUMMARY=$OUT/summary.md
 START=$(date +%s)
 elapsed() { echo $(( $(date +%s) - START )); }
 left() { echo $(( BUDGET - $(elapsed) )); }
 # cap N RESERVE: N, or less so that RESERVE seconds remain for what follows.
 cap() { local n=$1 r=${2:-0} l; l=$(( $(left) - r )); ((l < n)) && n=$l; ((n < 1)) && n=1; echo "$n"; }
-
-declare -A STATUS
-declare -a ORDER
-status() { [[ -v "STATUS[$1]" ]] || ORDER+=("$1"); STATUS[$1]=$2; }
 section() { printf '\n===== [%4ss] %s =====\n' "$(elapsed)" "$*"; }
-
-# The C++ unit tests that need no GPU (the slow Python reference and smoke
-# tests excluded), on the CPUs only, within $1 seconds.
-run_cpu_tests() {
-  local rc line
-  echo "== CPU unit tests, limit $1 s" >> "$OUT/tests.log"
-  (cd "$BUILD" && CUDA_VISIBLE_DEVICES= nice -n 19 timeout -k 5 "$1" \
-     ctest -LE gpu -E 'reference_|quickstart_smoke|gpu|cuda|GPU|CUDA' -j"$JOBS" --timeout 60) >> "$OUT/tests.log" 2>&1
-  rc=$?
-  line=$(grep -E "tests passed" "$OUT/tests.log" | tail -1)
-  if ((rc == 0)); then status cpu_tests "ok: $line"
-  elif ((rc == 124)); then status cpu_tests "TIMEOUT after $1 s (partial; see tests.log)"
-  else status cpu_tests "FAILED: ${line:-exit $rc}"; fi
-  grep -E "\*\*\*Failed|\*\*\*Timeout|\(Failed\)" "$OUT/tests.log" | tail -10
+# One row of summary.md, written the moment a phase ends.
+ROW_T0=$START
+row() {  # row PHASE RESULT
+  local now; now=$(date +%s)
+  printf '| %s | %s | %s |\n' "$1" "${2//|//}" "$((now - ROW_T0))" >> "$SUMMARY"
+  ROW_T0=$now
+  printf 'gpu-check: %-22s %s\n' "$1" "$2"
+}
+FAILED=0   # anything failed: no racecheck/synccheck, memcheck instead
+SANITIZER_BIN=""
+find_sanitizer() {
+  local c
+  for c in "$(command -v compute-sanitizer 2>/dev/null)" /usr/local/cuda/bin/compute-sanitizer \
+           "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/nvcc)")/compute-sanitizer"; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return; }
+  done
 }
 
+commit_line() {
+  if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
+    local dirty=""
+    git diff --quiet HEAD -- 2>/dev/null || dirty=" + uncommitted changes"
+    echo "$(git rev-parse HEAD)$dirty (from .git)"
+  elif [ -f gpu_deps/SOURCE ]; then
+    echo "$(head -1 gpu_deps/SOURCE) (from gpu_deps/SOURCE, written by --dry-run)"
+  else
+    echo "unknown (no .git, no gpu_deps/SOURCE: run --dry-run before the device call)"
+  fi
+}
+
+# ---- configure arguments ------------------------------------------------------
 CMAKE_ARGS=(
   -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=ON
   -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"
@@ -109,11 +151,9 @@ CMAKE_ARGS=(
 )
 command -v ninja >/dev/null 2>&1 && CMAKE_ARGS+=(-G Ninja)
 # NCCL: the GPU image has it only inside PyTorch's pip packages
-# (site-packages/nvidia/nccl/{include,lib}), where CMakeLists.txt does not
-# look. GPU_CHECK_NCCL=0 builds without it (comm/ then has no GPU collectives).
-NCCL_LIB_DIR=""
-if [ "${GPU_CHECK_NCCL:-1}" != 0 ]; then
-  probe='
+# (site-packages/nvidia/nccl/{include,lib}), where CMakeLists.txt does not look.
+NCCL_INC="" NCCL_LIB="" NCCL_LIB_DIR=""
+probe='
 import glob, os, site
 for root in site.getsitepackages() + [site.getusersitepackages()]:
     for inc in sorted(glob.glob(os.path.join(root, "nvidia", "**", "include", "nccl.h"), recursive=True)):
@@ -122,307 +162,420 @@ for root in site.getsitepackages() + [site.getusersitepackages()]:
             print(os.path.dirname(inc), lib)
             raise SystemExit
 '
-  found=$(python3 -c "$probe" 2>/dev/null) || true
-  read -r NCCL_INC NCCL_LIB <<< "$found"
+if ((DRY == 0)) && [ "${GPU_CHECK_NCCL:-1}" != 0 ]; then
+  read -r NCCL_INC NCCL_LIB <<< "$(python3 -c "$probe" 2>/dev/null)"
   if [ -n "${NCCL_LIB:-}" ]; then
     CMAKE_ARGS+=(-DNCCL_INCLUDE_DIR="$NCCL_INC" -DNCCL_LIBRARY="$NCCL_LIB")
     NCCL_LIB_DIR=$(dirname "$NCCL_LIB")
   fi
 fi
-TORCH_CMD=(python3 scripts/bench_gpu_torch.py all --json "$OUT/bench_torch.json" --deadline $((T_TORCH - 15)))
-BENCH_CMD=("$BUILD/bench/bench_kernels" --json "$OUT/bench_kernels.json")
-SUMMARY_CMD=(python3 scripts/bench_gpu_torch.py summary --ours "$OUT/bench_kernels.json"
-             --torch "$OUT/bench_torch.json" --out "$OUT/summary.md")
-for c in "${CONFIGS[@]}"; do
-  n=$(basename "$c" .yaml)
-  SUMMARY_CMD+=(--trainer "$n=$c:$BUILD/runs/$n/metrics.jsonl")
-done
+TORCH_CMD=(python3 scripts/bench_gpu_torch.py all --json "$OUT/bench_torch.json" --resume)
 
-# ----------------------------------------------------------------------------
-if ((DRY)); then
-  echo "gpu-check --dry-run: budget ${BUDGET} s, results would go to \$OUT (here $OUT)"
-  echo
-  echo "plan (time caps in seconds):"
-  echo "  [$T_INFO] versions: nvidia-smi, nvcc, cmake, ninja, gcc, python3/torch"
-  echo "  data: python3 (numpy) -> data/bench/random_50304.bin, data/bench/random_32000.bin (4M uint16 tokens each)"
-  echo "  [$T_TORCH, background] PYTHONUNBUFFERED=1 ${TORCH_CMD[*]}"
-  echo "  [$T_CONFIGURE] cmake ${CMAKE_ARGS[*]}"
-  echo "      (NCCL from site-packages/nvidia/nccl of python3 where found: here ${NCCL_LIB:-none})"
-  echo "  [$T_BUILD] nice -n 10 cmake --build $BUILD -j$JOBS --target trainer gpu_tests bench_kernels, then all (keep going past failures)"
-  echo "  [until PyTorch's limit, at most 150] while PyTorch runs, if the build is done:"
-  echo "      CUDA_VISIBLE_DEVICES= nice -n 19 ctest -LE gpu -E 'reference_|quickstart_smoke|gpu|cuda|GPU|CUDA' (CPU unit tests)"
-  echo "  wait for the PyTorch benchmark"
-  echo "  [$T_GPU_TESTS] ctest -L gpu --output-on-failure (or, if none is labelled, ctest -R 'gpu|cuda|GPU|CUDA')"
-  echo "  [$T_BENCH] ${BENCH_CMD[*]}"
-  for i in "${!CONFIGS[@]}"; do
-    c=${CONFIGS[$i]}
-    echo "  [${T_TRAIN[$i]}] $BUILD/trainer --config $c --set run.dir=$BUILD/runs/$(basename "$c" .yaml) --set log.progress=lines"
-  done
-  echo "  [what is left] the CPU unit tests, if they did not run during the wait"
-  echo "  [$T_SUMMARY] ${SUMMARY_CMD[*]}"
-  echo
-  echo "device tool call: run(command=\"bash scripts/gpu-check.sh\", carry=[\"gpu_deps\"], timeout_s=600)"
-  echo
-  fail=0
-  check() { if [ -e "$1" ]; then echo "  ok       $1"; else echo "  MISSING  $1${2:+  ($2)}"; fail=1; fi; }
-  echo "files:"
-  check gpu_deps/README "run: bash scripts/gpu_deps_bundle.sh"
-  if [ -e gpu_deps/lib/libopenblas.so.0 ] || [ -e gpu_deps/lib/libopenblas.so.0.xz ]; then
-    echo "  ok       gpu_deps/lib/libopenblas.so.0$([ -e gpu_deps/lib/libopenblas.so.0 ] || echo .xz)"
-  else
-    echo "  MISSING  gpu_deps/lib/libopenblas.so.0  (run: bash scripts/gpu_deps_bundle.sh)"; fail=1
-  fi
-  for f in gpu_deps/lib/libgfortran.so.5 gpu_deps/lib/libquadmath.so.0 gpu_deps/lib/libyaml-cpp.so.0.7 \
-           gpu_deps/lib/x86_64-linux-gnu/cmake/yaml-cpp/yaml-cpp-config.cmake \
-           gpu_deps/share/cmake/CLI11/CLI11Config.cmake gpu_deps/lib/cmake/Catch2/Catch2Config.cmake \
-           gpu_deps/include/openblas/cblas.h gpu_deps/include/yaml-cpp/yaml.h gpu_deps/include/CLI/CLI.hpp \
-           gpu_deps/include/catch2/catch.hpp \
-           CMakeLists.txt tests/CMakeLists.txt bench/CMakeLists.txt bench/bench_kernels.cu \
-           scripts/bench_gpu_torch.py "${CONFIGS[@]}" kernels/cuda/cuda_context.h kernels/ops.h; do
-    check "$f"
-  done
-  if grep -Eq '^[^#]*add_subdirectory\(bench\)' CMakeLists.txt; then
-    echo "  ok       CMakeLists.txt adds bench/"
-  else
-    echo "  WARNING  CMakeLists.txt has no add_subdirectory(bench): bench_kernels will not be built"
-    echo "           (add: if(TRAINER_HAVE_CUDA) add_subdirectory(bench) endif())"
-  fi
-  ls kernels/cuda/*.cu >/dev/null 2>&1 && echo "  ok       $(ls kernels/cuda/*.cu | wc -l) CUDA sources in kernels/cuda/"
-  echo "syntax:"
-  if bash -n "$0"; then echo "  ok       bash -n $0"; else fail=1; fi
-  if python3 -m py_compile scripts/bench_gpu_torch.py; then echo "  ok       py_compile scripts/bench_gpu_torch.py"; else fail=1; fi
-  for c in "${CONFIGS[@]}"; do
-    if python3 -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); assert c['train']['device'] == 'cuda' and c['log']['interval'] == 1" "$c" 2>/dev/null; then
-      echo "  ok       $c (device cuda, log.interval 1)"
-    elif python3 -c "import yaml" 2>/dev/null; then
-      echo "  BAD      $c: expected train.device cuda and log.interval 1"; fail=1
-    fi
-    for t in build-bundle/trainer build/trainer; do
-      if [ -x "$t" ]; then
-        if LD_LIBRARY_PATH="$DEPS/lib:${LD_LIBRARY_PATH:-}" "$t" --config "$c" --print-config > /dev/null 2>"$OUT/print-config.err"; then
-          echo "  ok       $t --config $c --print-config"
-        else
-          echo "  BAD      $t --config $c --print-config: $(head -c 300 "$OUT/print-config.err")"; fail=1
-        fi
-        break
-      fi
-    done
-  done
-  size_kb=$(( $(git ls-files -co --exclude-standard -z 2>/dev/null | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1) + $(du -sk gpu_deps 2>/dev/null | cut -f1 || echo 0) ))
-  echo "carried tree: ~$((size_kb / 1024)) MiB of the 64 MiB limit (working tree + gpu_deps)"
-  ((size_kb > 60 * 1024)) && { echo "  too close to the 64 MiB limit"; fail=1; }
-  ((fail)) && { echo "gpu-check --dry-run: FAILED"; exit 1; }
-  echo "gpu-check --dry-run: ok"
-  exit 0
-fi
+# ---- phases -------------------------------------------------------------------
+phase_versions() {
+  section "versions"
+  timeout "$T_INFO" bash -c '
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+    echo "nvcc: $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)"; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2
+    cmake --version | head -1; echo "ninja $(ninja --version 2>/dev/null || echo missing)"
+    c++ --version | head -1
+    python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda)"
+    echo "cpus $(nproc), $(free -g | awk "/Mem:/{print \$2}") GiB RAM"
+  ' 2>&1
+  local gpu
+  gpu=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  row versions "${gpu:-nvidia-smi gave no GPU}; NCCL ${NCCL_LIB:-not found}; compute-sanitizer ${SANITIZER_BIN:-not found}"
+}
 
-# ----------------------------------------------------------------------------
-main() {
-echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET} s, results in $OUT"
-
-section "versions"
-export LD_LIBRARY_PATH="$DEPS/lib${NCCL_LIB_DIR:+:$NCCL_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "NCCL: ${NCCL_LIB:-not found in the site-packages of python3, the build goes on without it}"
-if [ ! -e "$DEPS/lib/libopenblas.so.0" ] && [ -e "$DEPS/lib/libopenblas.so.0.xz" ]; then
-  # Made by gpu_deps_bundle.sh --xz; python3's lzma stands in where xz is missing.
-  xz -dk "$DEPS/lib/libopenblas.so.0.xz" 2>/dev/null ||
-    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-      "$DEPS/lib/libopenblas.so.0.xz" "$DEPS/lib/libopenblas.so.0"
-fi
-[ -e "$DEPS/lib/libopenblas.so.0" ] || echo "gpu-check: gpu_deps is missing: was it carried (carry=[\"gpu_deps\"])?"
-timeout "$T_INFO" bash -c '
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
-  nvidia-smi | head -15
-  echo "nvcc: $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)"; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2
-  cmake --version | head -1; echo "ninja $(ninja --version 2>/dev/null || echo missing)"
-  c++ --version | head -1; echo "omp.h: $(echo "#include <omp.h>" | c++ -fopenmp -E -x c++ - >/dev/null 2>&1 && echo found || echo MISSING)"
-  python3 -c "import torch, numpy; print(\"python3\", __import__(\"sys\").version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"numpy\", numpy.__version__)"
-  echo "cpus $(nproc), $(free -g | awk "/Mem:/{print \$2}") GiB RAM, disk $(df -h . | awk "NR==2{print \$4}") free"
-' || true
-command -v git >/dev/null && git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /'
-
-section "data"
-if timeout 60 python3 - <<'PY'
+phase_data() {
+  if timeout 60 python3 - <<'PY'
 import os
 os.makedirs("data/bench", exist_ok=True)
-n = 1 << 22  # 4M tokens: far more than 30 steps read, written in a second
+n = 1 << 22  # 4M tokens: far more than the bench runs read
 for vocab in (50304, 32000):
     path = f"data/bench/random_{vocab}.bin"
     try:
         import numpy as np
         np.random.default_rng(vocab).integers(0, vocab, size=n, dtype=np.uint16).tofile(path)
-    except ImportError:  # slower, same format
+    except ImportError:
         import array, random
         r = random.Random(vocab)
         with open(path, "wb") as f:
             array.array("H", (r.randrange(vocab) for _ in range(n))).tofile(f)
-    print(path, os.path.getsize(path), "bytes")
 PY
-then status data ok; else status data FAILED; fi
-
-section "PyTorch benchmark (background, log: bench_torch.log)"
-PYTHONUNBUFFERED=1 timeout -k 10 "$T_TORCH" "${TORCH_CMD[@]}" > "$OUT/bench_torch.log" 2>&1 &
-TORCH_PID=$!
-TORCH_START=$(date +%s)
-echo "started pid $TORCH_PID: ${TORCH_CMD[*]}"
-
-section "configure (log: build.log)"
-{
-  echo "cmake ${CMAKE_ARGS[*]}"
-  timeout "$T_CONFIGURE" cmake "${CMAKE_ARGS[@]}"
-} > "$OUT/build.log" 2>&1
-rc=$?
-grep -E "trainer: |CMAKE_CUDA_COMPILER|Error|error" "$OUT/build.log" | head -20
-if ((rc == 0)); then status configure ok; else status configure "FAILED (exit $rc)"; tail -30 "$OUT/build.log"; fi
-
-if [[ ${STATUS[configure]} == ok ]]; then
-  section "build, $JOBS jobs (log: build.log)"
-  KEEP_GOING=(-k 0)
-  grep -q Ninja "$BUILD/CMakeCache.txt" 2>/dev/null || KEEP_GOING=(-k)
-  # What the GPU steps run comes first, so a build cut short by its limit
-  # still leaves them; then everything else (the CPU unit tests).
-  # (trainer always exists; the others only where their CMakeLists added
-  # them, and naming a missing target would fail the whole build command.)
-  FIRST=(trainer)
-  targets=$(cmake --build "$BUILD" --target help 2>/dev/null)
-  for t in gpu_tests bench_kernels; do
-    grep -qE "(^|[ .])$t(:| |$)" <<< "$targets" && FIRST+=("$t")
-  done
-  t0=$(date +%s)
-  # The build may run into PyTorch's time, not into the GPU steps' time.
-  build_limit=$(cap $T_BUILD $AFTER_BUILD)
-  rc=0
-  if ((${#FIRST[@]})); then
-    echo "== build ${FIRST[*]}" >> "$OUT/build.log"
-    nice -n 10 timeout -k 10 "$build_limit" cmake --build "$BUILD" -j"$JOBS" --target "${FIRST[@]}" -- "${KEEP_GOING[@]}" \
-      >> "$OUT/build.log" 2>&1
-    rc=$?
-    echo "build of ${FIRST[*]}: exit $rc after $(( $(date +%s) - t0 )) s"
-  fi
-  rest=$(( build_limit - ($(date +%s) - t0) ))
-  if ((rc != 124 && rest > 5)); then
-    echo "== build all" >> "$OUT/build.log"
-    nice -n 10 timeout -k 10 "$rest" cmake --build "$BUILD" -j"$JOBS" -- "${KEEP_GOING[@]}" >> "$OUT/build.log" 2>&1
-    rc2=$?
-    ((rc == 0)) && rc=$rc2
-  elif ((rc == 0)); then
-    rc=124
-  fi
-  echo "build: exit $rc after $(( $(date +%s) - t0 )) s"
-  grep -E "error|FAILED|warning: .*(spill|stack frame)" "$OUT/build.log" | head -40
-  if ((rc == 0)); then status build ok
-  elif ((rc == 124)); then status build "TIMEOUT after $build_limit s"
-  else status build "FAILED (exit $rc)"; fi
-  for t in trainer tests/gpu_tests bench/bench_kernels tests/unit_tests; do
-    [ -x "$BUILD/$t" ] && echo "built: $BUILD/$t" || echo "not built: $BUILD/$t"
-  done
-fi
-
-# The CPU unit tests fill the wait for PyTorch: no GPU visible to them (they
-# are the CI's tests, and must not disturb PyTorch's timings), lowest CPU
-# priority so PyTorch's launch thread keeps its core.
-torch_left=$(( TORCH_START + T_TORCH - $(date +%s) ))
-if kill -0 "$TORCH_PID" 2>/dev/null && ((torch_left > 30)) && [ -f "$BUILD/CTestTestfile.cmake" ]; then
-  section "CPU unit tests while PyTorch runs (log: tests.log)"
-  run_cpu_tests "$(( torch_left < 150 ? torch_left : 150 ))"
-fi
-
-section "waiting for the PyTorch benchmark"
-wait "$TORCH_PID"
-rc=$?
-if ((rc == 0)); then status bench_torch ok
-elif ((rc == 124 || rc == 137)); then status bench_torch "TIMEOUT (partial results kept)"
-else status bench_torch "FAILED (exit $rc)"; fi
-grep -E "^(device|bench_gpu_torch)" "$OUT/bench_torch.log" | tail -15
-echo "$(grep -c '^RESULT' "$OUT/bench_torch.log") PyTorch results"
-
-section "GPU tests (log: tests.log)"
-if [ -d "$BUILD" ] && [ -f "$BUILD/CTestTestfile.cmake" ]; then
-  n_gpu=$(cd "$BUILD" && ctest -N -L gpu 2>/dev/null | awk '/Total Tests:/{print $3}')
-  SEL=(-L gpu)
-  if [ "${n_gpu:-0}" = 0 ]; then
-    SEL=(-R 'gpu|cuda|GPU|CUDA')
-    echo "no test is labelled gpu; running tests whose names match gpu|cuda"
-  fi
-  t_tests=$(cap $T_GPU_TESTS $AFTER_TESTS)
-  echo "== GPU tests (${SEL[*]}), limit $t_tests s" >> "$OUT/tests.log"
-  # One ctest entry may be the whole GPU test binary: its limit is the step's.
-  (cd "$BUILD" && timeout -k 5 "$t_tests" ctest "${SEL[@]}" --output-on-failure --timeout "$t_tests" -j1) \
-    >> "$OUT/tests.log" 2>&1
-  rc=$?
-  grep -E "tests passed|Total Test time|\*\*\*|Failed|Not Run" "$OUT/tests.log" | head -30
-  summary_line=$(grep -E "tests passed" "$OUT/tests.log" | tail -1)
-  # ctest counts a skipped test (exit 77: no usable GPU) as passed; say so.
-  n_skip=$(sed -n '/== GPU tests/,$p' "$OUT/tests.log" | grep -c '\*\*\*Skipped')
-  ((n_skip > 0)) && summary_line="$summary_line, $n_skip SKIPPED"
-  if ((rc == 0)); then status gpu_tests "ok: ${summary_line:-no tests}"
-  elif ((rc == 124)); then status gpu_tests "TIMEOUT: ${summary_line}"
-  else status gpu_tests "FAILED: ${summary_line:-exit $rc}"; fi
-else
-  status gpu_tests "skipped (no build)"
-fi
-
-section "bench_kernels"
-if [ -x "${BENCH_CMD[0]}" ]; then
-  timeout -k 5 "$(cap $T_BENCH $AFTER_BENCH)" "${BENCH_CMD[@]}"
-  rc=$?
-  if ((rc == 0)); then status bench_kernels ok
-  elif ((rc == 124)); then status bench_kernels "TIMEOUT (partial results kept)"
-  else status bench_kernels "FAILED (exit $rc)"; fi
-else
-  status bench_kernels "skipped (not built)"
-fi
-
-section "trainer end to end (log: trainer.log)"
-: > "$OUT/trainer.log"
-for i in "${!CONFIGS[@]}"; do
-  c=${CONFIGS[$i]}
-  n=$(basename "$c" .yaml)
-  if [ ! -x "$BUILD/trainer" ]; then status "$n" "skipped (not built)"; continue; fi
-  rm -rf "$BUILD/runs/$n"
-  mkdir -p "$BUILD/runs"
-  log="$BUILD/runs/$n.log"
-  t0=$(date +%s)
-  reserve=$T_SUMMARY
-  for ((j = i + 1; j < ${#CONFIGS[@]}; ++j)); do reserve=$((reserve + T_TRAIN[j])); done
-  timeout -k 5 "$(cap "${T_TRAIN[$i]}" $reserve)" "$BUILD/trainer" --config "$c" --set run.dir="$BUILD/runs/$n" \
-    --set log.progress=lines > "$log" 2>&1
-  rc=$?
-  rows=$(cat "$BUILD/runs/$n/metrics.jsonl" 2>/dev/null | grep -c ms_per_step)
-  echo "$n: exit $rc after $(( $(date +%s) - t0 )) s, $rows steps logged"
-  grep -E "^(error|device:|memory plan|  total|model:|batch:|step +[0-9]*[05]/)" "$log" | head -12
-  {
-    echo "== $BUILD/trainer --config $c (exit $rc)"
-    cat "$log"
-    if [ -f "$BUILD/runs/$n/metrics.jsonl" ]; then
-      echo "== $BUILD/runs/$n/metrics.jsonl"
-      cat "$BUILD/runs/$n/metrics.jsonl"
-    fi
-  } >> "$OUT/trainer.log"
-  if ((rc == 0)); then status "$n" "ok: $rows steps"
-  elif ((rc == 124)); then status "$n" "TIMEOUT: $rows steps logged"
-  else status "$n" "FAILED (exit $rc): $(grep -m1 -iE 'error' "$log" | cut -c1-120)"; fi
-done
-
-if [[ ! -v "STATUS[cpu_tests]" ]]; then
-  if (( $(left) > 40 )) && [ -f "$BUILD/CTestTestfile.cmake" ]; then
-    section "CPU unit tests with the time left (log: tests.log)"
-    run_cpu_tests "$(cap 120 $T_SUMMARY)"
-  else
-    status cpu_tests "skipped (no time left)"
-  fi
-fi
-
-section "summary"
-echo "| part | result |"
-echo "|---|---|"
-for k in "${ORDER[@]}"; do echo "| $k | ${STATUS[$k]} |"; done
-echo "| elapsed | $(elapsed) s of ${BUDGET} s |"
-echo
-timeout "$T_SUMMARY" "${SUMMARY_CMD[@]}" || echo "gpu-check: the summary table could not be made (see the JSON files)"
+  then row data "ok"; else row data "FAILED (the bench configs will fail)"; fi
 }
 
-# Everything printed also goes to $OUT/gpu-check.log; the pipeline (unlike
-# exec > >(tee)) waits for tee, so the tables are the last lines out.
+TORCH_PID=""
+torch_start() {  # torch_start SECONDS
+  ((WITH_TORCH)) || return 0
+  PYTHONUNBUFFERED=1 timeout -k 5 "$1" "${TORCH_CMD[@]}" --deadline "$1" >> "$OUT/bench_torch.log" 2>&1 &
+  TORCH_PID=$!
+  echo "PyTorch benchmark started (pid $TORCH_PID, at most $1 s): ${TORCH_CMD[*]}"
+}
+torch_stop() {
+  [ -n "$TORCH_PID" ] || return 0
+  if kill -0 "$TORCH_PID" 2>/dev/null; then
+    kill -TERM "$TORCH_PID" 2>/dev/null; pkill -TERM -f "scripts/bench_gpu_torch.py" 2>/dev/null
+    wait "$TORCH_PID" 2>/dev/null
+    echo "PyTorch benchmark stopped: the GPU is ours now"
+  else
+    wait "$TORCH_PID" 2>/dev/null
+  fi
+  TORCH_PID=""
+  echo "== stopped at $(elapsed) s" >> "$OUT/bench_torch.log"
+}
+torch_results() { grep -c '^RESULT' "$OUT/bench_torch.log" 2>/dev/null || echo 0; }
+
+phase_build() {
+  if [ -n "$BIN_DIR" ]; then
+    row build "skipped: prebuilt binaries from $BIN_DIR"
+    return
+  fi
+  section "configure (log: build.log)"
+  if [ ! -e "$DEPS/lib/libopenblas.so.0" ] && [ -e "$DEPS/lib/libopenblas.so.0.xz" ]; then
+    xz -dk "$DEPS/lib/libopenblas.so.0.xz" 2>/dev/null ||
+      python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+        "$DEPS/lib/libopenblas.so.0.xz" "$DEPS/lib/libopenblas.so.0"
+  fi
+  [ -e "$DEPS/lib/libopenblas.so.0" ] || echo "gpu-check: gpu_deps is missing: was it carried (carry=[\"gpu_deps\"])?"
+  local rc
+  { echo "cmake ${CMAKE_ARGS[*]}"; timeout "$(cap $T_CONFIGURE)" cmake "${CMAKE_ARGS[@]}"; } >> "$OUT/build.log" 2>&1
+  rc=$?
+  grep -E "trainer: |Error" "$OUT/build.log" | head -10
+  if ((rc != 0)); then
+    FAILED=1
+    row configure "FAILED (exit $rc): $(grep -m1 -E 'Error|error' "$OUT/build.log" | cut -c1-160)"
+    tail -30 "$OUT/build.log"
+    return
+  fi
+  row configure ok
+  section "build, $JOBS jobs (log: build.log)"
+  local limit t0 what
+  limit=$(cap $T_BUILD $(( 60 + AFTER_TESTS )))
+  t0=$(date +%s)
+  # gpu_tests first: it needs every kernel, and the tests come first.
+  for what in gpu_tests "trainer bench_kernels"; do
+    echo "== build $what" >> "$OUT/build.log"
+    # shellcheck disable=SC2086
+    timeout -k 10 "$(( limit - ($(date +%s) - t0) > 1 ? limit - ($(date +%s) - t0) : 1 ))" cmake --build "$BUILD" -j"$JOBS" --target $what \
+      >> "$OUT/build.log" 2>&1
+    rc=$?
+    ((rc == 0)) || break
+  done
+  grep -E "error|warning: .*(spill|stack frame)" "$OUT/build.log" | head -30
+  local built=""
+  for t in "$GPU_TESTS" "$TRAINER" "$BENCH"; do [ -x "$t" ] && built+=" $(basename "$t")"; done
+  if ((rc == 0)); then row build "ok:$built"
+  elif ((rc == 124 || rc == 137)); then FAILED=1; row build "TIMEOUT after $limit s; built:${built:- nothing}"
+  else FAILED=1; row build "FAILED (exit $rc): $(grep -m1 -E 'error' "$OUT/build.log" | cut -c1-160); built:${built:- nothing}"; fi
+  # Registers, stack frames and spills of every kernel (cuobjdump, device-side only).
+  if [ -x "$GPU_TESTS" ] && command -v cuobjdump >/dev/null 2>&1; then
+    echo "== cuobjdump --dump-resource-usage $GPU_TESTS" >> "$OUT/build.log"
+    timeout 30 cuobjdump --dump-resource-usage "$GPU_TESTS" > "$OUT/resource.tmp" 2>&1
+    cat "$OUT/resource.tmp" >> "$OUT/build.log"
+    local n maxreg stack
+    n=$(grep -c 'REG:' "$OUT/resource.tmp")
+    maxreg=$(grep -o 'REG:[0-9]*' "$OUT/resource.tmp" | cut -d: -f2 | sort -n | tail -1)
+    stack=$(grep -E 'STACK:[1-9]|LOCAL:[1-9]' "$OUT/resource.tmp" | grep -c .)
+    rm -f "$OUT/resource.tmp"
+    row resources "$n kernels, max ${maxreg:-?} registers, $stack with a stack frame or local memory (build.log)"
+  fi
+}
+
+# run_family NAME SPEC CAP: one process, its own limit, its own row.
+declare -a FAILED_FAMILIES=()
+run_family() {
+  local name=$1 spec=$2 limit=$3 log=$OUT/tests.log first rc status
+  printf '\n=== family %s: gpu_tests "%s" (limit %s s)\n' "$name" "$spec" "$limit" >> "$log"
+  first=$(( $(wc -l < "$log") + 1 ))
+  GPU_TESTS_REQUIRE_DEVICE=1 timeout -k 5 "$limit" "${STDBUF[@]}" "$GPU_TESTS" "$spec" --durations yes >> "$log" 2>&1
+  rc=$?
+  local part ok fail notrun worst cases
+  part=$(tail -n +"$first" "$log")
+  fail=$(grep -cE '^\[gpu\].*FAIL' <<< "$part")
+  notrun=$(grep -cE '^\[gpu\].*NOT RUN' <<< "$part")
+  ok=$(( $(grep -cE '^\[gpu\]' <<< "$part") - fail - notrun ))
+  # The worst error as a fraction of its tolerance, over every compared output.
+  worst=$(awk '/^\[gpu\]/ && /rel=/ && /tol=/ {
+      r = $0; sub(/.*rel=/, "", r); sub(/ .*/, "", r); t = $0; sub(/.*tol=/, "", t); sub(/ .*/, "", t);
+      if (t + 0 > 0 && r / t > m) m = r / t } END { if (m != "") printf "%.2f", m }' <<< "$part")
+  cases=$(grep -oE 'test cases?: *[0-9]+|in [0-9]+ test cases?' <<< "$part" | tail -1 | grep -oE '[0-9]+')
+  local detail="$ok checks ok, $fail failed"
+  ((notrun)) && detail+=", $notrun not run (device unusable)"
+  detail+="; worst error ${worst:-n/a} of its tolerance; ${cases:-?} test cases"
+  if grep -q 'No test cases matched' <<< "$part"; then status="NO TESTS matched $spec"; rc=1
+  elif ((rc == 0)); then status="ok: $detail"
+  elif ((rc == 124 || rc == 137)); then status="TIMEOUT after $limit s: $detail"
+  elif ((rc > 128)); then status="CRASHED (signal $((rc - 128))): $detail"
+  else status="FAILED (exit $rc): $detail"; fi
+  ((rc == 0)) || { FAILED=1; FAILED_FAMILIES+=("$name|$spec|$rc|$limit"); }
+  row "gpu: $name" "$status"
+}
+
+phase_gpu_tests() {
+  section "GPU tests, one process per family (log: tests.log)"
+  if [ ! -x "$GPU_TESTS" ]; then FAILED=1; row "gpu tests" "not run: $GPU_TESTS was not built"; return; fi
+  local f name spec c
+  for f in "${FAMILIES[@]}"; do
+    IFS='|' read -r name spec c <<< "$f"
+    run_family "$name" "$spec" "$(cap "$(family_cap "$c")" $AFTER_TESTS)"
+  done
+}
+
+# sanitize TOOL SPEC LIMIT LABEL: gpu_tests under compute-sanitizer.
+sanitize() {
+  local tool=$1 spec=$2 limit=$3 label=$4 log=$OUT/tests.log first rc part errors
+  if [ -z "$SANITIZER_BIN" ]; then row "$label" "not run: compute-sanitizer not found"; return; fi
+  printf '\n=== %s: compute-sanitizer --tool %s gpu_tests "%s" (limit %s s)\n' "$label" "$tool" "$spec" "$limit" >> "$log"
+  first=$(( $(wc -l < "$log") + 1 ))
+  GPU_TESTS_REQUIRE_DEVICE=1 timeout -k 5 "$limit" "$SANITIZER_BIN" --tool "$tool" --print-limit 30 \
+    "$GPU_TESTS" "$spec" >> "$log" 2>&1
+  rc=$?
+  part=$(tail -n +"$first" "$log")
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' <<< "$part" | tail -1 | grep -oE '[0-9]+')
+  if grep -qE 'Device not supported|Target application returned an error|error 999' <<< "$part" && [ -z "$errors" ]; then
+    row "$label" "compute-sanitizer could not run here: $(grep -m1 -E 'not supported|error' <<< "$part" | cut -c1-120)"
+  elif ((rc == 124 || rc == 137)); then
+    row "$label" "TIMEOUT after $limit s; $(grep -c '^========= [A-Z]' <<< "$part") sanitizer reports so far (tests.log)"
+  elif [ -n "$errors" ]; then
+    local first_err
+    first_err=$(grep -m1 -E '^========= (Invalid|Race|Barrier|Uninitialized|Program hit|ERROR:)' <<< "$part" | cut -c11-150)
+    row "$label" "$errors errors (exit $rc)${first_err:+: $first_err}"
+  else
+    row "$label" "no error summary (exit $rc, see tests.log)"
+  fi
+}
+
+phase_memcheck() {
+  ((${#FAILED_FAMILIES[@]})) || return 0
+  section "memcheck on the failed families"
+  local f name spec rc limit n=0
+  # Failures and crashes first (memcheck explains those); timeouts after.
+  # Memcheck slows kernels down: twice the family's own limit, at most T_MEMCHECK.
+  for pass in fail timeout; do
+    for f in "${FAILED_FAMILIES[@]}"; do
+      IFS='|' read -r name spec rc limit <<< "$f"
+      if [[ $pass == fail ]] && ((rc == 124 || rc == 137)); then continue; fi
+      if [[ $pass == timeout ]] && ! ((rc == 124 || rc == 137)); then continue; fi
+      ((n < 3)) || break 2
+      (( $(left) > AFTER_TESTS + 20 )) || { row "memcheck: $name" "not run: no time left"; continue; }
+      limit=$(( 2 * limit < T_MEMCHECK ? 2 * limit : T_MEMCHECK ))
+      sanitize memcheck "$spec" "$(cap $limit $AFTER_TESTS)" "memcheck: $name"
+      n=$((n + 1))
+    done
+  done
+}
+
+phase_bench() {
+  section "bench_kernels"
+  if [ ! -x "$BENCH" ]; then row bench_kernels "not run: not built"; return; fi
+  local limit rc
+  limit=$(cap $T_BENCH $(( T_TRAIN[0] + T_TRAIN[1] + T_SUMMARY )))
+  timeout -k 5 "$limit" "${STDBUF[@]}" "$BENCH" --json "$OUT/bench_kernels.json" >> "$OUT/gpu-check.log.bench" 2>&1
+  rc=$?
+  cat "$OUT/gpu-check.log.bench"; rm -f "$OUT/gpu-check.log.bench"
+  if ((rc == 0)); then row bench_kernels ok
+  elif ((rc == 124 || rc == 137)); then row bench_kernels "TIMEOUT after $limit s (partial results kept)"
+  else FAILED=1; row bench_kernels "FAILED (exit $rc)"; fi
+}
+
+phase_trainer() {
+  section "trainer end to end (log: trainer.log)"
+  local i c n rc rows log dir reserve j
+  for i in "${!CONFIGS[@]}"; do
+    c=${CONFIGS[$i]}
+    n=$(basename "$c" .yaml)
+    if [ ! -x "$TRAINER" ]; then row "trainer: $n" "not run: not built"; continue; fi
+    dir=$ROOT/$BUILD/runs/$n
+    rm -rf "$dir"; mkdir -p "$dir"
+    log=$dir.log
+    reserve=$T_SUMMARY
+    for ((j = i + 1; j < ${#CONFIGS[@]}; ++j)); do reserve=$((reserve + T_TRAIN[j])); done
+    timeout -k 5 "$(cap "${T_TRAIN[$i]}" $reserve)" "$TRAINER" --config "$c" --set run.dir="$dir" \
+      --set log.progress=lines > "$log" 2>&1
+    rc=$?
+    rows=$(grep -c ms_per_step "$dir/metrics.jsonl" 2>/dev/null)
+    { echo "== $TRAINER --config $c (exit $rc)"; cat "$log"
+      [ -f "$dir/metrics.jsonl" ] && { echo "== $dir/metrics.jsonl"; cat "$dir/metrics.jsonl"; }; } >> "$OUT/trainer.log"
+    grep -E "^(error|device:|model:|batch:)" "$log" | head -6
+    if ((rc == 0)); then row "trainer: $n" "ok: ${rows:-0} steps logged"
+    elif ((rc == 124 || rc == 137)); then row "trainer: $n" "TIMEOUT: ${rows:-0} steps logged"
+    else
+      FAILED=1
+      row "trainer: $n" "FAILED (exit $rc): $(grep -m1 -iE 'error' "$log" | cut -c1-140)"
+      if (( $(left) > reserve + 10 )); then
+        # Every kernel synchronous: the first failing one reports the error.
+        echo "== CUDA_LAUNCH_BLOCKING=1 $TRAINER --config $c, 2 steps" >> "$OUT/trainer.log"
+        CUDA_LAUNCH_BLOCKING=1 timeout -k 5 "$(cap $T_BLOCKING $reserve)" "$TRAINER" --config "$c" \
+          --set run.dir="$dir-blocking" --set train.steps=2 --set log.progress=lines >> "$OUT/trainer.log" 2>&1
+        rc=$?
+        row "trainer: $n, blocking launches" "exit $rc: $(grep -iE 'error' "$OUT/trainer.log" | tail -1 | cut -c1-140)"
+      fi
+    fi
+  done
+}
+
+phase_race() {
+  ((FAILED == 0)) || return 0
+  (( $(left) > 2 * T_SANITIZE + T_SUMMARY + 10 )) || { row "racecheck/synccheck" "not run: no time left"; return; }
+  section "racecheck and synccheck on a small attention subset"
+  sanitize racecheck "$SANITIZE_SPEC" "$(cap $T_SANITIZE $(( T_SANITIZE + T_SUMMARY )))" "racecheck: attention subset"
+  sanitize synccheck "$SANITIZE_SPEC" "$(cap $T_SANITIZE $T_SUMMARY)" "synccheck: attention subset"
+}
+
+phase_summary() {
+  section "summary"
+  printf '| elapsed | %s s of %s s |  |\n' "$(elapsed)" "$BUDGET" >> "$SUMMARY"
+  if ((WITH_TORCH)) || [ -f "$OUT/bench_kernels.json" ]; then
+    local cmd=(python3 scripts/bench_gpu_torch.py summary --ours "$OUT/bench_kernels.json"
+               --torch "$OUT/bench_torch.json" --out "$OUT/tables.tmp") c n
+    for c in "${CONFIGS[@]}"; do
+      n=$(basename "$c" .yaml)
+      cmd+=(--trainer "$n=$c:$ROOT/$BUILD/runs/$n/metrics.jsonl")
+    done
+    if timeout "$T_SUMMARY" "${cmd[@]}" > /dev/null 2>&1 && [ -f "$OUT/tables.tmp" ]; then
+      { echo; cat "$OUT/tables.tmp"; } >> "$SUMMARY"
+    else
+      echo "(the comparison tables could not be made; see the JSON files)" >> "$SUMMARY"
+    fi
+    rm -f "$OUT/tables.tmp"
+  fi
+  echo
+  cat "$SUMMARY"
+}
+
+# ---- dry run: everything short of the GPU ------------------------------------
+dry_run() {
+  local fail=0
+  ok() { echo "  ok       $*"; }
+  bad() { echo "  FAILED   $*"; fail=1; }
+  echo "gpu-check --dry-run: budget $BUDGET s; plan (caps in seconds):"
+  echo "  [$T_INFO] versions; [$T_CONFIGURE] cmake ${CMAKE_ARGS[*]} (+ NCCL from python3's site-packages)"
+  echo "  [$T_BUILD] cmake --build $BUILD --target gpu_tests, then trainer bench_kernels (PyTorch meanwhile: ${TORCH_CMD[*]})"
+  local f name spec c
+  for f in "${FAMILIES[@]}"; do
+    IFS='|' read -r name spec c <<< "$f"
+    echo "  [$c] GPU_TESTS_REQUIRE_DEVICE=1 gpu_tests '$spec' --durations yes   # $name"
+  done
+  echo "  [2x the family's, $T_MEMCHECK at most, 3 families at most] compute-sanitizer --tool memcheck gpu_tests SPEC   # failed families"
+  echo "  [$T_BENCH] bench_kernels --json \$OUT/bench_kernels.json"
+  for i in "${!CONFIGS[@]}"; do echo "  [${T_TRAIN[$i]}] trainer --config ${CONFIGS[$i]}   (failing: again 2 steps, CUDA_LAUNCH_BLOCKING=1)"; done
+  echo "  [$T_SANITIZE each] compute-sanitizer --tool racecheck|synccheck gpu_tests '$SANITIZE_SPEC'   # nothing failed"
+  echo "  [left] ${TORCH_CMD[*]}; [$T_SUMMARY] tables"
+  echo "checks:"
+  # The bundle, compressed, in the checkout that travels.
+  if [ ! -f gpu_deps/README ]; then bad "gpu_deps/ is missing: bash scripts/gpu_deps_bundle.sh"
+  elif [ ! -f gpu_deps/lib/libopenblas.so.0.xz ]; then bad "gpu_deps/ is not the compressed bundle: bash scripts/gpu_deps_bundle.sh"
+  else ok "gpu_deps/ (compressed OpenBLAS)"; fi
+  for f in gpu_deps/lib/libgfortran.so.5 gpu_deps/lib/libquadmath.so.0 gpu_deps/lib/libyaml-cpp.so.0.7 \
+           gpu_deps/lib/libgloo.so.0 gpu_deps/lib/x86_64-linux-gnu/cmake/yaml-cpp/yaml-cpp-config.cmake \
+           gpu_deps/share/cmake/CLI11/CLI11Config.cmake gpu_deps/lib/cmake/Catch2/Catch2Config.cmake \
+           gpu_deps/share/cmake/Gloo/GlooConfig.cmake gpu_deps/include/openblas/cblas.h \
+           "${CONFIGS[@]}" scripts/bench_gpu_torch.py bench/bench_kernels.cu; do
+    [ -e "$f" ] || bad "missing $f"
+  done
+  # The commit, for a copy without .git.
+  if [ -d gpu_deps ]; then
+    local dirty=""
+    git diff --quiet HEAD -- 2>/dev/null || dirty=" + uncommitted changes"
+    { echo "$(git rev-parse HEAD)$dirty"; echo "written by gpu-check.sh --dry-run at $(date -u '+%Y-%m-%d %H:%M:%S UTC')"; } > gpu_deps/SOURCE
+    ok "gpu_deps/SOURCE: $(head -1 gpu_deps/SOURCE)"
+  fi
+  # What travels: tracked and untracked-not-ignored files plus gpu_deps.
+  local kb
+  kb=$(( $(git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1) + $(du -sk gpu_deps 2>/dev/null | cut -f1 || echo 0) ))
+  if ((kb > 48 * 1024)); then bad "the carried tree is $((kb / 1024)) MiB (limit 64 MiB; keep it under 48)"
+  else ok "carried tree ~$((kb / 1024)) MiB of the 64 MiB limit"; fi
+  # Syntax of every script the call runs.
+  bash -n "$0" && ok "bash -n $0" || bad "bash -n $0"
+  python3 -m py_compile scripts/bench_gpu_torch.py && ok "py_compile scripts/bench_gpu_torch.py" || bad "py_compile scripts/bench_gpu_torch.py"
+  # The configure line, with the bundle as the only hints (no CUDA compile needed).
+  local cfg=$OUT/configure-check
+  rm -rf "$cfg"
+  local args=("${CMAKE_ARGS[@]}")
+  args[3]=$cfg
+  if [ -d gpu_deps ]; then
+    [ -e gpu_deps/lib/libopenblas.so.0 ] || xz -dk gpu_deps/lib/libopenblas.so.0.xz 2>/dev/null
+    if cmake "${args[@]}" > "$OUT/configure-check.log" 2>&1; then
+      ok "cmake configure with gpu_deps (TRAINER_CUDA=ON, sm_$CUDA_ARCH)"
+      grep -q "^Catch2_DIR:.*gpu_deps" "$cfg/CMakeCache.txt" || bad "Catch2_DIR does not point into gpu_deps"
+    else
+      bad "cmake configure: $(grep -m1 -E 'Error|error' "$OUT/configure-check.log") ($OUT/configure-check.log)"
+    fi
+    rm -f gpu_deps/lib/libopenblas.so.0   # only the compressed copy travels
+  fi
+  # Every GPU test in exactly one family, each family matching something.
+  local local_bin=""
+  for t in build/tests/gpu_tests build-gpu/tests/gpu_tests; do [ -x "$t" ] && { local_bin=$t; break; }; done
+  if [ -n "$local_bin" ]; then
+    local all covered=""
+    all=$("$local_bin" --list-test-names-only 2>/dev/null | grep -v '^$' | sort)
+    for f in "${FAMILIES[@]}"; do
+      IFS='|' read -r name spec c <<< "$f"
+      local got
+      got=$("$local_bin" --list-test-names-only "$spec" 2>/dev/null | grep -v '^$')
+      [ -n "$got" ] && ok "family $name: $(grep -c . <<< "$got") test cases" || bad "family $name: '$spec' matches no test"
+      covered+="$got"$'\n'
+    done
+    local dups missing
+    dups=$(grep -v '^$' <<< "$covered" | sort | uniq -d)
+    missing=$(comm -23 <(echo "$all") <(grep -v '^$' <<< "$covered" | sort -u))
+    [ -z "$dups" ] || bad "in two families: $dups"
+    [ -z "$missing" ] && ok "all $(grep -c . <<< "$all") GPU test cases are in a family" || bad "in no family: $missing"
+    [ -n "$("$local_bin" --list-test-names-only "$SANITIZE_SPEC" 2>/dev/null | grep -v '^$')" ] &&
+      ok "sanitizer subset '$SANITIZE_SPEC'" || bad "'$SANITIZE_SPEC' matches no test"
+  else
+    bad "no local gpu_tests to check the families against (bash scripts/build.sh builds it where nvcc is)"
+  fi
+  local tr=""
+  for t in build/trainer build-gpu/trainer; do [ -x "$t" ] && { tr=$t; break; }; done
+  for c in "${CONFIGS[@]}"; do
+    if [ -n "$tr" ] && "$tr" --config "$c" --print-config > /dev/null 2> "$OUT/print-config.err"; then ok "$c parses"
+    else bad "$c: $(head -c 300 "$OUT/print-config.err" 2>/dev/null)"; fi
+  done
+  echo
+  echo "device call: run(command=\"bash scripts/gpu-check.sh\", carry=[\"gpu_deps\"], timeout_s=600)"
+  ((fail)) && { echo "gpu-check --dry-run: FAILED"; return 1; }
+  echo "gpu-check --dry-run: ok"
+}
+
+# ---- main ---------------------------------------------------------------------
+main() {
+  SANITIZER_BIN=$(find_sanitizer)
+  {
+    echo "# gpu-check $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo
+    echo "commit: $(commit_line)"
+    echo "budget: $BUDGET s; logs: gpu-check.log build.log tests.log trainer.log bench_torch.log"
+    echo
+    echo "| phase | result | s |"
+    echo "|---|---|---|"
+  } > "$SUMMARY"
+  export LD_LIBRARY_PATH="$DEPS/lib${NCCL_LIB_DIR:+:$NCCL_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  phase_versions
+  phase_data
+  # PyTorch fills the GPU while our build runs, and only then.
+  [ -z "$BIN_DIR" ] && torch_start "$(cap $(( T_CONFIGURE + T_BUILD )) $AFTER_TESTS)"
+  phase_build
+  if [ -n "$TORCH_PID" ]; then torch_stop; row "pytorch (during build)" "$(torch_results) results"; fi
+  phase_gpu_tests
+  phase_memcheck
+  phase_bench
+  phase_trainer
+  phase_race
+  if ((WITH_TORCH)) && (( $(left) > T_SUMMARY + 30 )); then
+    section "PyTorch benchmark with the time left"
+    torch_start "$(cap 600 $T_SUMMARY)"
+    wait "$TORCH_PID" 2>/dev/null
+    TORCH_PID=""
+    row "pytorch (time left)" "$(torch_results) results in all (bench_torch.json)"
+  fi
+  phase_summary
+}
+
+if ((DRY)); then dry_run; exit $?; fi
+# Everything printed also goes to gpu-check.log; the pipeline waits for tee.
 main 2>&1 | tee -a "$OUT/gpu-check.log"
-exit "${PIPESTATUS[0]}"
+grep -qE '^\| (configure|build|gpu[^|]*|trainer: [^|]*|bench_kernels) \| (FAILED|TIMEOUT|CRASHED|NO TESTS|not run)' "$SUMMARY" && exit 1
+exit 0

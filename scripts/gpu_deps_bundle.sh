@@ -4,9 +4,9 @@
 # but no Debian packages and no network). The folder travels to that machine
 # as a carried path; scripts/gpu-check.sh points CMake and the loader at it.
 #
-#   bash scripts/gpu_deps_bundle.sh          # build gpu_deps/ (~42 MB)
-#   bash scripts/gpu_deps_bundle.sh --xz     # same, OpenBLAS xz-compressed (~10 MB);
-#                                            # gpu-check.sh unpacks it there
+#   bash scripts/gpu_deps_bundle.sh          # build gpu_deps/, OpenBLAS xz-compressed
+#                                            # (~10 MB; gpu-check.sh unpacks it there)
+#   bash scripts/gpu_deps_bundle.sh --no-xz  # same, uncompressed (~42 MB; not for carrying)
 #   bash scripts/gpu_deps_bundle.sh --test   # also configure + build build-bundle/
 #                                            # with only the bundle as hints
 #
@@ -15,11 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-XZ=0
+XZ=1
 TEST=0
 for a in "$@"; do
   case "$a" in
     --xz) XZ=1 ;;
+    --no-xz) XZ=0 ;;
     --test) TEST=1 ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "gpu_deps_bundle: unknown argument '$a'" >&2; exit 2 ;;

@@ -22,6 +22,9 @@ bool env_flag(const char* name) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  // One line at a time, also into a pipe or file: a family killed at its
+  // time limit (scripts/gpu-check.sh) keeps every [gpu] line printed so far.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // Listing tests and help need no device.
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -665,20 +665,31 @@ void attention_sweep(DType dt) {
 }  // namespace
 
 TEST_CASE("gpu attention F32: causal/full, GQA 1/2/4, D 64/128, T 1..1000, deterministic backward",
-          "[gpu][attention]") {
+          "[gpu][attention][f32]") {
   attention_sweep(F32);
 }
 
 TEST_CASE("gpu attention BF16: causal/full, GQA 1/2/4, D 64/128, T 1..1000, deterministic backward",
-          "[gpu][attention]") {
+          "[gpu][attention][bf16]") {
   attention_sweep(BF16);
 }
 
-TEST_CASE("gpu attention F16: a subset of the sweep", "[gpu][attention]") {
+TEST_CASE("gpu attention F16: a subset of the sweep", "[gpu][attention][f16]") {
   for (int64_t T : {int64_t(17), int64_t(257), int64_t(1000)})
     for (bool causal : {true, false}) {
       attention_case(F16, T >= 1000 ? 1 : 2, T, 8, 2, 128, causal);
       attention_case(F16, T >= 1000 ? 1 : 2, T, 4, 4, 64, causal);
+    }
+}
+
+// Hidden ([.]): a few small shapes for compute-sanitizer's racecheck and
+// synccheck, which slow kernels down by orders of magnitude
+// (scripts/gpu-check.sh runs it when time is left).
+TEST_CASE("gpu attention, small subset for compute-sanitizer", "[.][gpu][sanitize]") {
+  for (int64_t T : {int64_t(17), int64_t(100)})
+    for (bool causal : {true, false}) {
+      attention_case(BF16, 1, T, 4, 2, 64, causal);
+      attention_case(BF16, 1, T, 2, 2, 128, causal);
     }
 }
 

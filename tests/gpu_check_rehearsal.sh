@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Rehearsal of scripts/gpu-check.sh on a machine without a GPU: its real phase
+# logic runs against stand-in binaries (GPU_CHECK_BIN_DIR) whose "norms"
+# family fails and whose "moe" family hangs. The summary must report norms as
+# FAILED, moe as TIMEOUT, every other family as ok, memcheck reruns of both,
+# the trainer and bench rows, and end with the elapsed row: a hang or a
+# failure in one family costs only that family.
+#   bash tests/gpu_check_rehearsal.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+W=$(mktemp -d /tmp/gpu-check-rehearsal.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+BIN=$W/bin
+mkdir -p "$BIN" "$W/out"
+
+# gpu_tests: a Catch2 binary's output, keyed on the test spec.
+cat > "$BIN/gpu_tests" <<'EOF'
+#!/usr/bin/env bash
+spec=${1:-}
+[ "${GPU_TESTS_REQUIRE_DEVICE:-}" = 1 ] || { echo "stand-in: GPU_TESTS_REQUIRE_DEVICE not set"; exit 3; }
+echo "gpu_tests: device 0 of 1: stand-in"
+case "$spec" in
+  "[norm]")
+    echo "[gpu] rmsnorm_forward out BF16 [8, 64]                                  rel=1.000e-03 max_abs=1.0e-03 tol=2.0e-02 n=512 ok"
+    echo "[gpu] rmsnorm_backward dx BF16 [8, 64]                                  rel=4.000e-01 max_abs=3.0e-01 tol=2.0e-02 n=512 FAIL"
+    echo "test cases: 2 | 1 passed | 1 failed"
+    exit 1 ;;
+  "[moe]")
+    echo "[gpu] moe_route_forward topk_w F32                                     rel=1.000e-07 max_abs=1.0e-07 tol=1.0e-05 n=64 ok"
+    exec sleep 600 ;;
+  *)
+    echo "[gpu] stand-in check for $spec                                          rel=2.000e-06 max_abs=1.0e-06 tol=1.0e-05 n=10 ok"
+    echo "[gpu] stand-in exact check                                              exact equal ok"
+    echo "All tests passed (2 assertions in 1 test case)"
+    exit 0 ;;
+esac
+EOF
+# trainer: writes a metrics.jsonl of 3 steps into run.dir.
+cat > "$BIN/trainer" <<'EOF'
+#!/usr/bin/env bash
+dir=""
+for a in "$@"; do case "$a" in run.dir=*) dir=${a#run.dir=} ;; esac; done
+echo "device: stand-in"
+mkdir -p "$dir"
+for s in 1 2 3; do echo "{\"step\": $s, \"loss\": 5.0, \"ms_per_step\": 10.0, \"tokens_per_s\": 1000}"; done > "$dir/metrics.jsonl"
+EOF
+cat > "$BIN/bench_kernels" <<'EOF'
+#!/usr/bin/env bash
+echo '{"impl": "ours", "results": []}' > "$2"
+echo "bench_kernels: stand-in"
+EOF
+# compute-sanitizer: runs the program and reports no error.
+cat > "$BIN/compute-sanitizer" <<'EOF'
+#!/usr/bin/env bash
+while [[ ${1:-} == --* ]]; do shift 2; done
+echo "========= COMPUTE-SANITIZER (stand-in)"
+"$@"
+rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+EOF
+chmod +x "$BIN"/*
+
+cd "$ROOT"
+t0=$(date +%s)
+PATH=$BIN:$PATH OUT=$W/out GPU_CHECK_BIN_DIR=$BIN GPU_CHECK_TORCH=0 GPU_CHECK_FAMILY_CAP=4 \
+  bash scripts/gpu-check.sh --budget=300 > "$W/run.log" 2>&1
+rc=$?
+secs=$(( $(date +%s) - t0 ))
+S=$W/out/summary.md
+echo "--- summary.md (gpu-check exit $rc after $secs s)"
+cat "$S"
+
+fail=0
+expect() {  # expect LABEL REGEX
+  if grep -qE "$2" "$S"; then echo "ok      $1"; else echo "MISSING $1: no line matches /$2/"; fail=1; fi
+}
+expect "norms failed, with its checks counted" '^\| gpu: norms \| FAILED \(exit 1\): 1 checks ok, 1 failed; worst error 20\.00 of its tolerance'
+expect "moe timed out, keeping its output" '^\| gpu: moe \| TIMEOUT after 4 s: 1 checks ok, 0 failed'
+for f in basic linear rope activations cross_entropy optimizer attention_f32 attention_bf16 attention_f16 training training_nccl; do
+  expect "$f ran" "^\| gpu: $f \| ok: 2 checks ok, 0 failed; worst error 0\.20 of its tolerance"
+done
+expect "memcheck of norms" '^\| memcheck: norms \| 0 errors \(exit 1\)'
+expect "memcheck of moe, at twice its limit" '^\| memcheck: moe \| TIMEOUT after 8 s'
+expect "bench_kernels" '^\| bench_kernels \| ok'
+expect "trainer gpt2" '^\| trainer: bench_gpt2_124m \| ok: 3 steps logged'
+expect "trainer llama" '^\| trainer: bench_llama_1b \| ok: 3 steps logged'
+expect "no racecheck after a failure" '^\| elapsed \|'
+grep -q 'racecheck' "$S" && { echo "UNEXPECTED racecheck after a failure"; fail=1; }
+rows=$(grep -c '^| gpu: ' "$S")
+[ "$rows" = 13 ] && echo "ok      13 family rows" || { echo "WRONG   $rows family rows, expected 13"; fail=1; }
+((rc == 1)) && echo "ok      gpu-check exits 1 on a failure" || { echo "WRONG   gpu-check exit $rc, expected 1"; fail=1; }
+grep -q 'stand-in check for \[rope\]' "$W/out/tests.log" && echo "ok      tests.log holds each family's lines" ||
+  { echo "MISSING tests.log lines"; fail=1; }
+if ((fail)); then
+  echo "--- gpu-check output"; cat "$W/run.log"
+  echo "gpu_check_rehearsal: FAILED"
+  exit 1
+fi
+echo "gpu_check_rehearsal: passed"
