@@ -526,12 +526,58 @@ dry_run() {
     [ -n "$("$local_bin" --list-test-names-only "$SANITIZE_SPEC" 2>/dev/null | grep -v '^$')" ] &&
       ok "sanitizer subset '$SANITIZE_SPEC'" || bad "'$SANITIZE_SPEC' matches no test"
   else
-    bad "no local gpu_tests to check the families against (bash scripts/build.sh builds it where nvcc is)"
+    # No local build: the same check from the test sources' tags (Catch2's
+    # spec rules: "," or, "~" not, adjacent tags and, "[.]" hidden).
+    local specs=()
+    for f in "${FAMILIES[@]}"; do IFS='|' read -r name spec c <<< "$f"; specs+=("$name=$spec"); done
+    if python3 - "$SANITIZE_SPEC" "${specs[@]}" <<'PY'
+import glob, re, sys
+cases = []
+for path in sorted(glob.glob("tests/gpu/*.cpp")):
+    text = open(path).read()
+    for m in re.finditer(r'TEST_CASE\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+),\s*"((?:\[[^\]]*\])+)"\s*\)', text):
+        name = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1)))
+        cases.append((name, set(re.findall(r"\[([^\]]*)\]", m.group(2)))))
+if sum(t.count("TEST_CASE(") for t in (open(p).read() for p in glob.glob("tests/gpu/*.cpp"))) != len(cases):
+    print("  FAILED   could not read the tags of every TEST_CASE in tests/gpu"); sys.exit(1)
+def matches(spec, tags):
+    for alt in spec.split(","):
+        ok, neg = True, False
+        for tok in re.findall(r"~|\[[^\]]*\]", alt):
+            if tok == "~":
+                neg = True
+                continue
+            ok = ok and ((tok[1:-1] in tags) != neg)
+            neg = False
+        if ok and ("." not in tags or alt.strip()):
+            return True
+    return False
+fail = 0
+seen = {}
+for arg in sys.argv[2:]:
+    fam, spec = arg.split("=", 1)
+    got = [n for n, t in cases if "." not in t and matches(spec, t)]
+    print(f"  {'ok      ' if got else 'FAILED  '} family {fam}: {len(got)} test cases (from the sources)")
+    fail |= not got
+    for n in got:
+        seen.setdefault(n, []).append(fam)
+visible = [n for n, t in cases if "." not in t]
+for n in visible:
+    if len(seen.get(n, [])) != 1:
+        print(f"  FAILED   '{n}' is in {len(seen.get(n, []))} families"); fail = 1
+if not fail:
+    print(f"  ok       all {len(visible)} GPU test cases are in exactly one family (from the sources)")
+hidden = [n for n, t in cases if matches(sys.argv[1], t)]
+print(f"  {'ok      ' if hidden else 'FAILED  '} sanitizer subset '{sys.argv[1]}': {len(hidden)} test cases")
+sys.exit(1 if fail or not hidden else 0)
+PY
+    then :; else fail=1; fi
   fi
   local tr=""
   for t in build/trainer build-gpu/trainer; do [ -x "$t" ] && { tr=$t; break; }; done
   for c in "${CONFIGS[@]}"; do
-    if [ -n "$tr" ] && "$tr" --config "$c" --print-config > /dev/null 2> "$OUT/print-config.err"; then ok "$c parses"
+    if [ -z "$tr" ]; then echo "  --       $c not parsed (no local trainer build)"
+    elif "$tr" --config "$c" --print-config > /dev/null 2> "$OUT/print-config.err"; then ok "$c parses"
     else bad "$c: $(head -c 300 "$OUT/print-config.err" 2>/dev/null)"; fi
   done
   echo
