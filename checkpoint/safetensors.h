@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer {
 

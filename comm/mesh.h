@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace trainer {
 

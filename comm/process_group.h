@@ -22,7 +22,7 @@
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 #include "comm/store.h"
-#include "trainer/launch.h"
+#include "comm/launch.h"
 
 namespace gloo::transport {
 class Device;

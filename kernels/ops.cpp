@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 #ifdef TRAINER_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif

@@ -11,7 +11,7 @@
 //   An "empty" Tensor (data == nullptr) means "absent" where allowed.
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer::ops {
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "kernels/arena.h"
+#include "core/arena.h"
 #include "model/dims.h"
 
 namespace trainer {

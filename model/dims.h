@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace trainer {
 

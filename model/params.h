@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/arena.h"
+#include "core/arena.h"
 #include "model/dims.h"
 
 namespace trainer {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 #include "kernels/ops.h"
 #include "model/layers.h"
 #include "model/units.h"

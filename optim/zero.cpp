@@ -4,7 +4,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 #include "kernels/ops.h"
 
 namespace trainer {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.h"
-#include "trainer/config_schema.h"
+#include "config/config.h"
+#include "config/config_schema.h"
 
 using namespace trainer;
 

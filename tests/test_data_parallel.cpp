@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "trainer/config.h"
+#include "config/config.h"
 #include "trainer/plan.h"
 
 namespace fs = std::filesystem;

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "trainer/batch_sampler.h"
-#include "trainer/config.h"
-#include "trainer/dataset_blend.h"
-#include "trainer/dataset_formats.h"
-#include "trainer/prefetch.h"
-#include "trainer/token_file.h"
+#include "data/batch_sampler.h"
+#include "config/config.h"
+#include "data/dataset_blend.h"
+#include "data/dataset_formats.h"
+#include "data/prefetch.h"
+#include "data/token_file.h"
 
 using namespace trainer;
 namespace fs = std::filesystem;

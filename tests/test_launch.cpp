@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/launch.h"
+#include "comm/launch.h"
 
 using namespace trainer;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "optim/loss_scale.h"
-#include "trainer/config.h"
+#include "config/config.h"
 #include "trainer/engine.h"
 
 namespace fs = std::filesystem;

@@ -19,8 +19,8 @@
 #include "comm/process_group.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
-#include "trainer/batch_sampler.h"
-#include "trainer/config.h"
+#include "data/batch_sampler.h"
+#include "config/config.h"
 #include "trainer/plan.h"
 
 using namespace trainer;

@@ -1,4 +1,4 @@
-// The watchdog (trainer/watchdog.h): the heartbeat summary and the error path
+// The watchdog (runtime/watchdog.h): the heartbeat summary and the error path
 // in-process against a real store server; the timer firing in a forked child
 // (firing ends the process with _exit); and end to end, four CPU ranks of the
 // real binary where one is stopped with SIGSTOP mid-run: every other rank must
@@ -27,7 +27,7 @@
 
 #include "comm/communicator.h"
 #include "comm/store.h"
-#include "trainer/watchdog.h"
+#include "runtime/watchdog.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

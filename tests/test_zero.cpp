@@ -15,7 +15,7 @@
 
 #include <algorithm>
 #include <memory>
-#include "trainer/config.h"
+#include "config/config.h"
 
 using namespace trainer;
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 
 namespace trainer {
 

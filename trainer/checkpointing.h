@@ -14,7 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "model/transformer.h"
 #include "optim/zero.h"
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace trainer {
 

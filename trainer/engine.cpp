@@ -14,7 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/mesh.h"
 #include "comm/process_group.h"
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -22,16 +22,16 @@
 #include "optim/grad_clip.h"
 #include "optim/loss_scale.h"
 #include "optim/lr_schedule.h"
-#include "trainer/batch_sampler.h"
+#include "data/batch_sampler.h"
 #include "trainer/checkpointing.h"
-#include "trainer/device_select.h"
+#include "runtime/device_select.h"
 #include "trainer/generate.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
-#include "trainer/prefetch.h"
+#include "data/prefetch.h"
 #include "trainer/reference_dump.h"
-#include "trainer/distributed_run.h"
-#include "trainer/watchdog.h"
+#include "runtime/distributed_run.h"
+#include "runtime/watchdog.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -268,7 +268,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   int64_t window_tokens = 0, window_steps = 0;
 
   // A failed collective ends the run on every rank naming the step, the
-  // phase and the heartbeats (trainer/watchdog.h).
+  // phase and the heartbeats (runtime/watchdog.h).
   try {
     for (int64_t step = start_step; step < end_step; ++step) {
       const auto t0 = clock_type::now();

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.h"
-#include "trainer/launch.h"
+#include "config/config.h"
+#include "comm/launch.h"
 
 namespace trainer {
 

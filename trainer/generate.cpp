@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 
 namespace trainer {
 

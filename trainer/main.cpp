@@ -6,7 +6,7 @@
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration, 3 a distributed
 // failure: a collective or the store timed out or a rank went missing
-// (trainer/watchdog.h; torchrun's restarts take over).
+// (runtime/watchdog.h; torchrun's restarts take over).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "trainer/config.h"
+#include "config/config.h"
 #include "trainer/engine.h"
-#include "trainer/launch.h"
+#include "comm/launch.h"
 #include "trainer/smoke.h"
-#include "trainer/watchdog.h"
+#include "runtime/watchdog.h"
 
 namespace {
 // OpenMP threads that spin after a parallel region steal the cores OpenBLAS's

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/tensor.h"
-#include "trainer/config.h"
+#include "core/tensor.h"
+#include "config/config.h"
 
 namespace trainer {
 

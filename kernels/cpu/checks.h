@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer::cpu::checks {
 

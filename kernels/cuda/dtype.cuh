@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer::cuda {
 

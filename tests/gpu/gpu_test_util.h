@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/device_memory.h"
-#include "kernels/tensor.h"
+#include "core/device_memory.h"
+#include "core/tensor.h"
 
 namespace trainer::gputest {
 

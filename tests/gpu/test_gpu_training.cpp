@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.h"
+#include "config/config.h"
 #include "trainer/engine.h"
 
 namespace fs = std::filesystem;

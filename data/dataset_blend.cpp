@@ -1,4 +1,4 @@
-#include "trainer/dataset_blend.h"
+#include "data/dataset_blend.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "trainer/token_file.h"
+#include "data/token_file.h"
 
 namespace trainer {
 

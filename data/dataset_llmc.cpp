@@ -3,7 +3,7 @@
 // truncation detectable, so the size must match it exactly.
 #include <stdexcept>
 
-#include "trainer/dataset_formats.h"
+#include "data/dataset_formats.h"
 
 namespace trainer {
 

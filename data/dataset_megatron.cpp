@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "trainer/dataset_formats.h"
+#include "data/dataset_formats.h"
 
 namespace trainer {
 

@@ -1,8 +1,8 @@
-#include "trainer/device_select.h"
+#include "runtime/device_select.h"
 
 #include <cstdio>
 
-#include "trainer/config.h"
+#include "config/config.h"
 
 #ifdef TRAINER_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -1,10 +1,10 @@
-#include "trainer/batch_sampler.h"
+#include "data/batch_sampler.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
-#include "trainer/dataset_blend.h"
+#include "data/dataset_blend.h"
 
 namespace trainer {
 

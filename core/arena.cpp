@@ -1,6 +1,6 @@
-#include "kernels/arena.h"
+#include "core/arena.h"
 
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 
 #include <cstdlib>
 #include <cstring>

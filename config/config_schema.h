@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace trainer {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "trainer/token_file.h"
+#include "data/token_file.h"
 
 namespace trainer {
 

@@ -1,4 +1,4 @@
-#include "trainer/distributed_run.h"
+#include "runtime/distributed_run.h"
 
 #include "comm/mesh.h"
 

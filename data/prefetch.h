@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainer/batch_sampler.h"
+#include "data/batch_sampler.h"
 
 namespace trainer {
 

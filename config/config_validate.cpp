@@ -4,9 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "trainer/config.h"
-#include "trainer/config_schema.h"
-#include "trainer/dataset_blend.h"
+#include "config/config.h"
+#include "config/config_schema.h"
+#include "data/dataset_blend.h"
 
 namespace trainer {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/token_file.h"
+#include "data/token_file.h"
 
 namespace trainer {
 

@@ -1,4 +1,4 @@
-#include "trainer/watchdog.h"
+#include "runtime/watchdog.h"
 
 #include <unistd.h>
 

@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "comm/process_group.h"
-#include "trainer/config.h"
-#include "trainer/engine.h"
-#include "trainer/watchdog.h"
+#include "config/config.h"
+#include "comm/launch.h"
+#include "runtime/watchdog.h"
 
 namespace trainer {
 

@@ -1,4 +1,4 @@
-#include "trainer/prefetch.h"
+#include "data/prefetch.h"
 
 #include <stdexcept>
 #include <string>

@@ -14,8 +14,8 @@
 #include <map>
 #include <sstream>
 
-#include "trainer/config.h"
-#include "trainer/config_schema.h"
+#include "config/config.h"
+#include "config/config_schema.h"
 
 namespace trainer {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer {
 

@@ -1,5 +1,5 @@
 // Tensor: a non-owning view {data, dtype, shape, device}. Memory belongs to an
-// Arena (kernels/arena.h) sized once at start-up from the memory plan, so a
+// Arena (core/arena.h) sized once at start-up from the memory plan, so a
 // Tensor can be copied freely and never frees anything.
 #pragma once
 

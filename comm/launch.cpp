@@ -1,7 +1,7 @@
 // Launcher detection. Every value that reaches LaunchInfo is checked here, at
 // start-up, with the variable named: a wrong rank found later shows up as a
 // hang in the first collective, which is far harder to trace back.
-#include "trainer/launch.h"
+#include "comm/launch.h"
 
 #include <charconv>
 #include <cstdint>

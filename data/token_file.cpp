@@ -1,4 +1,4 @@
-#include "trainer/token_file.h"
+#include "data/token_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "trainer/dataset_formats.h"
+#include "data/dataset_formats.h"
 
 namespace trainer {
 

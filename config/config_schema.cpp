@@ -1,4 +1,4 @@
-#include "trainer/config_schema.h"
+#include "config/config_schema.h"
 
 #include <yaml-cpp/yaml.h>
 

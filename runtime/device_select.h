@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace trainer {
 

@@ -1,4 +1,4 @@
-#include "kernels/device_memory.h"
+#include "core/device_memory.h"
 
 #include <algorithm>
 #include <cstdlib>

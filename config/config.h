@@ -88,7 +88,7 @@ struct OptimConfig {
 
 struct DataConfig {
   // Entries "PATH_OR_GLOB" or "WEIGHT PATH_OR_GLOB"; a path may be a raw .bin,
-  // an llm.c shard or a Megatron prefix/.bin/.idx (trainer/batch_sampler.h).
+  // an llm.c shard or a Megatron prefix/.bin/.idx (data/batch_sampler.h).
   std::vector<std::string> train;
   std::vector<std::string> valid;
   std::string dtype = "uint16";    // uint16 | uint32 (raw files only)

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <sstream>
 
-#include "trainer/config.h"
-#include "trainer/config_schema.h"
+#include "config/config.h"
+#include "config/config_schema.h"
 
 namespace trainer {
 

@@ -2,7 +2,7 @@
 // check is that the size is a whole number of them.
 #include <stdexcept>
 
-#include "trainer/dataset_formats.h"
+#include "data/dataset_formats.h"
 
 namespace trainer {
 
