@@ -1,4 +1,4 @@
-// Sharded checkpoint directories (DESIGN.md "Checkpoints"):
+// Sharded checkpoint directories (docs/ARCHITECTURE.md "Checkpoint life cycle"):
 //
 //   <root>/step_00001000/manifest.json      step, tokens, config, layout, RNG,
 //                                           every tensor's global shape, dtype,

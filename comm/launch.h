@@ -1,7 +1,7 @@
 // Who am I in this job? The binary is started by torchrun, OpenMPI's mpirun,
 // Slurm's srun or by hand, and each launcher describes the job in its own
 // environment variables. detect_launch turns them into one LaunchInfo so the
-// rest of the trainer never looks at the environment (DESIGN.md, "Launch").
+// rest of the trainer never looks at the environment (docs/ARCHITECTURE.md "Distributed runs").
 #pragma once
 
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// The rendezvous store (DESIGN.md "Launch"): a small TCP key-value store that
+// The rendezvous store (docs/ARCHITECTURE.md "Distributed runs"): a small TCP key-value store that
 // rank 0 serves at MASTER_ADDR:MASTER_PORT. Ranks use it to exchange NCCL
 // unique ids and Gloo addresses, to meet at barriers before a communicator
 // exists, and to publish heartbeats that the watchdog reads.

@@ -44,9 +44,6 @@ struct ModelConfig {
 
   // Resolved by resolve_config(); always valid after it.
   bool tied() const { return tie_embeddings == "true"; }
-  bool is_moe_layer(int layer) const {
-    return moe.num_experts > 0 && (layer + 1) % moe.every == 0;
-  }
 };
 
 struct ParallelConfig {

@@ -18,7 +18,8 @@ struct ModelDims {
   int64_t C = 0, V = 0, L = 0;
   int64_t Hq = 0, Hkv = 0, D = 0, F = 0;
   int64_t max_seq = 0;
-  int64_t E = 0, K = 0, Fm = 0, moe_every = 1;
+  int64_t E = 0, K = 0, Fm = 0, moe_every = 1;  // E: experts of the model (the router's width)
+  int64_t E_local = 0;     // experts whose weights this instance holds (expert parallelism; 0: E)
   int64_t capacity = 0;    // per expert rows, 0: dropless
   bool normalize_topk = true;
   float eps = 1e-5f, rope_theta = 10000.f;
@@ -26,8 +27,16 @@ struct ModelDims {
   // Storage type of weights, their gradients and activations (F32 on the CPU;
   // BF16/F16 under mixed precision on a GPU). Statistics stay F32.
   DType act = DType::F32;
+  // Pipeline stage: this instance holds layers [first_layer, first_layer + L)
+  // of a model of model_layers layers (0: L), the embedding when it is the
+  // first stage and the head when it is the last. One process: all of it.
+  int64_t first_layer = 0, model_layers = 0;
+  bool has_embedding = true, has_head = true;
   int64_t N() const { return B * T; }
-  bool moe_layer(int64_t i) const { return E > 0 && (i + 1) % moe_every == 0; }
+  int64_t layers_total() const { return model_layers > 0 ? model_layers : L; }
+  int64_t experts_here() const { return E_local > 0 ? E_local : E; }
+  // i counts this instance's layers; MoE placement follows the global index.
+  bool moe_layer(int64_t i) const { return E > 0 && (first_layer + i + 1) % moe_every == 0; }
 };
 
 ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType storage = DType::F32);

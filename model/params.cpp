@@ -7,70 +7,81 @@
 
 namespace trainer {
 
-const char* split_name(Split s) {
-  switch (s) {
-    case Split::Replicated: return "replicated";
-    case Split::Column: return "column";
-    case Split::Row: return "row";
-    case Split::Vocab: return "vocab";
-    case Split::Expert: return "expert";
-  }
-  return "?";
+bool ParamInfo::expert() const {
+  return std::find(cuts.begin(), cuts.end(), Cut::EP) != cuts.end();
 }
 
 std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
   std::vector<ParamInfo> out;
   const float std0 = float(init_std);
   // GPT-2's scaled init of the projections that write into the residual
-  // stream keeps its variance from growing with depth.
-  const float std_out = float(init_std / std::sqrt(2.0 * double(d.L)));
-  auto mat = [&](std::string name, std::vector<int64_t> shape, Split split, float sd) {
-    out.push_back({{std::move(name), std::move(shape), d.act}, split, Init::Normal, sd, true});
+  // stream keeps its variance from growing with depth (the whole model's).
+  const float std_out = float(init_std / std::sqrt(2.0 * double(d.layers_total())));
+  constexpr Cut N = Cut::None, TP = Cut::TP, EP = Cut::EP;
+  auto add = [&](std::string name, std::vector<int64_t> shape, std::vector<Cut> cuts, Init init, float sd,
+                 bool decay) {
+    ParamInfo p;
+    p.spec = {std::move(name), shape, d.act};
+    p.cuts = std::move(cuts);
+    p.global_shape = shape;
+    p.offset.assign(shape.size(), 0);
+    p.init = init;
+    p.init_std = sd;
+    p.decay = decay;
+    out.push_back(std::move(p));
   };
-  auto vec = [&](std::string name, int64_t n, Split split, Init init) {
-    out.push_back({{std::move(name), {n}, d.act}, split, init, 0.f, false});
+  auto mat = [&](std::string name, std::vector<int64_t> shape, std::vector<Cut> cuts, float sd) {
+    add(std::move(name), std::move(shape), std::move(cuts), Init::Normal, sd, true);
   };
+  auto vec = [&](std::string name, int64_t n, Cut cut, Init init) { add(std::move(name), {n}, {cut}, init, 0.f, false); };
   auto norm = [&](const std::string& prefix) {
-    vec(prefix + ".weight", d.C, Split::Replicated, Init::Ones);
-    if (!d.llama) vec(prefix + ".bias", d.C, Split::Replicated, Init::Zeros);
+    vec(prefix + ".weight", d.C, N, Init::Ones);
+    if (!d.llama) vec(prefix + ".bias", d.C, N, Init::Zeros);
   };
   const int64_t q_dim = d.Hq * d.D, kv_dim = d.Hkv * d.D;
 
-  mat("tok_embed.weight", {d.V, d.C}, Split::Vocab, std0);
-  if (!d.llama) mat("pos_embed.weight", {d.max_seq, d.C}, Split::Replicated, std0);
+  if (d.has_embedding) {
+    mat("tok_embed.weight", {d.V, d.C}, {TP, N}, std0);
+    if (!d.llama) mat("pos_embed.weight", {d.max_seq, d.C}, {N, N}, std0);
+  }
   for (int64_t i = 0; i < d.L; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
+    const std::string p = "layers." + std::to_string(d.first_layer + i) + ".";
     norm(p + "attn_norm");
     for (auto [nm, rows] : {std::pair{"wq", q_dim}, {"wk", kv_dim}, {"wv", kv_dim}}) {
-      mat(p + "attn." + nm + ".weight", {rows, d.C}, Split::Column, std0);
-      if (!d.llama) vec(p + "attn." + nm + ".bias", rows, Split::Column, Init::Zeros);
+      mat(p + "attn." + nm + ".weight", {rows, d.C}, {TP, N}, std0);
+      if (!d.llama) vec(p + "attn." + nm + ".bias", rows, TP, Init::Zeros);
     }
-    mat(p + "attn.wo.weight", {d.C, q_dim}, Split::Row, std_out);
-    if (!d.llama) vec(p + "attn.wo.bias", d.C, Split::Replicated, Init::Zeros);
+    mat(p + "attn.wo.weight", {d.C, q_dim}, {N, TP}, std_out);
+    if (!d.llama) vec(p + "attn.wo.bias", d.C, N, Init::Zeros);
     norm(p + "mlp_norm");
     if (d.moe_layer(i)) {
-      mat(p + "moe.router.weight", {d.E, d.C}, Split::Replicated, std0);
+      mat(p + "moe.router.weight", {d.E, d.C}, {N, N}, std0);
       if (d.llama) {
-        mat(p + "moe.w_gate", {d.E, d.Fm, d.C}, Split::Expert, std0);
-        mat(p + "moe.w_up", {d.E, d.Fm, d.C}, Split::Expert, std0);
-        mat(p + "moe.w_down", {d.E, d.C, d.Fm}, Split::Expert, std_out);
+        mat(p + "moe.w_gate", {d.experts_here(), d.Fm, d.C}, {EP, TP, N}, std0);
+        mat(p + "moe.w_up", {d.experts_here(), d.Fm, d.C}, {EP, TP, N}, std0);
+        mat(p + "moe.w_down", {d.experts_here(), d.C, d.Fm}, {EP, N, TP}, std_out);
       } else {
-        mat(p + "moe.w_fc", {d.E, d.Fm, d.C}, Split::Expert, std0);
-        mat(p + "moe.w_proj", {d.E, d.C, d.Fm}, Split::Expert, std_out);
+        mat(p + "moe.w_fc", {d.experts_here(), d.Fm, d.C}, {EP, TP, N}, std0);
+        mat(p + "moe.w_proj", {d.experts_here(), d.C, d.Fm}, {EP, N, TP}, std_out);
       }
     } else if (d.llama) {
-      mat(p + "mlp.w_gate.weight", {d.F, d.C}, Split::Column, std0);
-      mat(p + "mlp.w_up.weight", {d.F, d.C}, Split::Column, std0);
-      mat(p + "mlp.w_down.weight", {d.C, d.F}, Split::Row, std_out);
+      mat(p + "mlp.w_gate.weight", {d.F, d.C}, {TP, N}, std0);
+      mat(p + "mlp.w_up.weight", {d.F, d.C}, {TP, N}, std0);
+      mat(p + "mlp.w_down.weight", {d.C, d.F}, {N, TP}, std_out);
     } else {
-      mat(p + "mlp.w_fc.weight", {d.F, d.C}, Split::Column, std0);
-      vec(p + "mlp.w_fc.bias", d.F, Split::Column, Init::Zeros);
-      mat(p + "mlp.w_proj.weight", {d.C, d.F}, Split::Row, std_out);
-      vec(p + "mlp.w_proj.bias", d.C, Split::Replicated, Init::Zeros);
+      mat(p + "mlp.w_fc.weight", {d.F, d.C}, {TP, N}, std0);
+      vec(p + "mlp.w_fc.bias", d.F, TP, Init::Zeros);
+      mat(p + "mlp.w_proj.weight", {d.C, d.F}, {N, TP}, std_out);
+      vec(p + "mlp.w_proj.bias", d.C, N, Init::Zeros);
     }
   }
-  norm("final_norm");
-  if (!d.tied) mat("lm_head.weight", {d.V, d.C}, Split::Vocab, std0);
+  if (d.has_head) {
+    norm("final_norm");
+    if (!d.tied)
+      mat("lm_head.weight", {d.V, d.C}, {TP, N}, std0);
+    else if (!d.has_embedding)  // the last pipeline stage keeps its own copy of the tied table
+      mat("tok_embed.weight", {d.V, d.C}, {TP, N}, std0);
+  }
   return out;
 }
 
@@ -96,7 +107,7 @@ std::vector<std::pair<std::string, Tensor*>> slot_table(const ModelDims& d, Weig
   t.emplace_back("pos_embed.weight", &w.pos_embed);
   w.layers.resize(size_t(d.L));
   for (int64_t i = 0; i < d.L; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
+    const std::string p = "layers." + std::to_string(d.first_layer + i) + ".";
     LayerWeights& l = w.layers[size_t(i)];
     for (auto [name, slot] : std::initializer_list<std::pair<const char*, Tensor*>>{
              {"attn_norm.weight", &l.attn_norm_w}, {"attn_norm.bias", &l.attn_norm_b},
@@ -146,12 +157,6 @@ Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
 }
 
 namespace {
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 uint64_t hash_name(const std::string& s) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and runs
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -159,22 +164,72 @@ uint64_t hash_name(const std::string& s) {
 }
 }  // namespace
 
+namespace {
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+
+// Draw k of the stream that starts at s0: SplitMix64 is a counter-based
+// generator, so any draw is computed directly.
+uint64_t draw(uint64_t s0, uint64_t k) {
+  uint64_t z = s0 + (k + 1) * kGamma;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Elements 2j and 2j+1 of the global tensor: Box-Muller on 53-bit uniforms
+// from draws 2j and 2j+1.
+void normal_pair(uint64_t s0, uint64_t j, double& a, double& b) {
+  const double u1 = (double(draw(s0, 2 * j) >> 11) + 1.0) * 0x1.0p-53;
+  const double u2 = double(draw(s0, 2 * j + 1) >> 11) * 0x1.0p-53;
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  a = r * std::cos(2 * M_PI * u2);
+  b = r * std::sin(2 * M_PI * u2);
+}
+}  // namespace
+
+void initial_values(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t count, float* out) {
+  if (count <= 0) return;
+  if (p.init != Init::Normal) {
+    std::fill(out, out + count, p.init == Init::Ones ? 1.f : 0.f);
+    return;
+  }
+  const auto& shape = p.spec.shape;
+  const size_t nd = shape.size();
+  if (p.global_shape.size() != nd || p.offset.size() != nd)
+    throw std::logic_error("initial_values: '" + p.spec.name + "' has no global placement");
+  const uint64_t s0 = seed ^ hash_name(p.spec.name);
+  const int64_t row = nd ? shape[nd - 1] : 1;  // contiguous run in both the slice and the global tensor
+  const int64_t first_row = begin / row, last_row = (begin + count - 1) / row;
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+  for (int64_t r = first_row; r <= last_row; ++r) {
+    // Global flat index of this row's first element.
+    int64_t g = 0, rest = r;
+    std::vector<int64_t> idx(nd, 0);
+    for (size_t k = nd - 1; k-- > 0;) {
+      idx[k] = rest % shape[k];
+      rest /= shape[k];
+    }
+    for (size_t k = 0; k < nd; ++k) g = g * p.global_shape[k] + p.offset[k] + (k + 1 < nd ? idx[k] : 0);
+    const int64_t lo = std::max(begin, r * row), hi = std::min(begin + count, (r + 1) * row);
+    for (int64_t j = lo; j < hi;) {
+      const int64_t gj = g + (j - r * row);
+      double a, b;
+      normal_pair(s0, uint64_t(gj >> 1), a, b);
+      if ((gj & 1) == 0) {
+        out[j - begin] = float(a * p.init_std);
+        if (j + 1 < hi) out[j + 1 - begin] = float(b * p.init_std);
+        j += 2;
+      } else {
+        out[j - begin] = float(b * p.init_std);
+        j += 1;
+      }
+    }
+  }
+}
+
 std::vector<float> initial_values(const ParamInfo& p, uint64_t seed) {
   std::vector<float> x(size_t(p.spec.numel()));
-  if (p.init != Init::Normal) {
-    std::fill(x.begin(), x.end(), p.init == Init::Ones ? 1.f : 0.f);
-    return x;
-  }
-  uint64_t state = seed ^ hash_name(p.spec.name);
-  const size_t n = x.size();
-  // Box-Muller on 53-bit uniforms; two normals per pair of draws.
-  for (size_t j = 0; j < n; j += 2) {
-    double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
-    double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
-    double r = std::sqrt(-2.0 * std::log(u1));
-    x[j] = float(r * std::cos(2 * M_PI * u2) * p.init_std);
-    if (j + 1 < n) x[j + 1] = float(r * std::sin(2 * M_PI * u2) * p.init_std);
-  }
+  initial_values(p, seed, 0, int64_t(x.size()), x.data());
   return x;
 }
 

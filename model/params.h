@@ -13,23 +13,30 @@
 
 namespace trainer {
 
-// How tensor parallelism cuts a parameter: Column splits dim 0 (output rows:
-// wq/wk/wv, gate/up, fc), Row splits the input dim (wo, down, proj), Vocab
-// splits dim 0 of embeddings and the head, Expert splits dim 0 of stacked
-// expert weights across the expert-parallel group.
-enum class Split { Replicated, Column, Row, Vocab, Expert };
-const char* split_name(Split s);
+// Which mesh axis cuts one dimension of a parameter: TP splits the output
+// rows of column-parallel weights (wq/wk/wv, gate/up, fc, and their biases),
+// the input columns of row-parallel ones (wo, down, proj) and the vocabulary
+// rows of the embedding and the head; EP splits the stacked experts, inside
+// which TP cuts as in a dense FFN. Everything else is whole on every rank.
+enum class Cut : uint8_t { None, TP, EP };
 
 enum class Init { Normal, Ones, Zeros };
 
 struct ParamInfo {
-  TensorSpec spec;
-  Split split = Split::Replicated;
+  TensorSpec spec;                    // this instance's slice (local shape)
+  std::vector<Cut> cuts;              // per dimension
+  // Where the slice sits in the global tensor (model/sharding.h fills these;
+  // parameter_list leaves global = local, offset 0).
+  std::vector<int64_t> global_shape, offset;
   Init init = Init::Normal;
   float init_std = 0.f;
   bool decay = true;     // norms and biases are exempt
+  bool expert() const;   // cut along EP: reduced over the expert-data-parallel group
 };
 
+// The parameters of a model instance of dims `d` (for a pipeline stage: its
+// layers, the embedding on the first stage, the head on the last, and a copy
+// of a tied embedding there), in unit order (model/units.h).
 std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std);
 std::vector<TensorSpec> specs_of(const std::vector<ParamInfo>& params);
 int64_t parameter_count(const std::vector<ParamInfo>& params);
@@ -66,9 +73,13 @@ Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
 std::vector<std::vector<Tensor*>> weight_slots(const ModelDims& d, const std::vector<ParamInfo>& params,
                                                Weights& w);
 
-// Deterministic init: each tensor draws from a stream seeded by (seed, name),
-// so the values do not depend on the device, the dtype or the layout.
-std::vector<float> initial_values(const ParamInfo& p, uint64_t seed);
+// Deterministic init: element i (row-major in the GLOBAL tensor) of a
+// parameter is a pure function of (seed, name, i) (a counter-based
+// SplitMix64 stream and Box-Muller), so any slice of any layout equals the
+// same slice of the one-process tensor, on any device and dtype.
+// Elements [begin, begin + count) of p's local slice (row-major in it):
+void initial_values(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t count, float* out);
+std::vector<float> initial_values(const ParamInfo& p, uint64_t seed);  // the whole local slice
 // Host F32 tensors only (tests, CPU runs); the engine uploads initial_values.
 void init_parameters(const std::vector<ParamInfo>& params, const std::vector<Tensor>& tensors,
                      uint64_t seed);

@@ -38,9 +38,16 @@ std::vector<Tensor> carve(Arena* arena, const std::vector<ParamInfo>& params,
 }  // namespace
 
 void build_model(Model& m, const ModelDims& d, double init_std, Device device, const ModelStorage& storage) {
+  build_model(m, single_plan(d, init_std), device, storage);
+}
+
+void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelStorage& storage) {
+  const ModelDims& d = plan.local;
   m.dims = d;
-  m.params = parameter_list(d, init_std);
-  const auto units = unit_layout(d, m.params, storage.shards);
+  m.params = plan.params;
+  m.units = plan.units;
+  m.unit_index = unit_index(d, m.units);
+  const auto& units = m.units;
   const size_t full = units_total_bytes(units);
   m.param_arena = storage.full_params ? Arena("parameters", full, device) : Arena();
   m.grad_arena = storage.full_grads ? Arena("gradients", full, device) : Arena();
@@ -68,12 +75,14 @@ ForwardResult model_forward(Model& m, float ce_grad_scale) {
   ForwardResult r;
   UnitHooks* h = m.hooks;
   Tensor x0 = a.layers.empty() ? a.x_final : a.layers[0].x_in;
-  if (h) h->forward_begin(m, embedding_unit());
+  const UnitIndex& ux = m.unit_index;
+  if (h && ux.embedding >= 0) h->forward_begin(m, ux.embedding);
   ops::embedding_forward(x0, a.ids, m.w.tok_embed, false);
   if (!d.llama) ops::embedding_forward(x0, a.pos_ids, m.w.pos_embed, true);
   for (int64_t i = 0; i < d.L; ++i) {
     LayerActs& la = a.layers[i];
-    if (h) h->forward_begin(m, layer_unit(i));
+    if (h)
+      for (int u : ux.layers[size_t(i)]) h->forward_begin(m, u);
     const LayerWeights& lw = m.w.layers[i];
     Tensor x_out = i + 1 < d.L ? a.layers[i + 1].x_in : a.x_final;
     attention_block_forward(d, lw, la, la.x_mid);
@@ -84,7 +93,7 @@ ForwardResult model_forward(Model& m, float ce_grad_scale) {
       mlp_block_forward(d, lw, la, x_out);
     }
   }
-  if (h) h->forward_begin(m, head_unit(d));
+  if (h && ux.head >= 0) h->forward_begin(m, ux.head);
   norm_forward(d, a.hf, a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
   ops::linear_forward(a.logits, a.hf, m.w.lm_head, {});
   ops::cross_entropy_forward_backward(a.losses, ce_grad_scale > 0 ? a.logits : Tensor{}, a.logits,
@@ -98,27 +107,30 @@ void model_backward(Model& m, float aux_grad) {
   Activations& a = m.acts;
   GradScratch& g = m.g;
   UnitHooks* h = m.hooks;
+  const UnitIndex& ux = m.unit_index;
   // a.logits holds d loss / d logits (written by the fused cross-entropy).
-  if (h) h->backward_begin(m, head_unit(d));
+  if (h && ux.head >= 0) h->backward_begin(m, ux.head);
   ops::linear_backward(g.dh, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
   ops::fill(g.dres, 0.f);
   norm_backward(d, g.dres, m.gw.final_norm_w, m.gw.final_norm_b, g.dh, a.x_final,
                 m.w.final_norm_w, a.meanf, a.rstdf);
-  if (h) h->backward_end(m, head_unit(d));
+  if (h && ux.head >= 0) h->backward_end(m, ux.head);
   for (int64_t i = d.L - 1; i >= 0; --i) {
     const LayerActs& la = a.layers[i];
-    if (h) h->backward_begin(m, layer_unit(i));
+    if (h)
+      for (int u : ux.layers[size_t(i)]) h->backward_begin(m, u);
     if (d.moe_layer(i))
       moe_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g, aux_grad);
     else
       mlp_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g);
     attention_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g);
-    if (h) h->backward_end(m, layer_unit(i));
+    if (h)
+      for (int u : ux.layers[size_t(i)]) h->backward_end(m, u);
   }
-  if (h) h->backward_begin(m, embedding_unit());
+  if (h && ux.embedding >= 0) h->backward_begin(m, ux.embedding);
   ops::embedding_backward(m.gw.tok_embed, a.ids, g.dres);
   if (!d.llama) ops::embedding_backward(m.gw.pos_embed, a.pos_ids, g.dres);
-  if (h) h->backward_end(m, embedding_unit());
+  if (h && ux.embedding >= 0) h->backward_end(m, ux.embedding);
 }
 
 void zero_grads(Model& m) {

@@ -9,14 +9,18 @@
 #include "model/activations.h"
 #include "model/dims.h"
 #include "model/params.h"
+#include "model/sharding.h"
+#include "model/units.h"
 
 namespace trainer {
 
 class UnitHooks;
 
 struct Model {
-  ModelDims dims;
-  std::vector<ParamInfo> params;
+  ModelDims dims;                    // this rank's (local) sizes
+  std::vector<ParamInfo> params;     // this rank's slices, in unit order
+  std::vector<UnitLayout> units;     // from the sharding plan
+  UnitIndex unit_index;
   Arena param_arena, grad_arena, act_arena, scratch_arena;
   std::vector<Tensor> param_tensors, grad_tensors;
   Weights w, gw;
@@ -41,16 +45,18 @@ class UnitHooks {
 };
 
 // Where parameters and gradients live. The default is a full replica: both
-// arenas hold every tensor. ZeRO-2/3 keep only shards and bind m.w / m.gw
-// unit by unit through hooks, so the arenas they do not own stay empty and
-// the tensors unbound (data == nullptr) until then. `shards` pads each unit
-// (model/units.h) so that the arenas split evenly across data-parallel ranks.
+// arenas hold every tensor (units padded as the plan says). ZeRO-2/3 keep
+// only shards and bind m.w / m.gw unit by unit through hooks, so the arenas
+// they do not own stay empty and the tensors unbound (data == nullptr) until
+// then.
 struct ModelStorage {
-  int shards = 1;
   bool full_params = true;
   bool full_grads = true;
 };
 
+// The model as the sharding plan lays it out for this rank.
+void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelStorage& storage = {});
+// One process, no parallelism (tests, tools): the plan of a single replica.
 void build_model(Model& m, const ModelDims& d, double init_std, Device device, const ModelStorage& storage = {});
 
 struct ForwardResult {

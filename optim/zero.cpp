@@ -27,11 +27,18 @@ std::vector<size_t> slot_bytes(const std::vector<UnitLayout>& units) {
   return b;
 }
 
+// A slot's staging buffer holds one shard of whatever unit uses the slot.
+int min_shards(const std::vector<UnitLayout>& units) {
+  int s = units.empty() ? 1 : units.front().shards;
+  for (const auto& u : units) s = std::min(s, u.shards);
+  return s;
+}
+
 // Bytes of the gradient (and, at stage 3, weight) unit pools.
-size_t pool_bytes(const std::vector<UnitLayout>& units, int dp, bool weights) {
+size_t pool_bytes(const std::vector<UnitLayout>& units, bool weights) {
   size_t total = 0;
   for (size_t b : slot_bytes(units))
-    total += arena_round(b) + arena_round(b / size_t(dp)) + (weights ? arena_round(b) : 0);
+    total += arena_round(b) + arena_round(b / size_t(min_shards(units))) + (weights ? arena_round(b) : 0);
   return total;
 }
 
@@ -40,44 +47,52 @@ int moment_count(bool mixed) { return mixed ? 3 : 2; }
 void* base_of(const Arena& a) { return a.capacity() ? a.flat_f32().data : nullptr; }
 }  // namespace
 
-ModelStorage zero_model_storage(int stage, int dp) {
+ModelStorage zero_model_storage(int stage) {
   ModelStorage s;
-  s.shards = dp;
   s.full_params = stage < 3;
   s.full_grads = stage < 2;
   return s;
 }
 
-ZeroBytes zero_bytes(const ModelDims& d, const std::vector<ParamInfo>& params, int stage, int dp) {
-  const auto units = unit_layout(d, params, dp);
-  const size_t elem = dtype_size(d.act);
+ZeroBytes zero_bytes(const ShardingPlan& plan, int stage) {
+  const auto& units = plan.units;
+  const size_t elem = dtype_size(plan.local.act);
   const size_t full = units_total_bytes(units);
-  const size_t shard = size_t(shard_offsets(units, elem, dp).back()) * elem;
-  const int nm = moment_count(needs_master_weights(params));
+  const size_t shard = size_t(shard_offsets(units, elem).back()) * elem;
+  const int nm = moment_count(needs_master_weights(plan.params));
   ZeroBytes b;
-  const size_t wpool = pool_bytes(units, dp, true) - pool_bytes(units, dp, false);
+  const size_t wpool = pool_bytes(units, true) - pool_bytes(units, false);
   b.params = stage < 3 ? full : shard + wpool;
-  b.grads = stage < 2 ? full : shard + pool_bytes(units, dp, false);
+  b.grads = stage < 2 ? full : shard + pool_bytes(units, false);
   b.optimizer = arena_round(size_t(nm) * 4 * (stage == 0 ? full / elem : shard / elem));
   return b;
 }
 
-ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator& host, const AdamWConfig& cfg)
-    : m_(m), stage_(stage), dp_(dp.size()), rank_(dp.rank()), comm_(dp), host_(host), cfg_(cfg) {
+ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dense, Communicator& expert, Communicator& host,
+                             const AdamWConfig& cfg)
+    : m_(m), stage_(stage), dense_(dense), expert_(expert), host_(host), cfg_(cfg) {
   if (stage < 0 || stage > 3) throw std::invalid_argument("parallel.zero_stage must be 0, 1, 2 or 3");
-  if (host.size() != dp_ || host.rank() != rank_)
+  if (host.size() != dense.size() || host.rank() != dense.rank())
     throw std::logic_error("ZeroOptimizer: the host group must be the data-parallel group");
   const Device dev = m.act_arena.device();
   elem_ = dtype_size(m.dims.act);
   mixed_ = needs_master_weights(m.params);
-  units_ = unit_layout(m.dims, m.params, dp_);
-  shard_off_ = shard_offsets(units_, elem_, dp_);
+  units_ = m.units;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Communicator& c = comm(int(u));
+    if (c.size() != units_[u].shards)
+      throw std::logic_error("ZeroOptimizer: unit " + std::to_string(u) + " is laid out for " +
+                             std::to_string(units_[u].shards) + " shards, its " +
+                             grad_group_name(units_[u].group) + " communicator has " + std::to_string(c.size()) +
+                             " ranks");
+    urank_.push_back(c.rank());
+  }
+  shard_off_ = shard_offsets(units_, elem_);
   if ((stage < 3) != (m.param_arena.capacity() == units_total_bytes(units_)) ||
       (stage < 2) != (m.grad_arena.capacity() == units_total_bytes(units_)))
-    throw std::logic_error("ZeroOptimizer: model not built with zero_model_storage(" + std::to_string(stage) + ", " +
-                           std::to_string(dp_) + ")");
-  save_pieces_ = shard_pieces(units_, m.params, elem_, dp_, rank_);
-  opt_pieces_ = stage == 0 ? shard_pieces(units_, m.params, elem_, 1, 0) : save_pieces_;
+    throw std::logic_error("ZeroOptimizer: model not built with zero_model_storage(" + std::to_string(stage) + ")");
+  save_pieces_ = shard_pieces(units_, m.params, elem_, urank_);
+  opt_pieces_ = stage == 0 ? all_pieces(units_, m.params, elem_) : save_pieces_;
   opt_elems_ = stage == 0 ? int64_t(units_total_bytes(units_) / elem_) : shard_off_.back();
   opt_arena_ = Arena("optimizer state", size_t(moment_count(mixed_)) * 4 * size_t(opt_elems_), dev);
 
@@ -85,14 +100,14 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator
   if (stage >= 3) param_shard_ = Arena("parameter shard", shard_bytes, dev);
   if (stage >= 2) grad_shard_ = Arena("gradient shard", shard_bytes, dev);
   if (stage >= 2) {
-    pool_arena_ = Arena("unit buffers", pool_bytes(units_, dp_, stage >= 3), dev);
+    pool_arena_ = Arena("unit buffers", pool_bytes(units_, stage >= 3), dev);
     auto carve = [&](const char* what, size_t bytes) {
       return pool_arena_.alloc({what, {std::max<int64_t>(int64_t(bytes / elem_), 1)}, m.dims.act});
     };
     for (size_t b : slot_bytes(units_)) {
       Slot g;
       g.buf = carve("grad unit", b);
-      g.staging = carve("grad staging", b / size_t(dp_));
+      g.staging = carve("grad staging", b / size_t(min_shards(units_)));
       gslots_.push_back(std::move(g));
       if (stage >= 3) {
         Slot w;
@@ -103,6 +118,10 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator
   }
   w_slots_ = weight_slots(m.dims, m.params, m.w);
   g_slots_ = weight_slots(m.dims, m.params, m.gw);
+}
+
+Communicator& ZeroOptimizer::comm(int unit) const {
+  return units_[size_t(unit)].group == GradGroup::Edp ? expert_ : dense_;
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -121,7 +140,7 @@ Tensor ZeroOptimizer::flat(void* base, DType t, int64_t offset, int64_t count) c
 int64_t ZeroOptimizer::opt_index(const ZeroPiece& p) const {
   const UnitLayout& u = units_[size_t(p.unit)];
   if (stage_ == 0) return int64_t(u.offset / elem_) + p.unit_elem;
-  return shard_off_[size_t(p.unit)] + p.unit_elem - int64_t(rank_) * shard_elems(u, elem_, dp_);
+  return shard_off_[size_t(p.unit)] + p.unit_elem - int64_t(urank_[size_t(p.unit)]) * shard_elems(u, elem_);
 }
 
 Tensor ZeroOptimizer::weight_view(const ZeroPiece& p) const {
@@ -151,12 +170,12 @@ Tensor ZeroOptimizer::unit_range(const Arena& a, int unit) const {
 
 Tensor ZeroOptimizer::own_shard(const Arena& a, int unit) const {
   const UnitLayout& u = units_[size_t(unit)];
-  const int64_t s = shard_elems(u, elem_, dp_);
-  return flat(base_of(a), m_.dims.act, int64_t(u.offset / elem_) + rank_ * s, s);
+  const int64_t s = shard_elems(u, elem_);
+  return flat(base_of(a), m_.dims.act, int64_t(u.offset / elem_) + urank_[size_t(unit)] * s, s);
 }
 
 Tensor ZeroOptimizer::shard_of(const Arena& a, int unit) const {
-  return flat(base_of(a), m_.dims.act, shard_off_[size_t(unit)], shard_elems(units_[size_t(unit)], elem_, dp_));
+  return flat(base_of(a), m_.dims.act, shard_off_[size_t(unit)], shard_elems(units_[size_t(unit)], elem_));
 }
 
 void ZeroOptimizer::bind(std::vector<std::vector<Tensor*>>& slots, int unit, void* base) {
@@ -169,21 +188,16 @@ void ZeroOptimizer::bind(std::vector<std::vector<Tensor*>>& slots, int unit, voi
 }
 
 void ZeroOptimizer::gather_all_units() {
-  if (dp_ == 1 || stage_ == 0 || stage_ == 3) return;
+  if (stage_ == 0 || stage_ == 3) return;
   std::vector<std::unique_ptr<Work>> works;
   for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].bytes) works.push_back(comm_.all_gather_async(unit_range(m_.param_arena, int(u)),
-                                                                own_shard(m_.param_arena, int(u))));
+    if (units_[u].bytes && shards(int(u)) > 1)
+      works.push_back(comm(int(u)).all_gather_async(unit_range(m_.param_arena, int(u)), own_shard(m_.param_arena, int(u))));
   for (auto& w : works) w->wait();
 }
 
 void ZeroOptimizer::drop_gathered() {
-  for (Slot& s : wslots_) {
-    if (s.pending) s.pending->wait();
-    s.pending.reset();
-    if (s.unit >= 0) bind(w_slots_, s.unit, nullptr);
-    s.unit = -1;
-  }
+  for (Slot& s : wslots_) release(s);
 }
 
 void ZeroOptimizer::load(const PieceReader& read, bool moments) {
@@ -215,15 +229,20 @@ void ZeroOptimizer::begin_step() {
   }
 }
 
+// The units that must be resident together with `unit`: a layer's dense
+// parameters and its experts, the head and a tied embedding.
 std::vector<int> ZeroOptimizer::units_for(int unit) const {
-  if (unit == head_unit(m_.dims) && m_.dims.tied) return {unit, embedding_unit()};
+  const UnitLayout& u = units_[size_t(unit)];
+  if (u.kind == UnitKind::Layer || u.kind == UnitKind::Experts) return m_.unit_index.layers[size_t(u.layer)];
+  const int embedding = m_.unit_index.embedding;
+  if (u.kind == UnitKind::Head && m_.dims.tied && embedding >= 0) return {unit, embedding};
   return {unit};
 }
 
 // The smallest buffer that holds `unit` and is not pinned: a free one if
 // there is, else the least recently used (its prefetch, if any, is waited
 // for and wasted). Slots are ordered largest first.
-ZeroOptimizer::Slot& ZeroOptimizer::take_slot(std::vector<Slot>& pool, int unit, const std::vector<int>& pinned) {
+ZeroOptimizer::Slot* ZeroOptimizer::take_slot(std::vector<Slot>& pool, int unit, const std::vector<int>& pinned) {
   const size_t need = units_[size_t(unit)].bytes;
   Slot* best = nullptr;
   for (Slot& s : pool) {
@@ -234,55 +253,80 @@ ZeroOptimizer::Slot& ZeroOptimizer::take_slot(std::vector<Slot>& pool, int unit,
       best = &s;
     }
   }
-  if (!best) throw std::logic_error("ZeRO-3: no weight buffer is free for unit " + std::to_string(unit));
-  if (best->pending) best->pending->wait();
-  best->pending.reset();
-  if (best->unit >= 0) bind(w_slots_, best->unit, nullptr);
-  best->unit = -1;
-  return *best;
+  if (!best) return nullptr;
+  release(*best);
+  return best;
 }
 
-ZeroOptimizer::Slot& ZeroOptimizer::weights_resident(int unit, const std::vector<int>& pinned) {
+void ZeroOptimizer::release(Slot& s) {
+  if (s.pending) s.pending->wait();
+  s.pending.reset();
+  if (s.unit >= 0) bind(w_slots_, s.unit, nullptr);
+  s.unit = -1;
+}
+
+// Largest first: the i-th largest unit of a set always fits the i-th
+// largest buffer. A unit placed earlier (a prefetch) may sit in a buffer
+// that a larger one of the set needs; then the set is placed afresh.
+void ZeroOptimizer::make_resident(std::vector<int> need) {
+  std::sort(need.begin(), need.end(), [&](int a, int b) { return units_[size_t(a)].bytes > units_[size_t(b)].bytes; });
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool ok = true;
+    for (int u : need) ok = ok && weights_resident(u, need);
+    if (ok) return;
+    for (Slot& s : wslots_)
+      if (std::find(need.begin(), need.end(), s.unit) != need.end()) release(s);
+  }
+  throw std::logic_error("ZeRO-3: the weight buffers cannot hold unit " + std::to_string(need.front()) +
+                         " and the units it is used with");
+}
+
+bool ZeroOptimizer::weights_resident(int unit, const std::vector<int>& pinned) {
   for (Slot& s : wslots_)
     if (s.unit == unit) {
       if (s.pending) s.pending->wait();
       s.pending.reset();
       s.used = ++clock_;
       bind(w_slots_, unit, s.buf.data);
-      return s;
+      return true;
     }
-  Slot& s = take_slot(wslots_, unit, pinned);
+  Slot* slot = take_slot(wslots_, unit, pinned);
+  if (!slot) return false;
+  Slot& s = *slot;
   s.unit = unit;
   s.used = ++clock_;
   const UnitLayout& u = units_[size_t(unit)];
-  if (u.bytes) comm_.all_gather(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)), shard_of(param_shard_, unit));
+  if (u.bytes) comm(unit).all_gather(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)), shard_of(param_shard_, unit));
   bind(w_slots_, unit, s.buf.data);
-  return s;
+  return true;
 }
 
+// Best effort: without a free buffer the unit is gathered when it is used.
 void ZeroOptimizer::prefetch_weights(int unit, const std::vector<int>& pinned) {
   for (const Slot& s : wslots_)
     if (s.unit == unit) return;
-  Slot& s = take_slot(wslots_, unit, pinned);
+  Slot* slot = take_slot(wslots_, unit, pinned);
+  if (!slot) return;
+  Slot& s = *slot;
   s.unit = unit;
   s.used = ++clock_;
   const UnitLayout& u = units_[size_t(unit)];
   if (u.bytes)
-    s.pending = comm_.all_gather_async(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)),
-                                       shard_of(param_shard_, unit));
+    s.pending = comm(unit).all_gather_async(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)),
+                                            shard_of(param_shard_, unit));
 }
 
 void ZeroOptimizer::forward_begin(Model&, int unit) {
   if (stage_ < 3) return;
   const std::vector<int> need = units_for(unit);
-  for (int u : need) weights_resident(u, need);
-  if (unit < head_unit(m_.dims)) prefetch_weights(unit + 1, need);
+  make_resident(need);
+  if (unit + 1 < int(units_.size())) prefetch_weights(unit + 1, need);
 }
 
 void ZeroOptimizer::backward_begin(Model&, int unit) {
   const std::vector<int> need = units_for(unit);
   if (stage_ >= 3) {
-    for (int u : need) weights_resident(u, need);
+    make_resident(need);
     if (unit > 0) prefetch_weights(unit - 1, need);
   }
   if (stage_ >= 2)
@@ -294,12 +338,12 @@ void ZeroOptimizer::backward_end(Model&, int unit) {
     close_grads(unit);
     return;
   }
-  if (dp_ == 1 || !last_micro_ || units_[size_t(unit)].bytes == 0) return;
+  if (shards(unit) == 1 || !last_micro_ || units_[size_t(unit)].bytes == 0) return;
   // Gradient accumulation synchronises only on the last micro-batch.
   if (stage_ == 0)
-    pending_.push_back(comm_.all_reduce_async(unit_range(m_.grad_arena, unit)));
+    pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));
   else
-    pending_.push_back(comm_.reduce_scatter_async(own_shard(m_.grad_arena, unit), unit_range(m_.grad_arena, unit)));
+    pending_.push_back(comm(unit).reduce_scatter_async(own_shard(m_.grad_arena, unit), unit_range(m_.grad_arena, unit)));
 }
 
 void ZeroOptimizer::land(Slot& s) {
@@ -341,9 +385,9 @@ void ZeroOptimizer::close_grads(int unit) {
         s.unit = -1;
         return;
       }
-      const int64_t se = shard_elems(u, elem_, dp_);
-      s.pending = comm_.reduce_scatter_async(flat(s.staging.data, m_.dims.act, 0, se),
-                                             flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
+      const int64_t se = shard_elems(u, elem_);
+      s.pending = comm(unit).reduce_scatter_async(flat(s.staging.data, m_.dims.act, 0, se),
+                                                  flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
       return;
     }
   throw std::logic_error("ZeRO: gradients of unit " + std::to_string(unit) + " closed but never opened");
@@ -362,7 +406,7 @@ void ZeroOptimizer::finish_backward() {
 double ZeroOptimizer::grad_sum_squares() {
   double s = 0;
   for (const ZeroPiece& p : opt_pieces_) s += ops::sum_squares(grad_view(p));
-  if (stage_ > 0 && dp_ > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
+  if (stage_ > 0 && host_.size() > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
   return s;
 }
 
@@ -390,7 +434,7 @@ std::vector<std::vector<float>> ZeroOptimizer::gather_fp32_weights() {
   for (size_t i = 0; i < m_.params.size(); ++i) off[i + 1] = off[i] + m_.params[i].spec.numel();
   std::vector<float> all(size_t(off.back()), 0.f);
   for (const ZeroPiece& p : save_pieces_) read_to_host(fp32_weight(p), all.data() + off[size_t(p.param)] + p.begin);
-  if (dp_ > 1) host_.all_reduce(Tensor(all.data(), DType::F32, {int64_t(all.size())}));  // pieces are disjoint
+  if (host_.size() > 1) host_.all_reduce(Tensor(all.data(), DType::F32, {int64_t(all.size())}));  // pieces are disjoint
   std::vector<std::vector<float>> out(m_.params.size());
   for (size_t i = 0; i < out.size(); ++i) out[i].assign(all.begin() + off[i], all.begin() + off[i + 1]);
   return out;

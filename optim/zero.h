@@ -1,4 +1,4 @@
-// ZeRO data parallelism (DESIGN.md "ZeRO"): one rank's share of the training
+// ZeRO data parallelism (docs/ARCHITECTURE.md "ZeRO"): one rank's share of the training
 // state and the gradient / parameter communication, driven by the unit hooks
 // of model_forward / model_backward.
 //
@@ -38,21 +38,27 @@
 namespace trainer {
 
 // How build_model must lay out a model for a stage (full or unbound arenas).
-ModelStorage zero_model_storage(int stage, int dp);
+ModelStorage zero_model_storage(int stage);
 
 // Bytes per rank of each memory category at a stage (for the memory plan;
-// equal to what ZeroOptimizer and build_model allocate).
+// equal to what ZeroOptimizer and build_model allocate for this plan).
 struct ZeroBytes {
   size_t params = 0, grads = 0, optimizer = 0;
 };
-ZeroBytes zero_bytes(const ModelDims& d, const std::vector<ParamInfo>& params, int stage, int dp);
+ZeroBytes zero_bytes(const ShardingPlan& plan, int stage);
 
 class ZeroOptimizer final : public UnitHooks {
  public:
-  // `m` must have been built with zero_model_storage(stage, dp.size()).
-  // `dp` carries gradients and weights; `host` (the same ranks, host tensors)
-  // sums the squared-norm pieces.
-  ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator& host, const AdamWConfig& cfg);
+  // `m` must have been built with zero_model_storage(stage) from a plan
+  // whose unit groups are these communicators: `dense` carries the
+  // gradients and weights of dense units (dp x cp), `expert` those of expert
+  // units (expert data parallel; the same communicator while ep = 1).
+  // `host` (host tensors) sums the squared-norm pieces.
+  ZeroOptimizer(Model& m, int stage, Communicator& dense, Communicator& expert, Communicator& host,
+                const AdamWConfig& cfg);
+  // One data-parallel group for every unit.
+  ZeroOptimizer(Model& m, int stage, Communicator& dp, Communicator& host, const AdamWConfig& cfg)
+      : ZeroOptimizer(m, stage, dp, dp, host, cfg) {}
   ~ZeroOptimizer() override;
 
   int stage() const { return stage_; }
@@ -109,19 +115,27 @@ class ZeroOptimizer final : public UnitHooks {
   void gather_all_units();
   void drop_gathered();  // ZeRO-3: after the weights changed, every gathered copy is stale
   // ZeRO-3 weight buffers.
-  Slot& weights_resident(int unit, const std::vector<int>& pinned);
+  void make_resident(std::vector<int> need);
+  bool weights_resident(int unit, const std::vector<int>& pinned);  // false: no buffer fits
   void prefetch_weights(int unit, const std::vector<int>& pinned);
-  Slot& take_slot(std::vector<Slot>& pool, int unit, const std::vector<int>& pinned);
-  std::vector<int> units_for(int unit) const;  // the head also needs a tied embedding
+  Slot* take_slot(std::vector<Slot>& pool, int unit, const std::vector<int>& pinned);  // null: none fits
+  void release(Slot& s);
+  std::vector<int> units_for(int unit) const;  // units resident together (a layer's experts, a tied embedding)
   // ZeRO-2/3 gradient buffers.
   void open_grads(int unit);
   void close_grads(int unit);
   void land(Slot& s);
 
+  Communicator& comm(int unit) const;
+  int shards(int unit) const { return units_[size_t(unit)].shards; }
+  int64_t shard_elems_of(int unit) const { return shard_elems(units_[size_t(unit)], elem_); }
+
   Model& m_;
-  int stage_, dp_, rank_;
-  Communicator& comm_;
+  int stage_;
+  Communicator& dense_;
+  Communicator& expert_;
   Communicator& host_;
+  std::vector<int> urank_;                // this rank's shard of each unit
   AdamWConfig cfg_;
   int64_t step_ = 0;
   bool last_micro_ = true;

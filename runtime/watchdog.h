@@ -1,4 +1,4 @@
-// The watchdog of a multi-process run (DESIGN.md "Launch"): a collective that
+// The watchdog of a multi-process run (docs/ARCHITECTURE.md "Distributed runs"): a collective that
 // does not finish within parallel.timeout_s must end the run on every rank
 // with a message naming the collective, the group, the step and the ranks that
 // did not arrive, and a non-zero exit so that torchrun's restarts take over.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "model/dims.h"
 #include "config/config_schema.h"
 
 using namespace trainer;
@@ -322,8 +323,8 @@ TEST_CASE("config: a full file loads with the right values", "[config]") {
   CHECK(c.model.moe.num_experts == 8);
   CHECK(c.model.moe.top_k == 2);
   CHECK(c.model.moe.every == 2);
-  CHECK(c.model.is_moe_layer(1));
-  CHECK_FALSE(c.model.is_moe_layer(0));
+  CHECK(make_dims(c, 1, 1).moe_layer(1));
+  CHECK_FALSE(make_dims(c, 1, 1).moe_layer(0));
   CHECK(c.model.moe.capacity_factor == 1.25);
   CHECK(c.model.moe.aux_loss_coeff == 0.001);
   CHECK(c.model.moe.normalize_topk == false);  // "no" is a YAML false

@@ -76,7 +76,7 @@ TEST_CASE("the global gradient norm sums every element once, padding never", "[l
                                     "data: {train: [x.bin]}\n", "<test>", {});
   for (int stage : {0, 1}) {
     Model m;
-    build_model(m, make_dims(c, 1, 16), 0.02, Device::CPU, zero_model_storage(stage, 1));
+    build_model(m, make_dims(c, 1, 16), 0.02, Device::CPU, zero_model_storage(stage));
     SingleRankCommunicator solo("dp", 0, Device::CPU);
     ZeroOptimizer zero(m, stage, solo, solo, {});
     zero.begin_step();
@@ -153,7 +153,7 @@ TEST_CASE("memory plan equals what the arenas allocate", "[loop][plan]") {
         const MemoryPlan p = plan_memory(c, DType::F32, 1, stage);
         Model m;
         build_model(m, make_dims(c, c.train.micro_batch_size, c.train.seq_len), c.model.init_std, Device::CPU,
-                    zero_model_storage(stage, 1));
+                    zero_model_storage(stage));
         SingleRankCommunicator solo("dp", 0, Device::CPU);
         ZeroOptimizer opt(m, stage, solo, solo, {});
         INFO(arch << " experts=" << experts << " stage=" << stage);

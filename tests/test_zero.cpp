@@ -36,22 +36,24 @@ TEST_CASE("zero: every element is owned by exactly one rank, padding by none", "
       for (int shards : {1, 2, 3, 4, 8}) {
         const ModelDims d = dims_of(model, storage);
         const auto params = parameter_list(d, 0.02);
-        const auto units = unit_layout(d, params, shards);
+        const auto units = unit_layout(d, params, shards, shards);
         const size_t elem = dtype_size(storage);
         INFO(model << " " << dtype_name(storage) << " shards " << shards);
-        REQUIRE(units.size() == size_t(d.L) + 2);
+        int64_t moe_layers = 0;
+        for (int64_t i = 0; i < d.L; ++i) moe_layers += d.moe_layer(i);
+        REQUIRE(units.size() == size_t(d.L + moe_layers) + 2);  // experts are a unit of their own
         std::vector<std::vector<int>> owner(params.size());
         for (size_t i = 0; i < params.size(); ++i) owner[i].assign(size_t(params[i].spec.numel()), 0);
         int64_t total_shard = -1;
         for (int r = 0; r < shards; ++r) {
-          const auto off = shard_offsets(units, elem, shards);
+          const auto off = shard_offsets(units, elem);
           if (total_shard < 0) total_shard = off.back();
           CHECK(off.back() == total_shard);  // same shard size on every rank
-          for (const ZeroPiece& p : shard_pieces(units, params, elem, shards, r)) {
+          for (const ZeroPiece& p : shard_pieces(units, params, elem, std::vector<int>(units.size(), r))) {
             const UnitLayout& u = units[size_t(p.unit)];
             CHECK(p.param >= u.first);
             CHECK(p.param < u.end);
-            const int64_t s = shard_elems(u, elem, shards);
+            const int64_t s = shard_elems(u, elem);
             CHECK(p.unit_elem >= r * s);
             CHECK(p.unit_elem + p.count <= (r + 1) * s);
             for (int64_t e = 0; e < p.count; ++e) owner[size_t(p.param)][size_t(p.begin + e)] += 1;
@@ -74,16 +76,30 @@ TEST_CASE("zero: every element is owned by exactly one rank, padding by none", "
 TEST_CASE("zero: units follow the model's structure", "[zero]") {
   const ModelDims d = dims_of("{arch: gpt2, d_model: 32, n_layers: 2, n_heads: 4, tie_embeddings: false}", DType::F32);
   const auto params = parameter_list(d, 0.02);
-  const auto units = unit_layout(d, params, 2);
+  const auto units = unit_layout(d, params, 2, 2);
+  const UnitIndex ux = unit_index(d, units);
   auto names = [&](int u) {
     std::string s;
     for (int i = units[size_t(u)].first; i < units[size_t(u)].end; ++i) s += params[size_t(i)].spec.name + " ";
     return s;
   };
-  CHECK(names(embedding_unit()) == "tok_embed.weight pos_embed.weight ");
-  CHECK(names(layer_unit(1)).rfind("layers.1.attn_norm.weight", 0) == 0);
-  CHECK(names(layer_unit(1)).find("layers.0") == std::string::npos);
-  CHECK(names(head_unit(d)) == "final_norm.weight final_norm.bias lm_head.weight ");
+  REQUIRE(ux.layers.size() == 2);
+  REQUIRE(ux.layers[1].size() == 1);
+  CHECK(names(ux.embedding) == "tok_embed.weight pos_embed.weight ");
+  CHECK(names(ux.layers[1][0]).rfind("layers.1.attn_norm.weight", 0) == 0);
+  CHECK(names(ux.layers[1][0]).find("layers.0") == std::string::npos);
+  CHECK(names(ux.head) == "final_norm.weight final_norm.bias lm_head.weight ");
+  // A MoE layer's experts are a unit of their own (reduced over the expert-data-parallel group).
+  const ModelDims dm = dims_of("{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, moe: {num_experts: 4, every: 2}}",
+                               DType::F32);
+  const auto pm = parameter_list(dm, 0.02);
+  const auto um = unit_layout(dm, pm, 2, 2);
+  const UnitIndex xm = unit_index(dm, um);
+  REQUIRE(xm.layers[0].size() == 1);
+  REQUIRE(xm.layers[1].size() == 2);
+  CHECK(um[size_t(xm.layers[1][1])].kind == UnitKind::Experts);
+  CHECK(um[size_t(xm.layers[1][1])].group == GradGroup::Edp);
+  CHECK(pm[size_t(um[size_t(xm.layers[1][1])].first)].spec.name == "layers.1.moe.w_gate");
 }
 
 // --- overlap: when the collectives are issued relative to the unit hooks ---
@@ -175,7 +191,7 @@ TEST_CASE("zero: reductions are issued as backward finishes each unit and waited
       std::vector<std::string> log;
       RecordingComm comm(log);
       Model m;
-      build_model(m, d, 0.02, Device::CPU, zero_model_storage(stage, 2));
+      build_model(m, single_plan(d, 0.02, stage, 2), Device::CPU, zero_model_storage(stage));
       ZeroOptimizer zero(m, stage, comm, comm, {});
       LoggingHooks hooks(zero, log);
       m.hooks = &hooks;

@@ -53,12 +53,8 @@ void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
 // Weights start from the same host values on every device, dtype and layout;
 // each rank writes the elements it owns.
 void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params, uint64_t seed) {
-  int cached = -1;
-  std::vector<float> x;
   opt.load([&](const std::string&, int param, int64_t begin, int64_t count, float* dst) {
-    if (param != cached) x = initial_values(params[size_t(param)], seed);
-    cached = param;
-    std::copy(x.begin() + begin, x.begin() + begin + count, dst);
+    initial_values(params[size_t(param)], seed, begin, count, dst);
   }, false);
 }
 
@@ -93,7 +89,8 @@ void trim_metrics(const std::string& path, int64_t last_step) {
 // Saves (every rank its shard), loads back this rank's share and compares
 // every byte, then restores into a fresh model and checks that the same
 // batch gives the same loss bit for bit; the verdict is the same on all ranks.
-void check_roundtrip(const Config& cfg, Model& m, const ZeroOptimizer& opt, int64_t step, int64_t tokens,
+void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, const ZeroOptimizer& opt, int64_t step,
+                     int64_t tokens,
                      const std::string& root, const LaunchInfo& launch, DistributedRun& dist, TrainSummary& sum) {
   sum.roundtrip_checked = true;
   bool ok = false;
@@ -108,7 +105,7 @@ void check_roundtrip(const Config& cfg, Model& m, const ZeroOptimizer& opt, int6
       for (const ShardTensor& u : ck.tensors)
         if (u.name == t.name && u.offset == t.offset && u.data == t.data) ++same;
     Model m2;
-    build_model(m2, m.dims, cfg.model.init_std, m.act_arena.device(), zero_model_storage(opt.stage(), dist.dp()));
+    build_model(m2, plan, m.act_arena.device(), zero_model_storage(opt.stage()));
     ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.dp_host(), adamw_config(cfg));
     m2.hooks = &opt2;
     restore_checkpoint(ck, m2, opt2);
@@ -212,8 +209,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   // The next step's tokens are read in a background thread while this step computes.
   BatchPrefetcher prefetch(train_data, M, micro, indices);
 
+  // The one layout of this rank (model/sharding.h): storage, optimizer and
+  // checkpoints all follow it.
+  const ShardingPlan sharding = single_plan(dims, cfg.model.init_std, stage, dp, dp_rank);
   Model model;
-  build_model(model, dims, cfg.model.init_std, dev.device, zero_model_storage(stage, dp));
+  build_model(model, sharding, dev.device, zero_model_storage(stage));
   Communicator& dp_group = dist.dp_group();
   Communicator& dp_host = dist.dp_host();
   ZeroOptimizer zero(model, stage, dp_group, dp_host, adamw_config(cfg));
@@ -402,7 +402,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   }
   if (dump) dump->finish();
   if (opt.smoke && !summary.diverged)
-    check_roundtrip(cfg, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip", opt.launch, dist, summary);
+    check_roundtrip(cfg, sharding, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip", opt.launch, dist, summary);
   // The smoke test judges the pace of the job: a step takes as long as its
   // slowest rank, and every rank must reach the same verdict.
   if (opt.smoke && dist.launched() && !summary.step_ms.empty())

@@ -4,16 +4,17 @@
 
 #include "model/activations.h"
 #include "model/params.h"
+#include "model/sharding.h"
 #include "optim/zero.h"
 
 namespace trainer {
 
 MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
   const ModelDims d = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
-  const auto params = parameter_list(d, c.model.init_std);
+  const ShardingPlan plan = single_plan(d, c.model.init_std, zero_stage, dp);
   MemoryPlan p;
-  p.parameters = parameter_count(params);
-  const ZeroBytes z = zero_bytes(d, params, zero_stage, dp);
+  p.parameters = parameter_count(plan.params);
+  const ZeroBytes z = zero_bytes(plan, zero_stage);
   p.param_bytes = z.params;
   p.grad_bytes = z.grads;
   p.optimizer_bytes = z.optimizer;
