@@ -49,7 +49,7 @@ void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Te
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be empty).
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
 // dinp = dout @ weight (overwrite, or += if accumulate_dinp; may be empty = skip)
-// dweight += dout^T @ inp;  dbias += column sums of dout (may be empty).
+// dweight += dout^T @ inp (may be empty = skip);  dbias += column sums of dout (may be empty).
 void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                      Tensor weight, bool accumulate_dinp);
 

@@ -69,6 +69,8 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
   add("logits", {N, d.V}, A);
   add("losses", {N}, F);
   if (d.E > 0) add("moe_out", {N, C}, A);
+  // The residual-stream gradient at the stage boundary (model/transformer.h).
+  add("dx", {N, C}, A);
   return s;
 }
 
@@ -77,7 +79,6 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
   std::vector<TensorSpec> s;
   auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
   const DType A = d.act;
-  add("dres", {N, C}, A);
   add("dh", {N, C}, A);
   add("dq", {d.B, d.T, d.Hq, d.D}, A);
   add("dk", {d.B, d.T, d.Hkv, d.D}, A);

@@ -34,7 +34,7 @@ struct Activations {
 
 // Backward scratch, shared by all layers (overwritten layer by layer).
 struct GradScratch {
-  Tensor dres;                 // gradient of the residual stream [N,C]
+  Tensor dres;                 // gradient of the residual stream [N,C]: the micro-batch's slot dx
   Tensor dh;                   // gradient of a norm output [N,C]
   Tensor dq, dk, dv, dout;     // [N, H*D]
   Tensor d1, d2, dact;         // [N,F]

@@ -3,23 +3,7 @@
 
 namespace trainer {
 
-void norm_forward(const ModelDims& d, Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w,
-                  Tensor b) {
-  if (d.llama)
-    ops::rmsnorm_forward(out, rstd, x, w, d.eps);
-  else
-    ops::layernorm_forward(out, mean, rstd, x, w, b, d.eps);
-}
-
-void norm_backward(const ModelDims& d, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x,
-                   Tensor w, Tensor mean, Tensor rstd) {
-  if (d.llama)
-    ops::rmsnorm_backward(dx, dw, dout, x, w, rstd);
-  else
-    ops::layernorm_backward(dx, dw, db, dout, x, w, mean, rstd);
-}
-
-void attention_block_forward(const ModelDims& d, const LayerWeights& w, LayerActs& a, Tensor x_out) {
+void attention_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights& w, LayerActs& a, Tensor x_out) {
   const int64_t N = d.N();
   norm_forward(d, a.h1, a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
   ops::linear_forward(a.q.view({N, d.Hq * d.D}), a.h1, w.wq, w.bq);
@@ -30,23 +14,32 @@ void attention_block_forward(const ModelDims& d, const LayerWeights& w, LayerAct
     ops::rope_forward(a.k, a.k, d.rope_theta);
   }
   ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
-  ops::linear_forward(x_out, a.o, w.wo, w.bo);
+  ops::linear_forward(x_out, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
+  sum_over_tp(tp, x_out);
   ops::add_inplace(x_out, a.x_in);
 }
 
-void attention_block_backward(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw,
+void attention_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights& w, const LayerWeights& gw,
                               const LayerActs& a, GradScratch& g) {
   const int64_t N = d.N();
-  ops::linear_backward(g.dout, gw.wo, gw.bo, g.dres, a.o, w.wo, false);
+  // Input gradients: d out -> d o -> d q, k, v -> d h1 (partial over tp heads).
+  ops::linear_backward(g.dout, {}, {}, g.dres, a.o, w.wo, false);
   ops::attention_backward(g.dq, g.dk, g.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
                           a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
   if (d.llama) {
     ops::rope_backward(g.dq, g.dq, d.rope_theta);
     ops::rope_backward(g.dk, g.dk, d.rope_theta);
   }
-  ops::linear_backward(g.dh, gw.wq, gw.bq, g.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
-  ops::linear_backward(g.dh, gw.wk, gw.bk, g.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, true);
-  ops::linear_backward(g.dh, gw.wv, gw.bv, g.dv.view({N, d.Hkv * d.D}), a.h1, w.wv, true);
+  const Tensor dq = g.dq.view({N, d.Hq * d.D}), dk = g.dk.view({N, d.Hkv * d.D}), dv = g.dv.view({N, d.Hkv * d.D});
+  ops::linear_backward(g.dh, {}, {}, dq, a.h1, w.wq, false);
+  ops::linear_backward(g.dh, {}, {}, dk, a.h1, w.wk, true);
+  ops::linear_backward(g.dh, {}, {}, dv, a.h1, w.wv, true);
+  sum_over_tp(tp, g.dh);
+  // Weight gradients, from the same gradients (g.dres is still the block's output gradient).
+  ops::linear_backward({}, gw.wo, gw.bo, g.dres, a.o, w.wo, false);
+  ops::linear_backward({}, gw.wq, gw.bq, dq, a.h1, w.wq, false);
+  ops::linear_backward({}, gw.wk, gw.bk, dk, a.h1, w.wk, false);
+  ops::linear_backward({}, gw.wv, gw.bv, dv, a.h1, w.wv, false);
   norm_backward(d, g.dres, gw.attn_norm_w, gw.attn_norm_b, g.dh, a.x_in, w.attn_norm_w, a.mean1,
                 a.rstd1);
 }

@@ -7,6 +7,11 @@
 #include "model/layers.h"
 #include "model/units.h"
 
+#include <stdexcept>
+#include <string>
+
+#include "comm/process_group.h"
+
 namespace trainer {
 
 namespace {
@@ -35,6 +40,38 @@ std::vector<Tensor> carve(Arena* arena, const std::vector<ParamInfo>& params,
   }
   return out;
 }
+
+// The group of one that blocks use when no tensor-parallel group is given.
+Communicator& solo_tp(Device device) {
+  static SingleRankCommunicator cpu("tp", 0, Device::CPU), cuda("tp", 0, Device::CUDA);
+  return device == Device::CPU ? cpu : cuda;
+}
+
+std::unique_ptr<ActivationSlot> make_slot(const ModelDims& d, Device device) {
+  auto slot = std::make_unique<ActivationSlot>();
+  const auto specs = activation_specs(d);
+  slot->arena = Arena("activations", arena_bytes(specs), device);
+  const std::vector<Tensor> tensors = slot->arena.alloc_all(specs);
+  slot->acts = bind_activations(d, specs, tensors);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == "dx") slot->dx = tensors[i];
+  if (!d.llama) {
+    // Position ids never change; written once per slot.
+    std::vector<int32_t> pos(size_t(d.N()));
+    for (int64_t n = 0; n < d.N(); ++n) pos[size_t(n)] = int32_t(n % d.T);
+    write_from_host(slot->acts.pos_ids, pos.data());
+  }
+  return slot;
+}
+
+ActivationSlot& slot_of(Model& m, int64_t mb) {
+  for (auto& s : m.slots)
+    if (s->mb == mb) return *s;
+  throw std::logic_error("micro-batch " + std::to_string(mb) + " holds no activation slot (acquire_activations first)");
+}
+
+Communicator& tp_of(Model& m) { return m.tp ? *m.tp : solo_tp(model_device(m)); }
+
 }  // namespace
 
 void build_model(Model& m, const ModelDims& d, double init_std, Device device, const ModelStorage& storage) {
@@ -55,82 +92,162 @@ void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelS
   m.grad_tensors = carve(storage.full_grads ? &m.grad_arena : nullptr, m.params, units);
   m.w = bind_weights(d, m.params, m.param_tensors);
   m.gw = bind_weights(d, m.params, m.grad_tensors);
-  const auto aspecs = activation_specs(d);
-  m.act_arena = Arena("activations", arena_bytes(aspecs), device);
-  m.acts = bind_activations(d, aspecs, m.act_arena.alloc_all(aspecs));
+  m.slots.clear();
+  m.slots.push_back(make_slot(d, device));
+  m.acts = m.slots[0]->acts;
   const auto gspecs = grad_scratch_specs(d);
   m.scratch_arena = Arena("gradient scratch", arena_bytes(gspecs), device);
   m.g = bind_grad_scratch(gspecs, m.scratch_arena.alloc_all(gspecs));
-  if (!d.llama) {
-    // Position ids never change; written once here.
-    std::vector<int32_t> pos(size_t(d.N()));
-    for (int64_t n = 0; n < d.N(); ++n) pos[size_t(n)] = int32_t(n % d.T);
-    write_from_host(m.acts.pos_ids, pos.data());
-  }
 }
 
-ForwardResult model_forward(Model& m, float ce_grad_scale) {
+Device model_device(const Model& m) { return m.scratch_arena.device(); }
+
+void reserve_activation_slots(Model& m, int n) {
+  while (int(m.slots.size()) < n) m.slots.push_back(make_slot(m.dims, m.scratch_arena.device()));
+}
+
+Activations& acquire_activations(Model& m, int64_t mb) {
+  for (auto& s : m.slots)
+    if (s->mb == mb) return s->acts;
+  for (auto& s : m.slots)
+    if (s->mb < 0) {
+      s->mb = mb;
+      return s->acts;
+    }
+  std::string held;
+  for (auto& s : m.slots) held += (held.empty() ? "" : ", ") + std::to_string(s->mb);
+  throw std::logic_error("no activation slot is free for micro-batch " + std::to_string(mb) + ": " +
+                         std::to_string(m.slots.size()) + " slot(s) hold micro-batches " + held +
+                         " (reserve_activation_slots for the schedule's micro-batches in flight)");
+}
+
+Activations& activations_of(Model& m, int64_t mb) { return slot_of(m, mb).acts; }
+
+void release_activations(Model& m, int64_t mb) {
+  for (auto& s : m.slots)
+    if (s->mb == mb) s->mb = -1;
+}
+
+Tensor stage_input(Model& m, int64_t mb) {
+  Activations& a = activations_of(m, mb);
+  return a.layers.empty() ? a.x_final : a.layers[0].x_in;
+}
+Tensor stage_output(Model& m, int64_t mb) { return activations_of(m, mb).x_final; }
+Tensor activation_grad(Model& m, int64_t mb) { return slot_of(m, mb).dx; }
+
+void embedding_forward(Model& m, const MicroBatch& mb) {
   const ModelDims& d = m.dims;
-  Activations& a = m.acts;
-  ForwardResult r;
-  UnitHooks* h = m.hooks;
-  Tensor x0 = a.layers.empty() ? a.x_final : a.layers[0].x_in;
-  const UnitIndex& ux = m.unit_index;
-  if (h && ux.embedding >= 0) h->forward_begin(m, ux.embedding);
+  Activations& a = activations_of(m, mb.id);
+  const int u = m.unit_index.embedding;
+  if (u < 0) throw std::logic_error("embedding_forward: this pipeline stage holds no embedding");
+  if (m.hooks) m.hooks->forward_begin(m, u, mb);
+  const Tensor x0 = stage_input(m, mb.id);
   ops::embedding_forward(x0, a.ids, m.w.tok_embed, false);
   if (!d.llama) ops::embedding_forward(x0, a.pos_ids, m.w.pos_embed, true);
-  for (int64_t i = 0; i < d.L; ++i) {
-    LayerActs& la = a.layers[i];
-    if (h)
-      for (int u : ux.layers[size_t(i)]) h->forward_begin(m, u);
-    const LayerWeights& lw = m.w.layers[i];
-    Tensor x_out = i + 1 < d.L ? a.layers[i + 1].x_in : a.x_final;
-    attention_block_forward(d, lw, la, la.x_mid);
+}
+
+double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t count) {
+  const ModelDims& d = m.dims;
+  Activations& a = activations_of(m, mb.id);
+  Communicator& tp = tp_of(m);
+  double aux = 0;
+  for (int64_t i = first; i < first + count; ++i) {
+    LayerActs& la = a.layers[size_t(i)];
+    if (m.hooks)
+      for (int u : m.unit_index.layers[size_t(i)]) m.hooks->forward_begin(m, u, mb);
+    const LayerWeights& lw = m.w.layers[size_t(i)];
+    const Tensor x_out = i + 1 < d.L ? a.layers[size_t(i + 1)].x_in : a.x_final;
+    attention_block_forward(d, tp, lw, la, la.x_mid);
     if (d.moe_layer(i)) {
-      moe_block_forward(d, lw, la, a.moe_out, x_out);
-      r.aux_sum += ops::sum(la.aux);
+      moe_block_forward(d, tp, lw, la, a.moe_out, x_out);
+      aux += ops::sum(la.aux);
     } else {
-      mlp_block_forward(d, lw, la, x_out);
+      mlp_block_forward(d, tp, lw, la, x_out);
     }
   }
-  if (h && ux.head >= 0) h->forward_begin(m, ux.head);
+  return aux;
+}
+
+ForwardResult head_forward(Model& m, const MicroBatch& mb, float ce_grad_scale) {
+  const ModelDims& d = m.dims;
+  Activations& a = activations_of(m, mb.id);
+  const int u = m.unit_index.head;
+  if (u < 0) throw std::logic_error("head_forward: this pipeline stage holds no head");
+  if (m.hooks) m.hooks->forward_begin(m, u, mb);
   norm_forward(d, a.hf, a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
   ops::linear_forward(a.logits, a.hf, m.w.lm_head, {});
   ops::cross_entropy_forward_backward(a.losses, ce_grad_scale > 0 ? a.logits : Tensor{}, a.logits,
                                       a.targets, ce_grad_scale);
+  ForwardResult r;
   r.loss_sum = ops::sum(a.losses);
   return r;
 }
 
-void model_backward(Model& m, float aux_grad) {
+void head_backward(Model& m, const MicroBatch& mb) {
   const ModelDims& d = m.dims;
-  Activations& a = m.acts;
+  ActivationSlot& s = slot_of(m, mb.id);
+  const Activations& a = s.acts;
   GradScratch& g = m.g;
-  UnitHooks* h = m.hooks;
-  const UnitIndex& ux = m.unit_index;
+  const int u = m.unit_index.head;
+  if (u < 0) throw std::logic_error("head_backward: this pipeline stage holds no head");
   // a.logits holds d loss / d logits (written by the fused cross-entropy).
-  if (h && ux.head >= 0) h->backward_begin(m, ux.head);
-  ops::linear_backward(g.dh, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
-  ops::fill(g.dres, 0.f);
-  norm_backward(d, g.dres, m.gw.final_norm_w, m.gw.final_norm_b, g.dh, a.x_final,
-                m.w.final_norm_w, a.meanf, a.rstdf);
-  if (h && ux.head >= 0) h->backward_end(m, ux.head);
-  for (int64_t i = d.L - 1; i >= 0; --i) {
-    const LayerActs& la = a.layers[i];
-    if (h)
-      for (int u : ux.layers[size_t(i)]) h->backward_begin(m, u);
+  if (m.hooks) m.hooks->backward_begin(m, u, mb);
+  ops::linear_backward(g.dh, {}, {}, a.logits, a.hf, m.w.lm_head, false);
+  ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
+  ops::fill(s.dx, 0.f);
+  norm_backward(d, s.dx, m.gw.final_norm_w, m.gw.final_norm_b, g.dh, a.x_final, m.w.final_norm_w, a.meanf,
+                a.rstdf);
+  if (m.hooks) m.hooks->backward_end(m, u, mb);
+}
+
+void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t count, float aux_grad) {
+  const ModelDims& d = m.dims;
+  ActivationSlot& s = slot_of(m, mb.id);
+  Communicator& tp = tp_of(m);
+  GradScratch g = m.g;
+  g.dres = s.dx;
+  for (int64_t i = first + count - 1; i >= first; --i) {
+    const LayerActs& la = s.acts.layers[size_t(i)];
+    if (m.hooks)
+      for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_begin(m, u, mb);
     if (d.moe_layer(i))
-      moe_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g, aux_grad);
+      moe_block_backward(d, tp, m.w.layers[size_t(i)], m.gw.layers[size_t(i)], la, g, aux_grad);
     else
-      mlp_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g);
-    attention_block_backward(d, m.w.layers[i], m.gw.layers[i], la, g);
-    if (h)
-      for (int u : ux.layers[size_t(i)]) h->backward_end(m, u);
+      mlp_block_backward(d, tp, m.w.layers[size_t(i)], m.gw.layers[size_t(i)], la, g);
+    attention_block_backward(d, tp, m.w.layers[size_t(i)], m.gw.layers[size_t(i)], la, g);
+    if (m.hooks)
+      for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_end(m, u, mb);
   }
-  if (h && ux.embedding >= 0) h->backward_begin(m, ux.embedding);
-  ops::embedding_backward(m.gw.tok_embed, a.ids, g.dres);
-  if (!d.llama) ops::embedding_backward(m.gw.pos_embed, a.pos_ids, g.dres);
-  if (h && ux.embedding >= 0) h->backward_end(m, ux.embedding);
+}
+
+void embedding_backward(Model& m, const MicroBatch& mb) {
+  const ModelDims& d = m.dims;
+  ActivationSlot& s = slot_of(m, mb.id);
+  const int u = m.unit_index.embedding;
+  if (u < 0) throw std::logic_error("embedding_backward: this pipeline stage holds no embedding");
+  if (m.hooks) m.hooks->backward_begin(m, u, mb);
+  ops::embedding_backward(m.gw.tok_embed, s.acts.ids, s.dx);
+  if (!d.llama) ops::embedding_backward(m.gw.pos_embed, s.acts.pos_ids, s.dx);
+  if (m.hooks) m.hooks->backward_end(m, u, mb);
+}
+
+ForwardResult model_forward(Model& m, float ce_grad_scale, const MicroBatch& mb) {
+  const ModelDims& d = m.dims;
+  acquire_activations(m, mb.id);
+  ForwardResult r;
+  if (d.has_embedding) embedding_forward(m, mb);
+  r.aux_sum = blocks_forward(m, mb, 0, d.L);
+  if (d.has_head) r.loss_sum = head_forward(m, mb, ce_grad_scale).loss_sum;
+  if (!(ce_grad_scale > 0)) release_activations(m, mb.id);  // no backward follows
+  return r;
+}
+
+void model_backward(Model& m, float aux_grad, const MicroBatch& mb) {
+  const ModelDims& d = m.dims;
+  if (d.has_head) head_backward(m, mb);
+  blocks_backward(m, mb, 0, d.L, aux_grad);
+  if (d.has_embedding) embedding_backward(m, mb);
+  release_activations(m, mb.id);
 }
 
 void zero_grads(Model& m) {

@@ -74,7 +74,7 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dense, Communica
   if (stage < 0 || stage > 3) throw std::invalid_argument("parallel.zero_stage must be 0, 1, 2 or 3");
   if (host.size() != dense.size() || host.rank() != dense.rank())
     throw std::logic_error("ZeroOptimizer: the host group must be the data-parallel group");
-  const Device dev = m.act_arena.device();
+  const Device dev = model_device(m);
   elem_ = dtype_size(m.dims.act);
   mixed_ = needs_master_weights(m.params);
   units_ = m.units;
@@ -134,7 +134,7 @@ ZeroOptimizer::~ZeroOptimizer() {
 }
 
 Tensor ZeroOptimizer::flat(void* base, DType t, int64_t offset, int64_t count) const {
-  return Tensor(static_cast<char*>(base) + offset * int64_t(dtype_size(t)), t, {count}, m_.act_arena.device());
+  return Tensor(static_cast<char*>(base) + offset * int64_t(dtype_size(t)), t, {count}, model_device(m_));
 }
 
 int64_t ZeroOptimizer::opt_index(const ZeroPiece& p) const {
@@ -183,7 +183,7 @@ void ZeroOptimizer::bind(std::vector<std::vector<Tensor*>>& slots, int unit, voi
   for (int p = u.first; p < u.end; ++p)
     for (Tensor* t : slots[size_t(p)]) {
       t->data = base ? static_cast<char*>(base) + u.param_offset[size_t(p - u.first)] : nullptr;
-      t->device = m_.act_arena.device();
+      t->device = model_device(m_);
     }
 }
 
@@ -316,14 +316,14 @@ void ZeroOptimizer::prefetch_weights(int unit, const std::vector<int>& pinned) {
                                             shard_of(param_shard_, unit));
 }
 
-void ZeroOptimizer::forward_begin(Model&, int unit) {
+void ZeroOptimizer::forward_begin(Model&, int unit, const MicroBatch&) {
   if (stage_ < 3) return;
   const std::vector<int> need = units_for(unit);
   make_resident(need);
   if (unit + 1 < int(units_.size())) prefetch_weights(unit + 1, need);
 }
 
-void ZeroOptimizer::backward_begin(Model&, int unit) {
+void ZeroOptimizer::backward_begin(Model&, int unit, const MicroBatch&) {
   const std::vector<int> need = units_for(unit);
   if (stage_ >= 3) {
     make_resident(need);
@@ -333,12 +333,12 @@ void ZeroOptimizer::backward_begin(Model&, int unit) {
     for (int u : need) open_grads(u);
 }
 
-void ZeroOptimizer::backward_end(Model&, int unit) {
+void ZeroOptimizer::backward_end(Model&, int unit, const MicroBatch& mb) {
   if (stage_ >= 2) {
     close_grads(unit);
     return;
   }
-  if (shards(unit) == 1 || !last_micro_ || units_[size_t(unit)].bytes == 0) return;
+  if (shards(unit) == 1 || !mb.last || units_[size_t(unit)].bytes == 0) return;
   // Gradient accumulation synchronises only on the last micro-batch.
   if (stage_ == 0)
     pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));

@@ -73,10 +73,10 @@ class ZeroOptimizer final : public UnitHooks {
   using PieceReader = std::function<void(const std::string& what, int param, int64_t begin, int64_t count, float* dst)>;
   void load(const PieceReader& read, bool moments);
 
-  // One optimizer step: begin_step, then per micro-batch micro_batch(mb, M)
-  // before its forward, then finish_backward, grad_sum_squares, step.
+  // One optimizer step: begin_step, the micro-batches' forward and backward
+  // (the hooks learn from MicroBatch::last which backward completes the
+  // gradients), then finish_backward, grad_sum_squares, step.
   void begin_step();
-  void micro_batch(int64_t mb, int64_t count) { last_micro_ = mb + 1 == count; }
   void finish_backward();          // every reduction of this step has landed
   double grad_sum_squares();       // of the summed gradient, over all ranks
   void step(double lr, double grad_scale);
@@ -92,9 +92,9 @@ class ZeroOptimizer final : public UnitHooks {
   // Every parameter's fp32 values on every rank (collective; for sampling).
   std::vector<std::vector<float>> gather_fp32_weights();
 
-  void forward_begin(Model& m, int unit) override;
-  void backward_begin(Model& m, int unit) override;
-  void backward_end(Model& m, int unit) override;
+  void forward_begin(Model& m, int unit, const MicroBatch& mb) override;
+  void backward_begin(Model& m, int unit, const MicroBatch& mb) override;
+  void backward_end(Model& m, int unit, const MicroBatch& mb) override;
 
  private:
   struct Slot {
@@ -138,7 +138,6 @@ class ZeroOptimizer final : public UnitHooks {
   std::vector<int> urank_;                // this rank's shard of each unit
   AdamWConfig cfg_;
   int64_t step_ = 0;
-  bool last_micro_ = true;
   bool mixed_ = false;
   size_t elem_ = 4;
   std::vector<UnitLayout> units_;

@@ -163,7 +163,7 @@ TEST_CASE("memory plan equals what the arenas allocate", "[loop][plan]") {
         }
         if (stage < 2) CHECK(p.grad_bytes == m.grad_arena.used());
         CHECK(p.optimizer_bytes == opt.optimizer_bytes());
-        CHECK(p.activation_bytes == m.act_arena.used());
+        CHECK(p.activation_bytes == m.slots[0]->arena.used());
         CHECK(p.workspace_bytes == m.scratch_arena.used());
         CHECK(p.parameters == parameter_count(m.params));
       }

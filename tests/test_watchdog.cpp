@@ -383,7 +383,9 @@ void stop_one_rank(int victim) {
       // heartbeats name the one that stopped.
       CHECK(contains(line, "error: step "));
       CHECK(contains(line, "never joined it"));
-      CHECK(contains(line, "heartbeats: rank " + std::to_string(victim) + " last at step "));
+      // Another rank may be listed first (one step behind, still alive).
+      CHECK(contains(line, "heartbeats: rank "));
+      CHECK(contains(line, "rank " + std::to_string(victim) + " last at step "));
       CHECK(contains(line, "(stale)"));
     }
   }

@@ -149,17 +149,17 @@ class RecordingComm final : public Communicator {
 class LoggingHooks final : public UnitHooks {
  public:
   LoggingHooks(UnitHooks& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
-  void forward_begin(Model& m, int u) override {
+  void forward_begin(Model& m, int u, const MicroBatch& mb) override {
     log_.push_back("forward " + std::to_string(u));
-    inner_.forward_begin(m, u);
+    inner_.forward_begin(m, u, mb);
   }
-  void backward_begin(Model& m, int u) override {
+  void backward_begin(Model& m, int u, const MicroBatch& mb) override {
     log_.push_back("backward " + std::to_string(u));
-    inner_.backward_begin(m, u);
+    inner_.backward_begin(m, u, mb);
   }
-  void backward_end(Model& m, int u) override {
+  void backward_end(Model& m, int u, const MicroBatch& mb) override {
     log_.push_back("backward done " + std::to_string(u));  // the unit's gradients are complete
-    inner_.backward_end(m, u);
+    inner_.backward_end(m, u, mb);
   }
 
  private:
@@ -197,10 +197,10 @@ TEST_CASE("zero: reductions are issued as backward finishes each unit and waited
       m.hooks = &hooks;
       zero.begin_step();
       for (int64_t mb = 0; mb < micro; ++mb) {
-        zero.micro_batch(mb, micro);
         log.push_back("micro-batch " + std::to_string(mb));
-        model_forward(m, 1.f);
-        model_backward(m, 0.f);
+        const MicroBatch batch{mb, mb + 1 == micro};
+        model_forward(m, 1.f, batch);
+        model_backward(m, 0.f, batch);
       }
       log.push_back("finish");
       zero.finish_backward();

@@ -45,9 +45,11 @@ AdamWConfig adamw_config(const Config& cfg) {
 
 using clock_type = std::chrono::steady_clock;
 
-void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
-  write_from_host(m.acts.ids, hb.inputs_of(micro));
-  write_from_host(m.acts.targets, hb.targets_of(micro));
+// Into the activation slot of micro-batch `slot_id` (acquired here).
+void load_prefetched(const HostBatch& hb, Model& m, int64_t micro, int64_t slot_id) {
+  Activations& a = acquire_activations(m, slot_id);
+  write_from_host(a.ids, hb.inputs_of(micro));
+  write_from_host(a.targets, hb.targets_of(micro));
 }
 
 // Weights start from the same host values on every device, dtype and layout;
@@ -64,7 +66,7 @@ void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params
 double evaluate(const HostBatch& hb, Model& m, Communicator& host, int dp) {
   double sum = 0;
   for (int64_t i = 0; i < hb.micro_steps; ++i) {
-    load_prefetched(hb, m, i);
+    load_prefetched(hb, m, i, 0);
     sum += model_forward(m, 0.f).loss_sum;
   }
   host.all_reduce(Tensor(&sum, DType::F64, {1}));
@@ -105,7 +107,7 @@ void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, cons
       for (const ShardTensor& u : ck.tensors)
         if (u.name == t.name && u.offset == t.offset && u.data == t.data) ++same;
     Model m2;
-    build_model(m2, plan, m.act_arena.device(), zero_model_storage(opt.stage()));
+    build_model(m2, plan, model_device(m), zero_model_storage(opt.stage()));
     ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.dp_host(), adamw_config(cfg));
     m2.hooks = &opt2;
     restore_checkpoint(ck, m2, opt2);
@@ -281,13 +283,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       const HostBatch& batch = prefetch.get(step);
       for (int64_t mb = 0; mb < M; ++mb) {
         if (watchdog) watchdog->progress(step + 1, "forward/backward");
-        zero.micro_batch(mb, M);
-        load_prefetched(batch, model, mb);
+        // One micro-batch in flight at a time; the last one completes the gradients.
+        const MicroBatch micro_batch{mb, mb + 1 == M};
+        load_prefetched(batch, model, mb, mb);
         if (dump) dump->before_forward(step, mb);
-        ForwardResult fr = model_forward(model, ce_scale);
+        ForwardResult fr = model_forward(model, ce_scale, micro_batch);
         loss_sum += fr.loss_sum;
         aux_sum += fr.aux_sum;
-        model_backward(model, aux_grad);
+        model_backward(model, aux_grad, micro_batch);
       }
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
       zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here

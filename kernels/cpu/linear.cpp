@@ -73,8 +73,12 @@ void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Ten
                      Tensor weight, bool accumulate_dinp) {
   const char* op = "linear_backward";
   const auto [N, IC, OC] = check(op, dout, "dout", inp, weight);
-  need_f32(op, "dweight", dweight);
-  same_rows(op, "dweight", dweight, "weight", weight);
+  // Either gradient may be absent: model blocks ask for input and weight
+  // gradients in separate calls (model/layers.h).
+  if (!dweight.empty()) {
+    need_f32(op, "dweight", dweight);
+    same_rows(op, "dweight", dweight, "weight", weight);
+  }
   if (!dinp.empty()) {
     need_f32(op, "dinp", dinp);
     same_rows(op, "dinp", dinp, "inp", inp);
@@ -91,7 +95,7 @@ void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Ten
                   int(OC), weight.f32(), int(IC), accumulate_dinp ? 1.f : 0.f, dinp.f32(), int(IC));
     }
   }
-  if (OC > 0 && IC > 0)
+  if (!dweight.empty() && OC > 0 && IC > 0)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(IC), int(N), 1.f, g, int(OC),
                 inp.f32(), int(IC), 1.f, dweight.f32(), int(IC));
   if (!dbias.empty()) {
