@@ -18,7 +18,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checksum.h"
-#include "checkpoint/json.h"
+#include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
 
 namespace trainer {
@@ -60,12 +60,6 @@ std::runtime_error corrupt(const std::string& where, const std::string& what) {
   return std::runtime_error(where + ": incomplete or corrupt checkpoint: " + what);
 }
 
-std::vector<int64_t> int_list(const json::Value& v) {
-  std::vector<int64_t> out;
-  for (const auto& x : v.as_array()) out.push_back(x.as_int64());
-  return out;
-}
-
 // A manifest names files relative to its directory; anything that could
 // point elsewhere is refused rather than followed.
 bool plain_file_name(const std::string& name) {
@@ -93,67 +87,67 @@ Manifest read_manifest(const fs::path& dir) {
   std::string field;  // which part was being read, for the error message
   try {
     field = "format";
-    if (!root.is_object() || root.at("format").as_string() != kFormatName)
+    if (!root.is_object() || json::as_string(json::at(root, "format")) != kFormatName)
       throw corrupt(m.path, std::string("not a checkpoint manifest (\"format\" is not \"") + kFormatName + "\")");
     field = "format_version";
-    m.format_version = root.at("format_version").as_int64();
+    m.format_version = json::as_int64(json::at(root, "format_version"));
     if (m.format_version != kFormatVersion)
       throw std::runtime_error(m.path + ": format_version " + std::to_string(m.format_version) +
                                " is not supported (this build reads version " + std::to_string(kFormatVersion) + ")");
     field = "step";
-    m.meta.step = root.at("step").as_int64();
+    m.meta.step = json::as_int64(json::at(root, "step"));
     field = "tokens";
-    m.meta.tokens = root.at("tokens").as_int64();
+    m.meta.tokens = json::as_int64(json::at(root, "tokens"));
     field = "seed";
-    m.meta.seed = root.at("seed").as_uint64();
+    m.meta.seed = json::as_uint64(json::at(root, "seed"));
     field = "optimizer_step";
-    m.meta.optimizer_step = root.at("optimizer_step").as_int64();
+    m.meta.optimizer_step = json::as_int64(json::at(root, "optimizer_step"));
     field = "world_size";
-    const int64_t ws = root.at("world_size").as_int64();
+    const int64_t ws = json::as_int64(json::at(root, "world_size"));
     if (ws < 1 || ws > (1 << 24)) throw json::TypeError("world_size " + std::to_string(ws) + " is out of range");
     m.meta.world_size = int(ws);
     field = "layout";
-    m.meta.layout = root.at("layout").as_string();
+    m.meta.layout = json::as_string(json::at(root, "layout"));
     field = "config_yaml";
-    m.meta.config_yaml = root.at("config_yaml").as_string();
+    m.meta.config_yaml = json::as_string(json::at(root, "config_yaml"));
     field = "created";
-    m.created = root.at("created").as_string();
+    m.created = json::as_string(json::at(root, "created"));
 
     std::set<std::string> file_names;
-    for (const auto& [name, f] : root.at("files").as_object()) {
+    for (const auto& [name, f] : json::as_object(json::at(root, "files")).items()) {
       field = "files/" + name;
       if (!plain_file_name(name)) throw json::TypeError("not a plain file name");
       ManifestFile mf;
       mf.name = name;
-      mf.bytes = f.at("bytes").as_uint64();
-      mf.crc32c = f.at("crc32c").as_string();
+      mf.bytes = json::as_uint64(json::at(f, "bytes"));
+      mf.crc32c = json::as_string(json::at(f, "crc32c"));
       m.files.push_back(mf);
       file_names.insert(name);
     }
     if (m.files.empty()) throw json::TypeError("no files listed");
 
     std::set<std::string> tensor_names;
-    for (const auto& t : root.at("tensors").as_array()) {
+    for (const auto& t : json::as_array(json::at(root, "tensors"))) {
       field = "tensors";
       ManifestTensor mt;
-      mt.name = t.at("name").as_string();
+      mt.name = json::as_string(json::at(t, "name"));
       field = "tensors/" + mt.name;
       if (!tensor_names.insert(mt.name).second) throw json::TypeError("listed twice");
-      const std::string& dt = t.at("dtype").as_string();
+      const std::string& dt = json::as_string(json::at(t, "dtype"));
       const auto dtype = dtype_from_name(dt);
       if (!dtype) throw json::TypeError("unknown dtype \"" + dt + "\"");
       mt.dtype = *dtype;
-      mt.global_shape = int_list(t.at("global_shape"));
+      mt.global_shape = json::as_int64_list(json::at(t, "global_shape"));
       std::vector<SliceBox> boxes;
-      for (const auto& s : t.at("slices").as_array()) {
+      for (const auto& s : json::as_array(json::at(t, "slices"))) {
         ManifestSlice ms;
-        const int64_t rank = s.at("rank").as_int64();
+        const int64_t rank = json::as_int64(json::at(s, "rank"));
         if (rank < 0 || rank >= ws) throw json::TypeError("slice rank " + std::to_string(rank) + " outside the world size");
         ms.rank = int(rank);
-        ms.file = s.at("file").as_string();
+        ms.file = json::as_string(json::at(s, "file"));
         if (!file_names.count(ms.file)) throw json::TypeError("slice file \"" + ms.file + "\" is not listed in \"files\"");
-        ms.offset = int_list(s.at("offset"));
-        ms.shape = int_list(s.at("shape"));
+        ms.offset = json::as_int64_list(json::at(s, "offset"));
+        ms.shape = json::as_int64_list(json::at(s, "shape"));
         boxes.push_back(SliceBox{ms.offset, ms.shape});
         mt.slices.push_back(std::move(ms));
       }

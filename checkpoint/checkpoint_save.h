@@ -9,7 +9,6 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
-#include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
 
 namespace trainer {
@@ -47,7 +46,6 @@ void remove_partial(const SavePaths& p);
 void prune(const std::filesystem::path& root, int keep_last, const std::string& current);
 // The test hook of checkpoint_fail_next_save_at.
 void maybe_inject_failure(const char* stage);
-json::Value int_array(const std::vector<int64_t>& v);
 void warn(const std::string& msg);  // "checkpoint: ..." on stderr
 
 // One multi-rank save: where it meets in the store, and who is asking.

@@ -30,7 +30,7 @@
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checkpoint_save.h"
 #include "checkpoint/checksum.h"
-#include "checkpoint/json.h"
+#include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
 #include "comm/store.h"
 
@@ -97,12 +97,6 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-json::Value int_array(const std::vector<int64_t>& v) {
-  json::Value a = json::Value::array();
-  for (int64_t x : v) a.push_back(x);
-  return a;
-}
-
 // Catches caller mistakes before anything touches the disk, so a bad snapshot
 // can never produce a checkpoint that fails to load later.
 void validate_snapshot(Snapshot& snap) {
@@ -162,33 +156,32 @@ json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankRep
     json::Value f = json::Value::object();
     f["bytes"] = r.written.bytes;
     f["crc32c"] = crc32c_hex(r.written.crc32c);
-    files.as_object().emplace_back(r.file, std::move(f));
+    files[r.file] = std::move(f);
     for (const ShardTensor& t : r.slices) {
-      auto [it, fresh] = index.emplace(t.name, tensors.as_array().size());
+      auto [it, fresh] = index.emplace(t.name, tensors.size());
       if (fresh) {
         json::Value e = json::Value::object();
         e["name"] = t.name;
         e["dtype"] = dtype_name(t.dtype);
-        e["global_shape"] = int_array(t.global_shape);
+        e["global_shape"] = json::int_array(t.global_shape);
         e["slices"] = json::Value::array();
         tensors.push_back(std::move(e));
       }
-      json::Value& e = tensors.as_array()[it->second];
-      if (e.at("dtype").as_string() != dtype_name(t.dtype) || e.at("global_shape") != int_array(t.global_shape))
+      json::Value& e = tensors[it->second];
+      if (e["dtype"] != dtype_name(t.dtype) || e["global_shape"] != json::int_array(t.global_shape))
         throw std::logic_error("checkpoint save: ranks disagree on dtype or global shape of \"" + t.name + "\"");
       json::Value s = json::Value::object();
       s["rank"] = r.rank;
       s["file"] = r.file;
-      s["offset"] = int_array(t.offset);
-      s["shape"] = int_array(t.shape);
+      s["offset"] = json::int_array(t.offset);
+      s["shape"] = json::int_array(t.shape);
       e["slices"].push_back(std::move(s));
       boxes[t.name].push_back(SliceBox{t.offset, t.shape});
     }
   }
-  for (const auto& e : tensors.as_array()) {
-    const std::string& name = e.at("name").as_string();
-    std::vector<int64_t> global;
-    for (const auto& d : e.at("global_shape").as_array()) global.push_back(d.as_int64());
+  for (const auto& e : tensors) {
+    const std::string& name = json::as_string(json::at(e, "name"));
+    const std::vector<int64_t> global = json::as_int64_list(json::at(e, "global_shape"));
     const std::string bad = check_slice_cover(global, boxes[name]);
     if (!bad.empty()) throw std::logic_error("checkpoint save: tensor \"" + name + "\": " + bad);
   }
