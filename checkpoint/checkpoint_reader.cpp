@@ -18,6 +18,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/slice_json.h"
 #include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
 
@@ -28,17 +29,17 @@ using namespace ckpt_detail;
 
 namespace {
 
-struct ManifestSlice {
+struct ManifestPiece {
   int rank = 0;
   std::string file;
-  std::vector<int64_t> offset, shape;
+  SliceSpec slice;
 };
 
 struct ManifestTensor {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> global_shape;
-  std::vector<ManifestSlice> slices;
+  std::vector<ManifestPiece> pieces;
 };
 
 struct ManifestFile {
@@ -91,6 +92,12 @@ Manifest read_manifest(const fs::path& dir) {
       throw corrupt(m.path, std::string("not a checkpoint manifest (\"format\" is not \"") + kFormatName + "\")");
     field = "format_version";
     m.format_version = json::as_int64(json::at(root, "format_version"));
+    if (m.format_version == 1)
+      throw std::runtime_error(m.path + ": format_version 1 is not supported: this build reads version " +
+                               std::to_string(kFormatVersion) +
+                               " (pieces as box + flat range of the real global shape); version 1 stored ZeRO "
+                               "pieces flattened, without their tensor's shape, so it cannot be mapped onto one. "
+                               "Resume it with the build that wrote it, or start a new run");
     if (m.format_version != kFormatVersion)
       throw std::runtime_error(m.path + ": format_version " + std::to_string(m.format_version) +
                                " is not supported (this build reads version " + std::to_string(kFormatVersion) + ")");
@@ -138,20 +145,24 @@ Manifest read_manifest(const fs::path& dir) {
       if (!dtype) throw json::TypeError("unknown dtype \"" + dt + "\"");
       mt.dtype = *dtype;
       mt.global_shape = json::as_int64_list(json::at(t, "global_shape"));
-      std::vector<SliceBox> boxes;
-      for (const auto& s : json::as_array(json::at(t, "slices"))) {
-        ManifestSlice ms;
+      std::vector<std::pair<std::string, SliceSpec>> cover;
+      std::set<std::string> files_of_tensor;
+      for (const auto& s : json::as_array(json::at(t, "pieces"))) {
+        field = "tensors/" + mt.name + "/pieces/" + std::to_string(mt.pieces.size());
+        ManifestPiece mp;
         const int64_t rank = json::as_int64(json::at(s, "rank"));
-        if (rank < 0 || rank >= ws) throw json::TypeError("slice rank " + std::to_string(rank) + " outside the world size");
-        ms.rank = int(rank);
-        ms.file = json::as_string(json::at(s, "file"));
-        if (!file_names.count(ms.file)) throw json::TypeError("slice file \"" + ms.file + "\" is not listed in \"files\"");
-        ms.offset = json::as_int64_list(json::at(s, "offset"));
-        ms.shape = json::as_int64_list(json::at(s, "shape"));
-        boxes.push_back(SliceBox{ms.offset, ms.shape});
-        mt.slices.push_back(std::move(ms));
+        if (rank < 0 || rank >= ws) throw json::TypeError("rank " + std::to_string(rank) + " outside the world size");
+        mp.rank = int(rank);
+        mp.file = json::as_string(json::at(s, "file"));
+        if (!file_names.count(mp.file)) throw json::TypeError("file \"" + mp.file + "\" is not listed in \"files\"");
+        // A rank file holds one piece per tensor name.
+        if (!files_of_tensor.insert(mp.file).second) throw json::TypeError("a second piece in " + mp.file);
+        mp.slice = get_slice(s, mt.global_shape);
+        cover.emplace_back("the piece in " + mp.file, mp.slice);
+        mt.pieces.push_back(std::move(mp));
       }
-      const std::string bad = check_slice_cover(mt.global_shape, boxes);
+      field = "tensors/" + mt.name;
+      const std::string bad = cover_error(mt.global_shape, cover);
       if (!bad.empty()) throw json::TypeError(bad);
       m.tensors.push_back(std::move(mt));
     }
@@ -168,7 +179,7 @@ Manifest read_manifest(const fs::path& dir) {
 }
 
 // Empty when the file matches the manifest, else what is wrong with it.
-// `checksum`: also read it through for the CRC (files whose slices are not
+// `checksum`: also read it through for the CRC (files whose pieces are not
 // loaded are only checked for existence and size).
 std::string verify_file(const fs::path& dir, const ManifestFile& f, bool checksum) {
   const std::string path = (dir / f.name).string();
@@ -210,18 +221,22 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str, const SliceFilter& 
   const fs::path dir = strip_trailing_slash(dir_str);
   Manifest m = read_manifest(dir);
 
-  // Only the files that hold a wanted slice are read (and checksummed); the
+  // Only the files that hold a wanted piece are read (and checksummed); the
   // others must still exist with their recorded size.
+  std::vector<std::vector<bool>> wanted(m.tensors.size());
   std::set<std::string> needed;
-  for (const ManifestTensor& mt : m.tensors)
-    for (const ManifestSlice& ms : mt.slices)
-      if (!want || want(mt.name, mt.global_shape, ms.offset, ms.shape)) needed.insert(ms.file);
+  for (size_t i = 0; i < m.tensors.size(); ++i)
+    for (const ManifestPiece& mp : m.tensors[i].pieces) {
+      const bool w = !want || want(m.tensors[i].name, mp.slice);
+      wanted[i].push_back(w);
+      if (w) needed.insert(mp.file);
+    }
   for (const ManifestFile& f : m.files) {
     const std::string bad = verify_file(dir, f, needed.count(f.name) > 0);
     if (!bad.empty()) throw std::runtime_error(bad);
   }
 
-  // Read each needed file once; slices then take their bytes from it.
+  // Read each needed file once; pieces then take their bytes from it.
   std::map<std::string, std::map<std::string, SafetensorsTensor>> contents;
   for (const ManifestFile& f : m.files) {
     if (!needed.count(f.name)) continue;
@@ -235,30 +250,22 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str, const SliceFilter& 
   LoadedCheckpoint out;
   out.dir = dir.string();
   out.meta = m.meta;
-  for (const ManifestTensor& mt : m.tensors) {
-    for (const ManifestSlice& ms : mt.slices) {
-      if (!needed.count(ms.file)) continue;
-      const std::string path = (dir / ms.file).string();
-      auto& by_name = contents[ms.file];
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const ManifestTensor& mt = m.tensors[i];
+    for (size_t k = 0; k < mt.pieces.size(); ++k) {
+      const ManifestPiece& mp = mt.pieces[k];
+      if (!needed.count(mp.file)) continue;
+      const std::string path = (dir / mp.file).string();
+      auto& by_name = contents[mp.file];
       auto it = by_name.find(mt.name);
       if (it == by_name.end())
         throw std::runtime_error(path + ": tensor \"" + mt.name + "\" listed by the manifest is not in the file");
       SafetensorsTensor& st = it->second;
-      if (st.dtype != mt.dtype || st.shape != ms.shape)
+      if (st.dtype != mt.dtype || st.shape != mp.slice.stored_shape())
         throw std::runtime_error(path + ": tensor \"" + mt.name + "\" is " + dtype_name(st.dtype) + " " +
-                                 shape_str(st.shape) + ", the manifest says " + dtype_name(mt.dtype) + " " +
-                                 shape_str(ms.shape));
-      const bool keep = !want || want(mt.name, mt.global_shape, ms.offset, ms.shape);
-      if (keep) {
-        ShardTensor t;
-        t.name = mt.name;
-        t.global_shape = mt.global_shape;
-        t.offset = ms.offset;
-        t.dtype = mt.dtype;
-        t.shape = ms.shape;
-        t.data = std::move(st.data);
-        out.tensors.push_back(std::move(t));
-      }
+                                 shape_text(st.shape) + ", the manifest says " + dtype_name(mt.dtype) + " " +
+                                 shape_text(mp.slice.stored_shape()) + " (" + describe_slice(mp.slice) + ")");
+      if (wanted[i][k]) out.tensors.push_back(ShardTensor{mt.name, mt.dtype, mp.slice, std::move(st.data)});
       by_name.erase(it);
     }
   }
@@ -366,92 +373,40 @@ std::string describe_checkpoint(const std::string& dir_str) {
       << " bytes  crc32c " << f.crc32c << "  " << status << "\n";
   }
 
-  // Columns sized to their longest entry so the table stays aligned.
+  // Columns sized to their longest entry so the table stays aligned. A
+  // tensor of many pieces shows the first few; the count says how many.
+  constexpr size_t kPiecesShown = 4;
   struct Row {
-    std::string name, dtype, shape, slices;
+    std::string name, dtype, shape, count, pieces;
   };
   std::vector<Row> rows;
   int64_t elements = 0;
   for (const auto& t : m.tensors) {
-    Row r{t.name, dtype_name(t.dtype), shape_str(t.global_shape), ""};
-    for (size_t i = 0; i < t.slices.size(); ++i) {
-      const auto& s = t.slices[i];
-      r.slices += (i ? "; " : "") + std::string("rank ") + std::to_string(s.rank) + " " + shape_str(s.shape) + " @ " +
-                  shape_str(s.offset);
-    }
-    elements += checked_numel(t.global_shape).value_or(0);
+    Row r{t.name, dtype_name(t.dtype), shape_text(t.global_shape), std::to_string(t.pieces.size()), ""};
+    for (size_t i = 0; i < t.pieces.size() && i < kPiecesShown; ++i)
+      r.pieces += (i ? "; " : "") + std::string("rank ") + std::to_string(t.pieces[i].rank) + " " +
+                  describe_slice(t.pieces[i].slice);
+    if (t.pieces.size() > kPiecesShown) r.pieces += "; ... (" + std::to_string(t.pieces.size() - kPiecesShown) + " more)";
+    elements += SliceSpec::whole(t.global_shape).numel();
     rows.push_back(std::move(r));
   }
-  size_t w0 = 4, w1 = 5, w2 = 12;
+  size_t w0 = 4, w1 = 5, w2 = 12, w3 = 6;
   for (const auto& r : rows) {
     w0 = std::max(w0, r.name.size());
     w1 = std::max(w1, r.dtype.size());
     w2 = std::max(w2, r.shape.size());
+    w3 = std::max(w3, r.count.size());
   }
   o << "tensors: " << rows.size() << " (" << elements << " elements)\n";
   o << "  " << std::left << std::setw(int(w0)) << "name" << "  " << std::setw(int(w1)) << "dtype" << "  "
-    << std::setw(int(w2)) << "global shape" << "  slices (rank shape @ offset)\n";
+    << std::setw(int(w2)) << "global shape" << "  " << std::right << std::setw(int(w3)) << "pieces"
+    << "  where (rank: box [begin:end per dimension], flat range of the box)\n";
   for (const auto& r : rows)
     o << "  " << std::left << std::setw(int(w0)) << r.name << "  " << std::setw(int(w1)) << r.dtype << "  "
-      << std::setw(int(w2)) << r.shape << "  " << r.slices << "\n";
+      << std::setw(int(w2)) << r.shape << "  " << std::right << std::setw(int(w3)) << r.count << "  " << r.pieces
+      << "\n";
   o << (all_ok ? "status: every file matches the manifest\n" : "status: CORRUPT (see files above); will not load\n");
   return o.str();
-}
-
-int64_t copy_overlap(const ShardTensor& src, const std::vector<int64_t>& dst_offset,
-                     const std::vector<int64_t>& dst_shape, void* dst) {
-  const size_t nd = src.global_shape.size();
-  if (src.offset.size() != nd || src.shape.size() != nd || dst_offset.size() != nd || dst_shape.size() != nd)
-    throw std::invalid_argument("copy_overlap: " + src.name + ": source offset/shape and destination offset/shape " +
-                                "must all have " + std::to_string(nd) + " dimensions");
-  const size_t esize = dtype_size(src.dtype);
-  const auto src_numel = checked_numel(src.shape);
-  if (!src_numel || src.data.size() != uint64_t(*src_numel) * esize)
-    throw std::invalid_argument("copy_overlap: " + src.name + ": data holds " + std::to_string(src.data.size()) +
-                                " bytes, shape " + shape_str(src.shape) + " needs " +
-                                std::to_string(src_numel.value_or(-1) * int64_t(esize)));
-
-  // The overlap box in global coordinates.
-  std::vector<int64_t> lo(nd), len(nd);
-  int64_t count = 1;
-  for (size_t d = 0; d < nd; ++d) {
-    lo[d] = std::max(src.offset[d], dst_offset[d]);
-    const int64_t hi = std::min(src.offset[d] + src.shape[d], dst_offset[d] + dst_shape[d]);
-    if (hi <= lo[d]) return 0;
-    len[d] = hi - lo[d];
-    count *= len[d];
-  }
-
-  // Row-major element strides of both boxes.
-  std::vector<int64_t> sstride(nd, 1), dstride(nd, 1);
-  for (size_t d = nd; d-- > 1;) {
-    sstride[d - 1] = sstride[d] * src.shape[d];
-    dstride[d - 1] = dstride[d] * dst_shape[d];
-  }
-  // The innermost dimension is contiguous in both: copy it as one run and
-  // walk the outer dimensions like an odometer.
-  const size_t run = nd ? size_t(len[nd - 1]) * esize : esize;
-  const size_t outer_dims = nd ? nd - 1 : 0;
-  std::vector<int64_t> idx(outer_dims, 0);
-  const char* s = src.data.data();
-  char* d_ptr = static_cast<char*>(dst);
-  while (true) {
-    int64_t so = 0, doff = 0;
-    for (size_t d = 0; d < nd; ++d) {
-      const int64_t g = lo[d] + (d < outer_dims ? idx[d] : 0);
-      so += (g - src.offset[d]) * sstride[d];
-      doff += (g - dst_offset[d]) * dstride[d];
-    }
-    std::memcpy(d_ptr + doff * int64_t(esize), s + so * int64_t(esize), run);
-    size_t k = outer_dims;
-    while (k > 0) {
-      --k;
-      if (++idx[k] < len[k]) break;
-      idx[k] = 0;
-      if (k == 0) return count;
-    }
-    if (outer_dims == 0) return count;
-  }
 }
 
 }  // namespace trainer

@@ -69,9 +69,7 @@ ShardTensor whole(const std::string& name, DType dt, std::vector<int64_t> shape,
   ShardTensor t;
   t.name = name;
   t.dtype = dt;
-  t.shape = shape;
-  t.global_shape = shape;
-  t.offset.assign(shape.size(), 0);
+  t.slice = SliceSpec::whole(shape);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   t.data = random_bytes(size_t(n) * dtype_size(dt), seed);
@@ -116,9 +114,7 @@ void require_same(const LoadedCheckpoint& got, const Snapshot& want) {
     INFO(b.name);
     CHECK(a.name == b.name);
     CHECK(a.dtype == b.dtype);
-    CHECK(a.shape == b.shape);
-    CHECK(a.global_shape == b.global_shape);
-    CHECK(a.offset == b.offset);
+    CHECK(a.slice == b.slice);
     CHECK(a.data == b.data);  // bitwise
   }
 }
@@ -436,11 +432,10 @@ TEST_CASE("checkpoint: sync and async saves load back bitwise identical", "[chec
 TEST_CASE("checkpoint: manifest records everything needed to resume and verify", "[checkpoint]") {
   TempDir dir;
   Snapshot s = make_snapshot(5);
-  s.tensors[0].offset.clear();  // "whole tensor" may leave the offset empty
   CheckpointWriter(dir.str(), 3, false).save(s);
   const std::string step_dir = dir / "step_00000005";
   const json::Value m = json::parse(read_text(step_dir + "/manifest.json"));
-  CHECK(m.at("format_version").get<int64_t>() == 1);
+  CHECK(m.at("format_version").get<int64_t>() == 2);
   CHECK(m.at("step").get<int64_t>() == 5);
   CHECK(m.at("tokens").get<int64_t>() == 5 * 4096 + 7);
   CHECK(m.at("seed").get<uint64_t>() == 0xDEADBEEFCAFEBABEull);
@@ -460,12 +455,13 @@ TEST_CASE("checkpoint: manifest records everything needed to resume and verify",
   CHECK(wq.at("name").get<std::string>() == "model/layers.0.attn.wq");
   CHECK(wq.at("dtype").get<std::string>() == "BF16");
   CHECK(json::dump(wq.at("global_shape")) == "[3,5,2]");
-  const auto& slices = wq.at("slices");
-  REQUIRE(slices.size() == 1);
-  CHECK(slices[0].at("rank").get<int64_t>() == 0);
-  CHECK(slices[0].at("file").get<std::string>() == kRank0);
-  CHECK(json::dump(slices[0].at("offset")) == "[0,0,0]");
-  CHECK(json::dump(slices[0].at("shape")) == "[3,5,2]");
+  const auto& pieces = wq.at("pieces");
+  REQUIRE(pieces.size() == 1);
+  CHECK(pieces[0].at("rank").get<int64_t>() == 0);
+  CHECK(pieces[0].at("file").get<std::string>() == kRank0);
+  CHECK(json::dump(pieces[0].at("box_offset")) == "[0,0,0]");
+  CHECK(json::dump(pieces[0].at("box_shape")) == "[3,5,2]");
+  CHECK(!pieces[0].contains("flat_range"));  // the whole box
 
   // The rank file is plain safetensors with the tensor names as given.
   const auto st = read_safetensors(step_dir + "/" + kRank0);
@@ -478,7 +474,7 @@ TEST_CASE("checkpoint: manifest records everything needed to resume and verify",
   CHECK_THAT(text, Contains(kRank0));
   CHECK_THAT(text, Contains("model/layers.0.attn.wq"));
   CHECK_THAT(text, Contains("[3, 5, 2]"));
-  CHECK_THAT(text, Contains("rank 0 [3, 5, 2] @ [0, 0, 0]"));
+  CHECK_THAT(text, Contains("rank 0 whole"));
   CHECK_THAT(text, Contains("every file matches the manifest"));
 }
 
@@ -487,8 +483,7 @@ TEST_CASE("checkpoint: async save returns before the write completes", "[checkpo
   Snapshot s = make_snapshot(1);
   ShardTensor big;
   big.name = "model/big";
-  big.shape = big.global_shape = {4096, 4096};
-  big.offset = {0, 0};
+  big.slice = SliceSpec::whole({4096, 4096});
   big.data.assign(size_t(4096) * 4096 * 4, 0);  // 64 MiB: write, CRC and fsync take far longer than save()
   big.data[12345] = 7;
   s.tensors.push_back(std::move(big));
@@ -751,7 +746,7 @@ TEST_CASE("checkpoint: background errors are rethrown by the next save or wait",
   dup.tensors.push_back(dup.tensors[0]);
   CHECK_THROWS_WITH(w3.save(dup), Contains("appears twice"));
   Snapshot outside = make_snapshot(1);
-  outside.tensors[0].offset = {1, 0};
+  outside.tensors[0].slice.box_offset = {1, 0};
   CHECK_THROWS_WITH(w3.save(outside), Contains("does not fit"));
 }
 
@@ -765,9 +760,7 @@ TEST_CASE("copy_overlap: four 2-D quarters assemble the full tensor", "[checkpoi
   auto quarter = [&](int64_t r0, int64_t c0) {
     ShardTensor t;
     t.name = "w";
-    t.global_shape = {R, C};
-    t.offset = {r0, c0};
-    t.shape = {R / 2, C / 2};
+    t.slice = SliceSpec::box({R, C}, {r0, c0}, {R / 2, C / 2});
     for (int64_t r = r0; r < r0 + R / 2; ++r)
       for (int64_t c = c0; c < c0 + C / 2; ++c) {
         const char* p = reinterpret_cast<const char*>(&full[size_t(r * C + c)]);
@@ -778,7 +771,7 @@ TEST_CASE("copy_overlap: four 2-D quarters assemble the full tensor", "[checkpoi
   std::vector<float> out(size_t(R * C), -1.f);
   int64_t copied = 0;
   for (int64_t r0 : {int64_t(0), R / 2})
-    for (int64_t c0 : {int64_t(0), C / 2}) copied += copy_overlap(quarter(r0, c0), {0, 0}, {R, C}, out.data());
+    for (int64_t c0 : {int64_t(0), C / 2}) copied += copy_overlap(quarter(r0, c0), SliceSpec::whole({R, C}), out.data());
   CHECK(copied == R * C);
   CHECK(out == full);
 
@@ -786,14 +779,14 @@ TEST_CASE("copy_overlap: four 2-D quarters assemble the full tensor", "[checkpoi
   std::vector<float> win(24, -1.f);
   copied = 0;
   for (int64_t r0 : {int64_t(0), R / 2})
-    for (int64_t c0 : {int64_t(0), C / 2}) copied += copy_overlap(quarter(r0, c0), {1, 2}, {4, 6}, win.data());
+    for (int64_t c0 : {int64_t(0), C / 2}) copied += copy_overlap(quarter(r0, c0), SliceSpec::box({R, C}, {1, 2}, {4, 6}), win.data());
   CHECK(copied == 24);
   for (int64_t r = 0; r < 4; ++r)
     for (int64_t c = 0; c < 6; ++c) CHECK(win[size_t(r * 6 + c)] == full[size_t((r + 1) * C + c + 2)]);
 
   // No overlap copies nothing and touches nothing.
   std::vector<float> none(4, -1.f);
-  CHECK(copy_overlap(quarter(0, 0), {3, 5}, {2, 2}, none.data()) == 0);
+  CHECK(copy_overlap(quarter(0, 0), SliceSpec::box({R, C}, {3, 5}, {2, 2}), none.data()) == 0);
   CHECK(none == std::vector<float>(4, -1.f));
 }
 
@@ -805,9 +798,7 @@ TEST_CASE("copy_overlap: 1-D resplit from 2 pieces to 3", "[checkpoint][reslice]
     ShardTensor t;
     t.name = "b";
     t.dtype = DType::I32;
-    t.global_shape = {12};
-    t.offset = {off};
-    t.shape = {6};
+    t.slice = SliceSpec::box({12}, {off}, {6});
     const char* p = reinterpret_cast<const char*>(global.data() + off);
     t.data.assign(p, p + 24);
     saved.push_back(t);
@@ -816,7 +807,7 @@ TEST_CASE("copy_overlap: 1-D resplit from 2 pieces to 3", "[checkpoint][reslice]
   for (int64_t piece = 0; piece < 3; ++piece) {
     std::vector<int32_t> out(4, -1);
     for (int k = 0; k < 2; ++k)
-      CHECK(copy_overlap(saved[size_t(k)], {piece * 4}, {4}, out.data()) == expect_from[piece][k]);
+      CHECK(copy_overlap(saved[size_t(k)], SliceSpec::box({12}, {piece * 4}, {4}), out.data()) == expect_from[piece][k]);
     CHECK(out == std::vector<int32_t>(global.begin() + piece * 4, global.begin() + piece * 4 + 4));
   }
 }
@@ -855,9 +846,7 @@ TEST_CASE("copy_overlap: random boxes in 0 to 4 dimensions match a naive copy", 
     ShardTensor src;
     src.name = "r";
     src.dtype = dt;
-    src.global_shape = g;
-    src.offset = so;
-    src.shape = ss;
+    src.slice = SliceSpec::box(g, so, ss);
     int64_t sn = 1, dn = 1;
     for (size_t d = 0; d < nd; ++d) sn *= ss[d], dn *= ds[d];
     src.data.assign(size_t(sn) * es, 0);
@@ -882,20 +871,18 @@ TEST_CASE("copy_overlap: random boxes in 0 to 4 dimensions match a naive copy", 
       ++expect;
     });
     INFO("trial " << trial << " dims " << nd);
-    CHECK(copy_overlap(src, dof, ds, got.data()) == expect);
+    CHECK(copy_overlap(src, SliceSpec::box(g, dof, ds), got.data()) == expect);
     CHECK(got == want);
   }
 
   ShardTensor bad;
   bad.name = "bad";
-  bad.global_shape = {4};
-  bad.offset = {0};
-  bad.shape = {4};
+  bad.slice = SliceSpec::whole({4});
   bad.data.resize(3);
   float sink[4];
-  CHECK_THROWS_WITH(copy_overlap(bad, {0}, {4}, sink), Contains("bad"));
+  CHECK_THROWS_WITH(copy_overlap(bad, SliceSpec::whole({4}), sink), Contains("bad"));
   bad.data.resize(16);
-  CHECK_THROWS_WITH(copy_overlap(bad, {0, 0}, {4, 1}, sink), Contains("dimensions"));
+  CHECK_THROWS_WITH(copy_overlap(bad, SliceSpec::box({4}, {0, 0}, {4, 1}), sink), Contains("dimensions"));
 }
 
 // ---------------------------------------------------------------------------
@@ -919,9 +906,7 @@ ShardTensor slice_1d(const std::string& name, DType dt, const std::vector<char>&
   ShardTensor t;
   t.name = name;
   t.dtype = dt;
-  t.global_shape = {int64_t(all.size() / es)};
-  t.offset = {begin};
-  t.shape = {end - begin};
+  t.slice = SliceSpec::box({int64_t(all.size() / es)}, {begin}, {end - begin});
   t.data.assign(all.begin() + begin * int64_t(es), all.begin() + end * int64_t(es));
   return t;
 }
@@ -949,7 +934,7 @@ std::vector<char> assemble(const LoadedCheckpoint& ck, const std::string& name, 
   std::vector<char> out(size_t(numel) * dtype_size(dt), 0);
   *copied = 0;
   for (const ShardTensor& t : ck.tensors)
-    if (t.name == name) *copied += copy_overlap(t, {0}, {numel}, out.data());
+    if (t.name == name) *copied += copy_overlap(t, SliceSpec::whole({numel}), out.data());
   return out;
 }
 
@@ -961,7 +946,7 @@ void require_assembles(const std::string& dir, int64_t step, uint32_t variant) {
   REQUIRE(ck.tensors.size() == 2 * kWorld);  // every slice, the empty one included
   std::set<std::vector<int64_t>> a_offsets;
   for (const ShardTensor& t : ck.tensors)
-    if (t.name == "model/a") a_offsets.insert(t.offset);
+    if (t.name == "model/a") a_offsets.insert(t.slice.box_offset);
   CHECK(a_offsets == std::set<std::vector<int64_t>>{{0}, {kPerRank}, {2 * kPerRank}, {3 * kPerRank}});
   int64_t copied = 0;
   CHECK(assemble(ck, "model/a", DType::F32, kWorld * kPerRank, &copied) ==
@@ -1047,10 +1032,10 @@ TEST_CASE("checkpoint: four ranks save one checkpoint together, sync and async",
     const json::Value& f3 = m.at("files").at("rank_00003.safetensors");
     CHECK(f3.at("bytes").get<uint64_t>() == fs::file_size(dir / "step_00000005/rank_00003.safetensors"));
     CHECK(f3.at("crc32c").get<std::string>() == crc32c_hex(crc32c_file(dir / "step_00000005/rank_00003.safetensors")));
-    const auto& b_slices = m.at("tensors")[1].at("slices");
-    REQUIRE(b_slices.size() == kWorld);
-    CHECK(b_slices[1].at("rank").get<int64_t>() == 1);
-    CHECK(json::dump(b_slices[1].at("shape")) == "[0]");
+    const auto& b_pieces = m.at("tensors")[1].at("pieces");
+    REQUIRE(b_pieces.size() == kWorld);
+    CHECK(b_pieces[1].at("rank").get<int64_t>() == 1);
+    CHECK(json::dump(b_pieces[1].at("box_shape")) == "[0]");
 
     require_assembles(dir / "step_00000003", 3, 0);
     require_assembles(dir / "step_00000005", 5, 0);
@@ -1163,7 +1148,7 @@ TEST_CASE("checkpoint: group writers refuse inconsistent ranks and snapshots", "
   CHECK(entries(dir.path).empty());
 }
 
-TEST_CASE("checkpoint: a rank loads only the slices it wants and checksums only the files it reads",
+TEST_CASE("checkpoint: a rank loads only the pieces it wants and checksums only the files it reads",
           "[checkpoint][multirank]") {
   TempDir dir;
   {
@@ -1172,18 +1157,15 @@ TEST_CASE("checkpoint: a rank loads only the slices it wants and checksums only 
   }
   const std::string step = (dir / "step_00000004");
   // Elements [8, 14) of "model/a" live in the files of ranks 1 and 2 only.
-  const SliceFilter want = [](const std::string& name, const std::vector<int64_t>&, const std::vector<int64_t>& offset,
-                              const std::vector<int64_t>& shape) {
-    return name == "model/a" && offset[0] < 14 && offset[0] + shape[0] > 8;
-  };
+  const SliceFilter want = overlapping({{"model/a", SliceSpec::box({kWorld * kPerRank}, {8}, {6})}});
   LoadedCheckpoint ck = load_checkpoint(step, want);
   REQUIRE(ck.tensors.size() == 2);
   std::set<std::vector<int64_t>> offsets;
-  for (const ShardTensor& t : ck.tensors) offsets.insert(t.offset);
+  for (const ShardTensor& t : ck.tensors) offsets.insert(t.slice.box_offset);
   CHECK(offsets == std::set<std::vector<int64_t>>{{kPerRank}, {2 * kPerRank}});
   std::vector<char> part(size_t(kWorld * kPerRank) * 4, 0);
   int64_t copied = 0;
-  for (const ShardTensor& t : ck.tensors) copied += copy_overlap(t, {0}, {kWorld * kPerRank}, part.data());
+  for (const ShardTensor& t : ck.tensors) copied += copy_overlap(t, SliceSpec::whole({kWorld * kPerRank}), part.data());
   const auto all = global_bytes("model/a", DType::F32, kWorld * kPerRank, 4, 0);
   CHECK(copied == 2 * kPerRank);
   CHECK(std::equal(all.begin() + kPerRank * 4, all.begin() + 3 * kPerRank * 4, part.begin() + kPerRank * 4));
