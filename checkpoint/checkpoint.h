@@ -2,7 +2,8 @@
 //
 //   <root>/step_00001000/manifest.json      step, tokens, config, layout, RNG,
 //                                           every tensor's global shape, dtype,
-//                                           which file holds which slice, checksums
+//                                           which file holds which piece of it
+//                                           (box + flat range, slice.h), checksums
 //   <root>/step_00001000/rank_00000.safetensors   one file per rank
 //   <root>/latest                            text file: "step_00001000\n"
 //
@@ -18,10 +19,10 @@
 // ckpt/<root>/step_N/<k>/ (k counts earlier saves of that step by this writer).
 // Rank 0 recreates step_N.partial/ and sets "ready"; every rank then writes
 // its rank_XXXXX.safetensors there (fsynced) and publishes a report (file
-// size, CRC32C, its slices) or its error under "report/<rank>". Rank 0 waits
+// size, CRC32C, its pieces) or its error under "report/<rank>". Rank 0 waits
 // for all reports (timeout_s), and publishes (manifest, rename, `latest`,
-// pruning) only when every rank succeeded and the slices cover each tensor
-// exactly once; otherwise it removes the .partial directory. Its verdict
+// pruning) only when every rank succeeded and the pieces hold every element
+// of each tensor exactly once; otherwise it removes the .partial directory. Its verdict
 // ("done" / "failed: why") goes to "outcome", which the other ranks wait for,
 // so a save throws on every rank unless the checkpoint was published, and the
 // message names the rank that failed or never reported. The root must be one
@@ -33,22 +34,23 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "checkpoint/slice.h"
 #include "core/tensor.h"
 
 namespace trainer {
 
-// One tensor of a rank's shard. `offset` is where this slice starts in the
-// global tensor along each dimension (all zero while a rank holds the whole
-// tensor); `global_shape` is the full tensor's shape.
+// One piece of a global tensor that a rank saves (or a reader loaded): which
+// elements (`slice`: the real global shape, a box of it, optionally a flat
+// range of the box) and their bytes.
 struct ShardTensor {
   std::string name;                 // "model/<param>", "optim/m/<param>", "optim/v/<param>"
-  std::vector<int64_t> global_shape;
-  std::vector<int64_t> offset;
   DType dtype = DType::F32;
-  std::vector<int64_t> shape;       // this slice's shape
-  std::vector<char> data;           // host bytes of the slice
+  SliceSpec slice;
+  std::vector<char> data;           // slice.numel() elements in the box's row-major order
 };
 
 struct CheckpointMeta {
@@ -117,19 +119,41 @@ class CheckpointWriter {
 struct LoadedCheckpoint {
   std::string dir;
   CheckpointMeta meta;
-  std::vector<ShardTensor> tensors;  // every tensor of every rank file, verified
+  std::vector<ShardTensor> tensors;  // the loaded pieces of every rank file, verified
 };
 
-// Which saved slices a rank needs (the name, the tensor's global shape and
-// the slice's offset and shape, as in the manifest); empty: all of them.
-using SliceFilter = std::function<bool(const std::string& name, const std::vector<int64_t>& global_shape,
-                                       const std::vector<int64_t>& offset, const std::vector<int64_t>& shape)>;
+// Which saved pieces a rank needs (the tensor's name and the piece as the
+// manifest records it); an empty filter: all of them.
+using SliceFilter = std::function<bool(const std::string& name, const SliceSpec& saved)>;
+
+// The filter of a rank that needs `wanted` (tensor name, piece of its own
+// layout): it takes a saved piece only when it shares an element with a
+// wanted piece of the same tensor, so only the files holding those are read.
+SliceFilter overlapping(const std::vector<std::pair<std::string, SliceSpec>>& wanted);
 
 // Verifies the manifest, the size of every file it names and the CRC32C of
-// every file that holds a wanted slice, and loads the wanted slices only: a
+// every file that holds a wanted piece, and loads the wanted pieces only: a
 // rank of a sharded run reads its share, not the whole checkpoint. Throws
 // std::runtime_error naming the file on any mismatch.
 LoadedCheckpoint load_checkpoint(const std::string& dir, const SliceFilter& want = {});
+
+// Assembles pieces of any layout from the loaded pieces of another.
+class SliceAssembler {
+ public:
+  // Indexes ck's pieces by tensor name; ck must outlive the assembler.
+  explicit SliceAssembler(const LoadedCheckpoint& ck);
+  bool has(const std::string& name) const;
+  // Fills dst (want.numel() elements of `dtype`, the box's row-major order)
+  // with the elements `want` names. Throws std::runtime_error naming the
+  // checkpoint and the tensor when it is absent, its dtype or global shape
+  // differs from `want`, or the loaded pieces miss some wanted element (the
+  // filter at load did not take them).
+  void fill(const std::string& name, DType dtype, const SliceSpec& want, void* dst) const;
+
+ private:
+  const LoadedCheckpoint& ck_;
+  std::unordered_multimap<std::string, const ShardTensor*> by_name_;
+};
 
 // checkpoint.resume as a list of directories to try, in order: "none" -> {};
 // "auto" -> every step directory under root, `latest` first, then newest
@@ -152,12 +176,11 @@ std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const st
 // Human-readable summary for `trainer inspect DIR`.
 std::string describe_checkpoint(const std::string& dir);
 
-// Copies the region of `src` (a slice of a global tensor) that overlaps
-// `dst_offset`/`dst_shape` into dst (F32/any dtype, row-major). Returns the
-// number of elements copied. Used to assemble a local slice from saved slices
-// of another layout.
-int64_t copy_overlap(const ShardTensor& src, const std::vector<int64_t>& dst_offset,
-                     const std::vector<int64_t>& dst_shape, void* dst);
+// Copies the elements of `src` that `dst_slice` holds into dst (laid out as
+// dst_slice's data, src's dtype); returns how many. Throws
+// std::invalid_argument naming the tensor when src is inconsistent (its data
+// size, its slice) or the global shapes differ.
+int64_t copy_overlap(const ShardTensor& src, const SliceSpec& dst_slice, void* dst);
 
 // Test hook: the next save (of any writer) fails at `stage` as a full disk
 // would: "rank_file" (after the rank file, before the manifest), "manifest"

@@ -11,7 +11,8 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_save.h"
-#include "checkpoint/json.h"
+#include "checkpoint/slice_json.h"
+#include "checkpoint/strict_json.h"
 #include "comm/store.h"
 
 namespace trainer::ckpt_detail {
@@ -20,32 +21,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-json::Value slice_to_json(const ShardTensor& t) {
+json::Value piece_to_json(const ShardTensor& t) {
   json::Value s = json::Value::object();
   s["name"] = t.name;
   s["dtype"] = dtype_name(t.dtype);
-  s["global_shape"] = int_array(t.global_shape);
-  s["offset"] = int_array(t.offset);
-  s["shape"] = int_array(t.shape);
+  s["global_shape"] = json::int_array(t.slice.global_shape);
+  put_slice(s, t.slice);
   return s;
 }
 
-std::vector<int64_t> int_vector(const json::Value& a) {
-  std::vector<int64_t> v;
-  for (const auto& x : a.as_array()) v.push_back(x.as_int64());
-  return v;
-}
-
-ShardTensor slice_from_json(const json::Value& s) {
+ShardTensor piece_from_json(const json::Value& s) {
   ShardTensor t;
-  t.name = s.at("name").as_string();
-  const std::string& dt = s.at("dtype").as_string();
+  t.name = json::as_string(json::at(s, "name"));
+  const std::string& dt = json::as_string(json::at(s, "dtype"));
   const auto dtype = dtype_from_name(dt);
   if (!dtype) throw json::TypeError("tensor \"" + t.name + "\" has unknown dtype \"" + dt + "\"");
   t.dtype = *dtype;
-  t.global_shape = int_vector(s.at("global_shape"));
-  t.offset = int_vector(s.at("offset"));
-  t.shape = int_vector(s.at("shape"));
+  try {
+    t.slice = get_slice(s, json::as_int64_list(json::at(s, "global_shape")));
+  } catch (const json::TypeError& e) {
+    throw json::TypeError("tensor \"" + t.name + "\": " + e.what());
+  }
   return t;
 }
 
@@ -55,9 +51,9 @@ std::string encode_report(const RankReport& r) {
   v["file"] = r.file;
   v["bytes"] = r.written.bytes;
   v["crc32c"] = r.written.crc32c;
-  json::Value slices = json::Value::array();
-  for (const ShardTensor& t : r.slices) slices.push_back(slice_to_json(t));
-  v["slices"] = std::move(slices);
+  json::Value pieces = json::Value::array();
+  for (const ShardTensor& t : r.pieces) pieces.push_back(piece_to_json(t));
+  v["pieces"] = std::move(pieces);
   return json::dump(v);
 }
 
@@ -78,22 +74,22 @@ RankResult decode_report(const std::string& text, int rank) {
   RankResult out;
   try {
     const json::Value v = json::parse(text);
-    const int64_t claimed = v.at("rank").as_int64();
+    const int64_t claimed = json::as_int64(json::at(v, "rank"));
     if (claimed != rank) throw json::TypeError("it claims to come from rank " + std::to_string(claimed));
-    if (const json::Value* e = v.find("error")) {
-      out.error = e->as_string().empty() ? "(no message)" : e->as_string();
+    if (const json::Value* e = json::find(v, "error")) {
+      out.error = json::as_string(*e).empty() ? "(no message)" : json::as_string(*e);
       return out;
     }
     RankReport r;
     r.rank = rank;
-    r.file = v.at("file").as_string();
+    r.file = json::as_string(json::at(v, "file"));
     // The name becomes a path inside the checkpoint: only the expected one will do.
     if (r.file != rank_file_name(rank)) throw json::TypeError("unexpected file name \"" + r.file + "\"");
-    r.written.bytes = v.at("bytes").as_uint64();
-    const uint64_t crc = v.at("crc32c").as_uint64();
+    r.written.bytes = json::as_uint64(json::at(v, "bytes"));
+    const uint64_t crc = json::as_uint64(json::at(v, "crc32c"));
     if (crc > UINT32_MAX) throw json::TypeError("crc32c " + std::to_string(crc) + " is out of range");
     r.written.crc32c = uint32_t(crc);
-    for (const auto& s : v.at("slices").as_array()) r.slices.push_back(slice_from_json(s));
+    for (const auto& s : json::as_array(json::at(v, "pieces"))) r.pieces.push_back(piece_from_json(s));
     out.report = std::move(r);
   } catch (const std::exception& e) {
     out.error = std::string("its report is unreadable: ") + e.what();
@@ -267,8 +263,9 @@ std::string save_as_rank0(const Rendezvous& rv, const SavePaths& p, int keep_las
     finish(p, snap.meta, g.reports);
   } catch (const std::exception& e) {
     remove_partial(p);
-    const bool others = dynamic_cast<const RankFailures*>(&e) != nullptr;
-    const std::string msg = failed + (others ? "" : "rank 0 failed: ") + e.what();
+    // Failures of other ranks or of the layout as a whole are not rank 0's.
+    const bool not_rank0 = dynamic_cast<const RankFailures*>(&e) || dynamic_cast<const PiecesMismatch*>(&e);
+    const std::string msg = failed + (not_rank0 ? "" : "rank 0 failed: ") + e.what();
     set_quietly(rv.store, rv.outcome(), "failed: " + msg);
     throw std::runtime_error(msg);
   }

@@ -18,7 +18,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checksum.h"
-#include "checkpoint/json.h"
+#include "checkpoint/slice_json.h"
+#include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
 
 namespace trainer {
@@ -28,17 +29,17 @@ using namespace ckpt_detail;
 
 namespace {
 
-struct ManifestSlice {
+struct ManifestPiece {
   int rank = 0;
   std::string file;
-  std::vector<int64_t> offset, shape;
+  SliceSpec slice;
 };
 
 struct ManifestTensor {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> global_shape;
-  std::vector<ManifestSlice> slices;
+  std::vector<ManifestPiece> pieces;
 };
 
 struct ManifestFile {
@@ -58,12 +59,6 @@ struct Manifest {
 
 std::runtime_error corrupt(const std::string& where, const std::string& what) {
   return std::runtime_error(where + ": incomplete or corrupt checkpoint: " + what);
-}
-
-std::vector<int64_t> int_list(const json::Value& v) {
-  std::vector<int64_t> out;
-  for (const auto& x : v.as_array()) out.push_back(x.as_int64());
-  return out;
 }
 
 // A manifest names files relative to its directory; anything that could
@@ -93,71 +88,81 @@ Manifest read_manifest(const fs::path& dir) {
   std::string field;  // which part was being read, for the error message
   try {
     field = "format";
-    if (!root.is_object() || root.at("format").as_string() != kFormatName)
+    if (!root.is_object() || json::as_string(json::at(root, "format")) != kFormatName)
       throw corrupt(m.path, std::string("not a checkpoint manifest (\"format\" is not \"") + kFormatName + "\")");
     field = "format_version";
-    m.format_version = root.at("format_version").as_int64();
+    m.format_version = json::as_int64(json::at(root, "format_version"));
+    if (m.format_version == 1)
+      throw std::runtime_error(m.path + ": format_version 1 is not supported: this build reads version " +
+                               std::to_string(kFormatVersion) +
+                               " (pieces as box + flat range of the real global shape); version 1 stored ZeRO "
+                               "pieces flattened, without their tensor's shape, so it cannot be mapped onto one. "
+                               "Resume it with the build that wrote it, or start a new run");
     if (m.format_version != kFormatVersion)
       throw std::runtime_error(m.path + ": format_version " + std::to_string(m.format_version) +
                                " is not supported (this build reads version " + std::to_string(kFormatVersion) + ")");
     field = "step";
-    m.meta.step = root.at("step").as_int64();
+    m.meta.step = json::as_int64(json::at(root, "step"));
     field = "tokens";
-    m.meta.tokens = root.at("tokens").as_int64();
+    m.meta.tokens = json::as_int64(json::at(root, "tokens"));
     field = "seed";
-    m.meta.seed = root.at("seed").as_uint64();
+    m.meta.seed = json::as_uint64(json::at(root, "seed"));
     field = "optimizer_step";
-    m.meta.optimizer_step = root.at("optimizer_step").as_int64();
+    m.meta.optimizer_step = json::as_int64(json::at(root, "optimizer_step"));
     field = "world_size";
-    const int64_t ws = root.at("world_size").as_int64();
+    const int64_t ws = json::as_int64(json::at(root, "world_size"));
     if (ws < 1 || ws > (1 << 24)) throw json::TypeError("world_size " + std::to_string(ws) + " is out of range");
     m.meta.world_size = int(ws);
     field = "layout";
-    m.meta.layout = root.at("layout").as_string();
+    m.meta.layout = json::as_string(json::at(root, "layout"));
     field = "config_yaml";
-    m.meta.config_yaml = root.at("config_yaml").as_string();
+    m.meta.config_yaml = json::as_string(json::at(root, "config_yaml"));
     field = "created";
-    m.created = root.at("created").as_string();
+    m.created = json::as_string(json::at(root, "created"));
 
     std::set<std::string> file_names;
-    for (const auto& [name, f] : root.at("files").as_object()) {
+    for (const auto& [name, f] : json::as_object(json::at(root, "files")).items()) {
       field = "files/" + name;
       if (!plain_file_name(name)) throw json::TypeError("not a plain file name");
       ManifestFile mf;
       mf.name = name;
-      mf.bytes = f.at("bytes").as_uint64();
-      mf.crc32c = f.at("crc32c").as_string();
+      mf.bytes = json::as_uint64(json::at(f, "bytes"));
+      mf.crc32c = json::as_string(json::at(f, "crc32c"));
       m.files.push_back(mf);
       file_names.insert(name);
     }
     if (m.files.empty()) throw json::TypeError("no files listed");
 
     std::set<std::string> tensor_names;
-    for (const auto& t : root.at("tensors").as_array()) {
+    for (const auto& t : json::as_array(json::at(root, "tensors"))) {
       field = "tensors";
       ManifestTensor mt;
-      mt.name = t.at("name").as_string();
+      mt.name = json::as_string(json::at(t, "name"));
       field = "tensors/" + mt.name;
       if (!tensor_names.insert(mt.name).second) throw json::TypeError("listed twice");
-      const std::string& dt = t.at("dtype").as_string();
+      const std::string& dt = json::as_string(json::at(t, "dtype"));
       const auto dtype = dtype_from_name(dt);
       if (!dtype) throw json::TypeError("unknown dtype \"" + dt + "\"");
       mt.dtype = *dtype;
-      mt.global_shape = int_list(t.at("global_shape"));
-      std::vector<SliceBox> boxes;
-      for (const auto& s : t.at("slices").as_array()) {
-        ManifestSlice ms;
-        const int64_t rank = s.at("rank").as_int64();
-        if (rank < 0 || rank >= ws) throw json::TypeError("slice rank " + std::to_string(rank) + " outside the world size");
-        ms.rank = int(rank);
-        ms.file = s.at("file").as_string();
-        if (!file_names.count(ms.file)) throw json::TypeError("slice file \"" + ms.file + "\" is not listed in \"files\"");
-        ms.offset = int_list(s.at("offset"));
-        ms.shape = int_list(s.at("shape"));
-        boxes.push_back(SliceBox{ms.offset, ms.shape});
-        mt.slices.push_back(std::move(ms));
+      mt.global_shape = json::as_int64_list(json::at(t, "global_shape"));
+      std::vector<std::pair<std::string, SliceSpec>> cover;
+      std::set<std::string> files_of_tensor;
+      for (const auto& s : json::as_array(json::at(t, "pieces"))) {
+        field = "tensors/" + mt.name + "/pieces/" + std::to_string(mt.pieces.size());
+        ManifestPiece mp;
+        const int64_t rank = json::as_int64(json::at(s, "rank"));
+        if (rank < 0 || rank >= ws) throw json::TypeError("rank " + std::to_string(rank) + " outside the world size");
+        mp.rank = int(rank);
+        mp.file = json::as_string(json::at(s, "file"));
+        if (!file_names.count(mp.file)) throw json::TypeError("file \"" + mp.file + "\" is not listed in \"files\"");
+        // A rank file holds one piece per tensor name.
+        if (!files_of_tensor.insert(mp.file).second) throw json::TypeError("a second piece in " + mp.file);
+        mp.slice = get_slice(s, mt.global_shape);
+        cover.emplace_back("the piece in " + mp.file, mp.slice);
+        mt.pieces.push_back(std::move(mp));
       }
-      const std::string bad = check_slice_cover(mt.global_shape, boxes);
+      field = "tensors/" + mt.name;
+      const std::string bad = cover_error(mt.global_shape, cover);
       if (!bad.empty()) throw json::TypeError(bad);
       m.tensors.push_back(std::move(mt));
     }
@@ -174,7 +179,7 @@ Manifest read_manifest(const fs::path& dir) {
 }
 
 // Empty when the file matches the manifest, else what is wrong with it.
-// `checksum`: also read it through for the CRC (files whose slices are not
+// `checksum`: also read it through for the CRC (files whose pieces are not
 // loaded are only checked for existence and size).
 std::string verify_file(const fs::path& dir, const ManifestFile& f, bool checksum) {
   const std::string path = (dir / f.name).string();
@@ -216,18 +221,22 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str, const SliceFilter& 
   const fs::path dir = strip_trailing_slash(dir_str);
   Manifest m = read_manifest(dir);
 
-  // Only the files that hold a wanted slice are read (and checksummed); the
+  // Only the files that hold a wanted piece are read (and checksummed); the
   // others must still exist with their recorded size.
+  std::vector<std::vector<bool>> wanted(m.tensors.size());
   std::set<std::string> needed;
-  for (const ManifestTensor& mt : m.tensors)
-    for (const ManifestSlice& ms : mt.slices)
-      if (!want || want(mt.name, mt.global_shape, ms.offset, ms.shape)) needed.insert(ms.file);
+  for (size_t i = 0; i < m.tensors.size(); ++i)
+    for (const ManifestPiece& mp : m.tensors[i].pieces) {
+      const bool w = !want || want(m.tensors[i].name, mp.slice);
+      wanted[i].push_back(w);
+      if (w) needed.insert(mp.file);
+    }
   for (const ManifestFile& f : m.files) {
     const std::string bad = verify_file(dir, f, needed.count(f.name) > 0);
     if (!bad.empty()) throw std::runtime_error(bad);
   }
 
-  // Read each needed file once; slices then take their bytes from it.
+  // Read each needed file once; pieces then take their bytes from it.
   std::map<std::string, std::map<std::string, SafetensorsTensor>> contents;
   for (const ManifestFile& f : m.files) {
     if (!needed.count(f.name)) continue;
@@ -241,30 +250,22 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_str, const SliceFilter& 
   LoadedCheckpoint out;
   out.dir = dir.string();
   out.meta = m.meta;
-  for (const ManifestTensor& mt : m.tensors) {
-    for (const ManifestSlice& ms : mt.slices) {
-      if (!needed.count(ms.file)) continue;
-      const std::string path = (dir / ms.file).string();
-      auto& by_name = contents[ms.file];
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const ManifestTensor& mt = m.tensors[i];
+    for (size_t k = 0; k < mt.pieces.size(); ++k) {
+      const ManifestPiece& mp = mt.pieces[k];
+      if (!needed.count(mp.file)) continue;
+      const std::string path = (dir / mp.file).string();
+      auto& by_name = contents[mp.file];
       auto it = by_name.find(mt.name);
       if (it == by_name.end())
         throw std::runtime_error(path + ": tensor \"" + mt.name + "\" listed by the manifest is not in the file");
       SafetensorsTensor& st = it->second;
-      if (st.dtype != mt.dtype || st.shape != ms.shape)
+      if (st.dtype != mt.dtype || st.shape != mp.slice.stored_shape())
         throw std::runtime_error(path + ": tensor \"" + mt.name + "\" is " + dtype_name(st.dtype) + " " +
-                                 shape_str(st.shape) + ", the manifest says " + dtype_name(mt.dtype) + " " +
-                                 shape_str(ms.shape));
-      const bool keep = !want || want(mt.name, mt.global_shape, ms.offset, ms.shape);
-      if (keep) {
-        ShardTensor t;
-        t.name = mt.name;
-        t.global_shape = mt.global_shape;
-        t.offset = ms.offset;
-        t.dtype = mt.dtype;
-        t.shape = ms.shape;
-        t.data = std::move(st.data);
-        out.tensors.push_back(std::move(t));
-      }
+                                 shape_text(st.shape) + ", the manifest says " + dtype_name(mt.dtype) + " " +
+                                 shape_text(mp.slice.stored_shape()) + " (" + describe_slice(mp.slice) + ")");
+      if (wanted[i][k]) out.tensors.push_back(ShardTensor{mt.name, mt.dtype, mp.slice, std::move(st.data)});
       by_name.erase(it);
     }
   }
@@ -372,92 +373,40 @@ std::string describe_checkpoint(const std::string& dir_str) {
       << " bytes  crc32c " << f.crc32c << "  " << status << "\n";
   }
 
-  // Columns sized to their longest entry so the table stays aligned.
+  // Columns sized to their longest entry so the table stays aligned. A
+  // tensor of many pieces shows the first few; the count says how many.
+  constexpr size_t kPiecesShown = 4;
   struct Row {
-    std::string name, dtype, shape, slices;
+    std::string name, dtype, shape, count, pieces;
   };
   std::vector<Row> rows;
   int64_t elements = 0;
   for (const auto& t : m.tensors) {
-    Row r{t.name, dtype_name(t.dtype), shape_str(t.global_shape), ""};
-    for (size_t i = 0; i < t.slices.size(); ++i) {
-      const auto& s = t.slices[i];
-      r.slices += (i ? "; " : "") + std::string("rank ") + std::to_string(s.rank) + " " + shape_str(s.shape) + " @ " +
-                  shape_str(s.offset);
-    }
-    elements += checked_numel(t.global_shape).value_or(0);
+    Row r{t.name, dtype_name(t.dtype), shape_text(t.global_shape), std::to_string(t.pieces.size()), ""};
+    for (size_t i = 0; i < t.pieces.size() && i < kPiecesShown; ++i)
+      r.pieces += (i ? "; " : "") + std::string("rank ") + std::to_string(t.pieces[i].rank) + " " +
+                  describe_slice(t.pieces[i].slice);
+    if (t.pieces.size() > kPiecesShown) r.pieces += "; ... (" + std::to_string(t.pieces.size() - kPiecesShown) + " more)";
+    elements += SliceSpec::whole(t.global_shape).numel();
     rows.push_back(std::move(r));
   }
-  size_t w0 = 4, w1 = 5, w2 = 12;
+  size_t w0 = 4, w1 = 5, w2 = 12, w3 = 6;
   for (const auto& r : rows) {
     w0 = std::max(w0, r.name.size());
     w1 = std::max(w1, r.dtype.size());
     w2 = std::max(w2, r.shape.size());
+    w3 = std::max(w3, r.count.size());
   }
   o << "tensors: " << rows.size() << " (" << elements << " elements)\n";
   o << "  " << std::left << std::setw(int(w0)) << "name" << "  " << std::setw(int(w1)) << "dtype" << "  "
-    << std::setw(int(w2)) << "global shape" << "  slices (rank shape @ offset)\n";
+    << std::setw(int(w2)) << "global shape" << "  " << std::right << std::setw(int(w3)) << "pieces"
+    << "  where (rank: box [begin:end per dimension], flat range of the box)\n";
   for (const auto& r : rows)
     o << "  " << std::left << std::setw(int(w0)) << r.name << "  " << std::setw(int(w1)) << r.dtype << "  "
-      << std::setw(int(w2)) << r.shape << "  " << r.slices << "\n";
+      << std::setw(int(w2)) << r.shape << "  " << std::right << std::setw(int(w3)) << r.count << "  " << r.pieces
+      << "\n";
   o << (all_ok ? "status: every file matches the manifest\n" : "status: CORRUPT (see files above); will not load\n");
   return o.str();
-}
-
-int64_t copy_overlap(const ShardTensor& src, const std::vector<int64_t>& dst_offset,
-                     const std::vector<int64_t>& dst_shape, void* dst) {
-  const size_t nd = src.global_shape.size();
-  if (src.offset.size() != nd || src.shape.size() != nd || dst_offset.size() != nd || dst_shape.size() != nd)
-    throw std::invalid_argument("copy_overlap: " + src.name + ": source offset/shape and destination offset/shape " +
-                                "must all have " + std::to_string(nd) + " dimensions");
-  const size_t esize = dtype_size(src.dtype);
-  const auto src_numel = checked_numel(src.shape);
-  if (!src_numel || src.data.size() != uint64_t(*src_numel) * esize)
-    throw std::invalid_argument("copy_overlap: " + src.name + ": data holds " + std::to_string(src.data.size()) +
-                                " bytes, shape " + shape_str(src.shape) + " needs " +
-                                std::to_string(src_numel.value_or(-1) * int64_t(esize)));
-
-  // The overlap box in global coordinates.
-  std::vector<int64_t> lo(nd), len(nd);
-  int64_t count = 1;
-  for (size_t d = 0; d < nd; ++d) {
-    lo[d] = std::max(src.offset[d], dst_offset[d]);
-    const int64_t hi = std::min(src.offset[d] + src.shape[d], dst_offset[d] + dst_shape[d]);
-    if (hi <= lo[d]) return 0;
-    len[d] = hi - lo[d];
-    count *= len[d];
-  }
-
-  // Row-major element strides of both boxes.
-  std::vector<int64_t> sstride(nd, 1), dstride(nd, 1);
-  for (size_t d = nd; d-- > 1;) {
-    sstride[d - 1] = sstride[d] * src.shape[d];
-    dstride[d - 1] = dstride[d] * dst_shape[d];
-  }
-  // The innermost dimension is contiguous in both: copy it as one run and
-  // walk the outer dimensions like an odometer.
-  const size_t run = nd ? size_t(len[nd - 1]) * esize : esize;
-  const size_t outer_dims = nd ? nd - 1 : 0;
-  std::vector<int64_t> idx(outer_dims, 0);
-  const char* s = src.data.data();
-  char* d_ptr = static_cast<char*>(dst);
-  while (true) {
-    int64_t so = 0, doff = 0;
-    for (size_t d = 0; d < nd; ++d) {
-      const int64_t g = lo[d] + (d < outer_dims ? idx[d] : 0);
-      so += (g - src.offset[d]) * sstride[d];
-      doff += (g - dst_offset[d]) * dstride[d];
-    }
-    std::memcpy(d_ptr + doff * int64_t(esize), s + so * int64_t(esize), run);
-    size_t k = outer_dims;
-    while (k > 0) {
-      --k;
-      if (++idx[k] < len[k]) break;
-      idx[k] = 0;
-      if (k == 0) return count;
-    }
-    if (outer_dims == 0) return count;
-  }
 }
 
 }  // namespace trainer

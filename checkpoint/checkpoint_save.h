@@ -4,12 +4,12 @@
 #pragma once
 
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
-#include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
 
 namespace trainer {
@@ -18,13 +18,19 @@ class Store;
 
 namespace trainer::ckpt_detail {
 
-// What one rank contributes to the manifest: its file and the slices in it
+// What one rank contributes to the manifest: its file and the pieces in it
 // (tensor data not included).
 struct RankReport {
   int rank = 0;
   std::string file;
   WrittenFile written;
-  std::vector<ShardTensor> slices;
+  std::vector<ShardTensor> pieces;
+};
+
+// The ranks' pieces do not make up the tensors (a gap, an overlap, ranks
+// disagreeing on a tensor): no single rank failed, the layout did.
+struct PiecesMismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // The directories of one save.
@@ -35,7 +41,7 @@ struct SavePaths {
 
 SavePaths save_paths(const std::string& root, int64_t step);
 // Catches caller mistakes before anything touches the disk.
-void validate_snapshot(Snapshot& snap);
+void validate_snapshot(const Snapshot& snap);
 // Leaves an empty step_N.partial (creating the root as needed).
 void prepare_partial(const SavePaths& p);
 RankReport write_rank_file(const std::filesystem::path& partial, const Snapshot& snap);
@@ -47,7 +53,6 @@ void remove_partial(const SavePaths& p);
 void prune(const std::filesystem::path& root, int keep_last, const std::string& current);
 // The test hook of checkpoint_fail_next_save_at.
 void maybe_inject_failure(const char* stage);
-json::Value int_array(const std::vector<int64_t>& v);
 void warn(const std::string& msg);  // "checkpoint: ..." on stderr
 
 // One multi-rank save: where it meets in the store, and who is asking.

@@ -30,8 +30,9 @@
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checkpoint_save.h"
 #include "checkpoint/checksum.h"
-#include "checkpoint/json.h"
+#include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/slice_json.h"
 #include "comm/store.h"
 
 namespace trainer {
@@ -97,15 +98,9 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-json::Value int_array(const std::vector<int64_t>& v) {
-  json::Value a = json::Value::array();
-  for (int64_t x : v) a.push_back(x);
-  return a;
-}
-
 // Catches caller mistakes before anything touches the disk, so a bad snapshot
 // can never produce a checkpoint that fails to load later.
-void validate_snapshot(Snapshot& snap) {
+void validate_snapshot(const Snapshot& snap) {
   if (snap.meta.world_size < 1)
     throw std::invalid_argument("checkpoint save: world_size " + std::to_string(snap.meta.world_size) + " < 1");
   if (snap.rank < 0 || snap.rank >= snap.meta.world_size)
@@ -113,28 +108,19 @@ void validate_snapshot(Snapshot& snap) {
                                 std::to_string(snap.meta.world_size));
   if (snap.meta.step < 0) throw std::invalid_argument("checkpoint save: negative step " + std::to_string(snap.meta.step));
   std::unordered_set<std::string> names;
-  for (ShardTensor& t : snap.tensors) {
+  for (const ShardTensor& t : snap.tensors) {
     const std::string where = "checkpoint save: tensor \"" + t.name + "\": ";
     if (t.name.empty()) throw std::invalid_argument("checkpoint save: a tensor has an empty name");
     if (!names.insert(t.name).second) throw std::invalid_argument(where + "name appears twice in one rank's snapshot");
-    // The header's convention: a rank holding the whole tensor may leave it empty.
-    if (t.offset.empty()) t.offset.assign(t.shape.size(), 0);
-    if (t.global_shape.size() != t.shape.size() || t.offset.size() != t.shape.size())
-      throw std::invalid_argument(where + "shape " + shape_str(t.shape) + ", offset " + shape_str(t.offset) +
-                                  " and global shape " + shape_str(t.global_shape) + " differ in rank");
-    for (size_t d = 0; d < t.shape.size(); ++d)
-      if (t.offset[d] < 0 || t.shape[d] < 0 || t.offset[d] > t.global_shape[d] - t.shape[d])
-        throw std::invalid_argument(where + "slice at " + shape_str(t.offset) + " of shape " + shape_str(t.shape) +
-                                    " does not fit in the global shape " + shape_str(t.global_shape));
-    const auto numel = checked_numel(t.shape);
-    if (!numel) throw std::invalid_argument(where + "invalid shape " + shape_str(t.shape));
-    const uint64_t need = uint64_t(*numel) * dtype_size(t.dtype);
+    if (std::string bad = slice_error(t.slice); !bad.empty()) throw std::invalid_argument(where + bad);
+    const uint64_t need = uint64_t(t.slice.numel()) * dtype_size(t.dtype);
     if (t.data.size() != need)
-      throw std::invalid_argument(where + "holds " + std::to_string(t.data.size()) + " bytes, shape " +
-                                  shape_str(t.shape) + " of " + dtype_name(t.dtype) + " needs " + std::to_string(need));
+      throw std::invalid_argument(where + "holds " + std::to_string(t.data.size()) + " bytes, " +
+                                  describe_slice(t.slice) + " of " + shape_text(t.slice.global_shape) + " (" +
+                                  std::to_string(t.slice.numel()) + " elements of " + dtype_name(t.dtype) +
+                                  ") needs " + std::to_string(need));
   }
 }
-
 
 RankReport write_rank_file(const fs::path& partial, const Snapshot& snap) {
   RankReport r;
@@ -143,54 +129,60 @@ RankReport write_rank_file(const fs::path& partial, const Snapshot& snap) {
   std::vector<SafetensorsView> views;
   views.reserve(snap.tensors.size());
   for (const ShardTensor& t : snap.tensors) {
-    views.push_back({t.name, t.dtype, t.shape, t.data.data()});
-    ShardTensor meta = t;
-    meta.data.clear();
-    meta.data.shrink_to_fit();
-    r.slices.push_back(std::move(meta));
+    views.push_back({t.name, t.dtype, t.slice.stored_shape(), t.data.data()});
+    r.pieces.push_back(ShardTensor{t.name, t.dtype, t.slice, {}});
   }
   r.written = write_safetensors_synced((partial / r.file).string(), views);
   return r;
 }
 
+// Every tensor once, with its pieces in rank order; refuses ranks that
+// disagree on a tensor's dtype or global shape, and pieces that leave an
+// element out or hold one twice (a later layout could not be assembled).
 json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankReport>& reports) {
   json::Value files = json::Value::object();
   json::Value tensors = json::Value::array();
-  std::map<std::string, size_t> index;  // name -> position in `tensors`
-  std::map<std::string, std::vector<SliceBox>> boxes;
+  struct Seen {
+    size_t at;       // position in `tensors`
+    int first_rank;  // the rank that described it first, and how
+    DType dtype;
+    std::vector<int64_t> global_shape;
+    std::vector<std::pair<std::string, SliceSpec>> pieces;
+  };
+  std::map<std::string, Seen> seen;
   for (const RankReport& r : reports) {
     json::Value f = json::Value::object();
     f["bytes"] = r.written.bytes;
     f["crc32c"] = crc32c_hex(r.written.crc32c);
-    files.as_object().emplace_back(r.file, std::move(f));
-    for (const ShardTensor& t : r.slices) {
-      auto [it, fresh] = index.emplace(t.name, tensors.as_array().size());
+    files[r.file] = std::move(f);
+    for (const ShardTensor& t : r.pieces) {
+      auto [it, fresh] = seen.emplace(t.name, Seen{tensors.size(), r.rank, t.dtype, t.slice.global_shape, {}});
       if (fresh) {
         json::Value e = json::Value::object();
         e["name"] = t.name;
         e["dtype"] = dtype_name(t.dtype);
-        e["global_shape"] = int_array(t.global_shape);
-        e["slices"] = json::Value::array();
+        e["global_shape"] = json::int_array(t.slice.global_shape);
+        e["pieces"] = json::Value::array();
         tensors.push_back(std::move(e));
       }
-      json::Value& e = tensors.as_array()[it->second];
-      if (e.at("dtype").as_string() != dtype_name(t.dtype) || e.at("global_shape") != int_array(t.global_shape))
-        throw std::logic_error("checkpoint save: ranks disagree on dtype or global shape of \"" + t.name + "\"");
-      json::Value s = json::Value::object();
-      s["rank"] = r.rank;
-      s["file"] = r.file;
-      s["offset"] = int_array(t.offset);
-      s["shape"] = int_array(t.shape);
-      e["slices"].push_back(std::move(s));
-      boxes[t.name].push_back(SliceBox{t.offset, t.shape});
+      const Seen& first = it->second;
+      if (first.dtype != t.dtype || first.global_shape != t.slice.global_shape)
+        throw PiecesMismatch("checkpoint save: tensor \"" + t.name + "\": rank " + std::to_string(first.first_rank) +
+                                 " saved it as " + dtype_name(first.dtype) + " " + shape_text(first.global_shape) +
+                                 ", rank " + std::to_string(r.rank) + " as " + dtype_name(t.dtype) + " " +
+                                 shape_text(t.slice.global_shape));
+      json::Value& e = tensors[first.at];
+      json::Value p = json::Value::object();
+      p["rank"] = r.rank;
+      p["file"] = r.file;
+      put_slice(p, t.slice);
+      e["pieces"].push_back(std::move(p));
+      it->second.pieces.emplace_back("rank " + std::to_string(r.rank), t.slice);
     }
   }
-  for (const auto& e : tensors.as_array()) {
-    const std::string& name = e.at("name").as_string();
-    std::vector<int64_t> global;
-    for (const auto& d : e.at("global_shape").as_array()) global.push_back(d.as_int64());
-    const std::string bad = check_slice_cover(global, boxes[name]);
-    if (!bad.empty()) throw std::logic_error("checkpoint save: tensor \"" + name + "\": " + bad);
+  for (const auto& [name, s] : seen) {
+    const std::string bad = cover_error(s.global_shape, s.pieces);
+    if (!bad.empty()) throw PiecesMismatch("checkpoint save: tensor \"" + name + "\": " + bad);
   }
 
   json::Value m = json::Value::object();

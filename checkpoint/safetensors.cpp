@@ -13,7 +13,7 @@
 #include <unordered_set>
 
 #include "checkpoint/checksum.h"
-#include "checkpoint/json.h"
+#include "checkpoint/strict_json.h"
 
 namespace trainer {
 
@@ -50,14 +50,12 @@ std::string build_header(const std::vector<SafetensorsView>& tensors) {
   for (const auto& t : tensors) {
     auto nbytes = checked_nbytes(t.shape, dtype_size(t.dtype));
     if (!nbytes) throw std::logic_error("safetensors: tensor " + t.name + " has an invalid shape " + shape_text(t.shape));
-    json::Value shape = json::Value::array();
-    for (int64_t d : t.shape) shape.push_back(d);
     json::Value entry = json::Value::object();
     entry["dtype"] = dtype_name(t.dtype);
-    entry["shape"] = std::move(shape);
-    entry["data_offsets"] = json::Array{json::Value(offset), json::Value(offset + *nbytes)};
+    entry["shape"] = json::int_array(t.shape);
+    entry["data_offsets"] = json::Value::array({offset, offset + *nbytes});
     if (!names.insert(t.name).second) throw std::logic_error("safetensors: tensor name " + t.name + " appears twice");
-    header.as_object().emplace_back(t.name, std::move(entry));
+    header[t.name] = std::move(entry);
     offset += *nbytes;
   }
   std::string text = json::dump(header);
@@ -182,10 +180,10 @@ std::vector<SafetensorsTensor> read_safetensors(const std::string& path) {
   try {
     header = json::parse(header_text);
   } catch (const json::ParseError& e) {
-    throw fail("header is not valid JSON: " + e.reason() + " at byte " + std::to_string(8 + e.offset()) +
-               " of the file");
+    throw fail("header is not valid JSON: " + e.reason() +
+               (e.offset() ? " at byte " + std::to_string(8 + *e.offset()) + " of the file" : std::string()));
   }
-  if (!header.is_object()) throw fail("header is a JSON " + std::string(json::type_name(header.type())) + ", not an object");
+  if (!header.is_object()) throw fail("header is a JSON " + std::string(header.type_name()) + ", not an object");
 
   const uint64_t data_size = file_size - 8 - header_len;
   struct Entry {
@@ -193,31 +191,31 @@ std::vector<SafetensorsTensor> read_safetensors(const std::string& path) {
     uint64_t begin, end;
   };
   std::vector<Entry> entries;
-  for (const auto& [name, v] : header.as_object()) {
+  for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (!v.is_object()) throw fail("\"__metadata__\" is not an object");
       continue;
     }
     const std::string where = "tensor \"" + name + "\": ";
     if (!v.is_object()) throw fail(where + "entry is not an object");
-    for (const auto& [key, _] : v.as_object())
+    for (const auto& [key, _] : v.items())
       if (key != "dtype" && key != "shape" && key != "data_offsets") throw fail(where + "unexpected key \"" + key + "\"");
     Entry e;
     e.t.name = name;
     try {
-      const std::string& dt = v.at("dtype").as_string();
+      const std::string& dt = json::as_string(json::at(v, "dtype"));
       auto dtype = dtype_from_name(dt);
       if (!dtype) throw fail(where + "unknown dtype \"" + dt + "\" (known: F32, BF16, F16, I32, U16, U32, F64)");
       e.t.dtype = *dtype;
-      for (const auto& d : v.at("shape").as_array()) {
-        const int64_t n = d.as_int64();
+      for (const auto& d : json::as_array(json::at(v, "shape"))) {
+        const int64_t n = json::as_int64(d);
         if (n < 0) throw fail(where + "negative dimension " + std::to_string(n) + " in shape");
         e.t.shape.push_back(n);
       }
-      const auto& offs = v.at("data_offsets").as_array();
+      const auto& offs = json::as_array(json::at(v, "data_offsets"));
       if (offs.size() != 2) throw fail(where + "data_offsets must hold 2 numbers, has " + std::to_string(offs.size()));
-      e.begin = offs[0].as_uint64();
-      e.end = offs[1].as_uint64();
+      e.begin = json::as_uint64(offs[0]);
+      e.end = json::as_uint64(offs[1]);
     } catch (const json::TypeError& te) {
       throw fail(where + te.what());
     }

@@ -140,6 +140,7 @@ CMAKE_ARGS=(
   -DCLI11_DIR="$DEPS/share/cmake/CLI11"
   -DCatch2_DIR="$DEPS/lib/cmake/Catch2"
   -DGloo_DIR="$DEPS/share/cmake/Gloo"
+  -Dnlohmann_json_DIR="$DEPS/share/cmake/nlohmann_json"
   -DBLAS_LIBRARIES="$DEPS/lib/libopenblas.so.0"
   -DCBLAS_INCLUDE_DIR="$DEPS/include/openblas"
   # libopenblas needs libgfortran at link time too; the linker looks for a
@@ -472,6 +473,7 @@ dry_run() {
            gpu_deps/lib/libgloo.so.0 gpu_deps/lib/x86_64-linux-gnu/cmake/yaml-cpp/yaml-cpp-config.cmake \
            gpu_deps/share/cmake/CLI11/CLI11Config.cmake gpu_deps/lib/cmake/Catch2/Catch2Config.cmake \
            gpu_deps/share/cmake/Gloo/GlooConfig.cmake gpu_deps/include/openblas/cblas.h \
+           gpu_deps/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake gpu_deps/include/nlohmann/json.hpp \
            "${CONFIGS[@]}" scripts/bench_gpu_torch.py bench/bench_kernels.cu; do
     [ -e "$f" ] || bad "missing $f"
   done
@@ -500,6 +502,7 @@ dry_run() {
     if cmake "${args[@]}" > "$OUT/configure-check.log" 2>&1; then
       ok "cmake configure with gpu_deps (TRAINER_CUDA=ON, sm_$CUDA_ARCH)"
       grep -q "^Catch2_DIR:.*gpu_deps" "$cfg/CMakeCache.txt" || bad "Catch2_DIR does not point into gpu_deps"
+      grep -q "^nlohmann_json_DIR:.*gpu_deps" "$cfg/CMakeCache.txt" || bad "nlohmann_json_DIR does not point into gpu_deps"
     else
       bad "cmake configure: $(grep -m1 -E 'Error|error' "$OUT/configure-check.log") ($OUT/configure-check.log)"
     fi

@@ -33,7 +33,7 @@ MULTI=x86_64-linux-gnu
 D=gpu_deps
 rm -rf "$D"
 mkdir -p "$D/include/openblas" "$D/lib/$MULTI/cmake/yaml-cpp" "$D/lib/cmake/Catch2" \
-         "$D/share/cmake/CLI11" "$D/share/cmake/Gloo"
+         "$D/share/cmake/CLI11" "$D/share/cmake/Gloo" "$D/share/cmake/nlohmann_json"
 
 need() { [ -e "$1" ] || { echo "gpu_deps_bundle: missing $1 (is its -dev package installed?)" >&2; exit 1; }; }
 # Copies the file a (possibly symlinked) library path resolves to, under the
@@ -44,7 +44,7 @@ lib_as() {  # lib_as SRC DEST_NAME
 }
 
 # --- headers -----------------------------------------------------------------
-for h in yaml-cpp CLI catch2 gloo; do need "/usr/include/$h"; cp -r "/usr/include/$h" "$D/include/"; done
+for h in yaml-cpp CLI catch2 gloo nlohmann; do need "/usr/include/$h"; cp -r "/usr/include/$h" "$D/include/"; done
 for h in cblas.h f77blas.h openblas_config.h; do
   need "/usr/include/$MULTI/openblas-pthread/$h"
   cp "/usr/include/$MULTI/openblas-pthread/$h" "$D/include/openblas/"
@@ -77,6 +77,10 @@ cp /usr/lib/$MULTI/cmake/yaml-cpp/*.cmake "$D/lib/$MULTI/cmake/yaml-cpp/"
 cp /usr/lib/cmake/Catch2/*.cmake "$D/lib/cmake/Catch2/"
 cp /usr/share/cmake/CLI11/*.cmake "$D/share/cmake/CLI11/"
 cp /usr/share/cmake/Gloo/*.cmake "$D/share/cmake/Gloo/"
+# nlohmann/json is header-only; its targets already find the prefix three
+# levels above themselves (share/cmake/nlohmann_json -> gpu_deps).
+need /usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake
+cp /usr/share/cmake/nlohmann_json/*.cmake "$D/share/cmake/nlohmann_json/"
 # yaml-cpp: the bundle keeps one copy of the library under its soname, in lib/.
 sed -i -e 's|${_IMPORT_PREFIX}/lib/'"$MULTI"'/libyaml-cpp.so.0.7.0|${_IMPORT_PREFIX}/lib/libyaml-cpp.so.0.7|g' \
   "$D/lib/$MULTI/cmake/yaml-cpp/yaml-cpp-targets-none.cmake"
@@ -111,7 +115,8 @@ fi
   echo "gpu_deps: what the GPU machine lacks to configure and build this repository."
   echo "Made by scripts/gpu_deps_bundle.sh on $(date -u +%Y-%m-%d) from this Debian system:"
   for p in libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev catch2 libopenblas0-pthread libopenblas-pthread-dev \
-           libgfortran5 libquadmath0 libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200; do
+           libgfortran5 libquadmath0 libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200 \
+           nlohmann-json3-dev; do
     v=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true)
     [ -n "$v" ] && echo "  $p $v"
   done
@@ -126,7 +131,7 @@ fi
   echo
   echo "Contents:"
   (cd "$D" && find . -type f ! -name README | sort | sed 's|^\./|  |' | grep -v '^  include/[^o]' )
-  echo "  include/{yaml-cpp,CLI,catch2,gloo}/  (headers, $(find "$D/include" -type f | wc -l) files)"
+  echo "  include/{yaml-cpp,CLI,catch2,gloo,nlohmann}/  (headers, $(find "$D/include" -type f | wc -l) files)"
   echo
   echo "Size: $(du -sh "$D" | cut -f1)"
 } > "$D/README"
@@ -159,7 +164,7 @@ cmake -S . -B "$B" "${GEN[@]}" -DTRAINER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release \
   -DBLAS_LIBRARIES="$PWD/$D/lib/libopenblas.so.0" -DCBLAS_INCLUDE_DIR="$PWD/$D/include/openblas" \
   > "$B/configure.log" 2>&1 || { cat "$B/configure.log"; exit 1; }
 fail=0
-for key in yaml-cpp_DIR CLI11_DIR Catch2_DIR Gloo_DIR BLAS_LIBRARIES CBLAS_INCLUDE_DIR; do
+for key in yaml-cpp_DIR CLI11_DIR Catch2_DIR Gloo_DIR nlohmann_json_DIR BLAS_LIBRARIES CBLAS_INCLUDE_DIR; do
   line=$(grep -E "^$key:" "$B/CMakeCache.txt" || true)
   echo "  cache: $line"
   [[ "$line" == *"$PWD/$D"* ]] || { echo "gpu_deps_bundle: $key does not point into $D" >&2; fail=1; }

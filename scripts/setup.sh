@@ -4,7 +4,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
-  libyaml-cpp-dev libcli11-dev catch2
+  libyaml-cpp-dev libcli11-dev catch2 nlohmann-json3-dev
   libopenblas-dev libgloo-dev
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib

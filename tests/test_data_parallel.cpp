@@ -68,18 +68,16 @@ std::vector<double> metric(const fs::path& metrics, const std::string& key) {
 std::vector<double> losses(const fs::path& metrics) { return metric(metrics, "loss"); }
 
 // Every "model/" tensor of a checkpoint as one flat vector, assembled from
-// its slices: whole tensors, or flattened 1-D pieces written by ZeRO shards.
+// its pieces: whole tensors, or flat ranges of them written by ZeRO shards.
 std::map<std::string, std::vector<float>> model_tensors(const fs::path& dir) {
   const LoadedCheckpoint ck = load_checkpoint(dir.string());
   std::map<std::string, std::vector<float>> out;
   for (const ShardTensor& t : ck.tensors) {
     if (t.name.rfind("model/", 0) != 0) continue;
-    int64_t numel = 1;
-    for (int64_t d : t.global_shape) numel *= d;
+    const SliceSpec whole = SliceSpec::whole(t.slice.global_shape);
     std::vector<float>& v = out[t.name];
-    v.resize(size_t(numel), std::nanf(""));
-    const int64_t at = t.global_shape.size() == 1 ? t.offset[0] : 0;
-    std::memcpy(v.data() + at, t.data.data(), t.data.size());
+    v.resize(size_t(whole.numel()), std::nanf(""));
+    copy_overlap(t, whole, v.data());
   }
   return out;
 }

@@ -2,10 +2,11 @@
 // (the elements of its data-parallel shard: fp32 weights, AdamW m and v) and
 // how a loaded checkpoint is put back into the shards of the current layout.
 //
-// A rank that holds a whole parameter saves it with its real shape; a piece
-// of one is saved flattened (global shape [numel], 1-D offset). Any layout
-// reads either form, so a checkpoint of DP 4 / ZeRO-2 resumes at DP 2 /
-// ZeRO-1 or in one process.
+// Every piece is saved against the parameter's real global shape: a rank
+// that holds a whole parameter saves it whole, a ZeRO piece is a flat range
+// of the whole (unsplit) tensor. Pieces are assembled for the layout being
+// restored, so a checkpoint of DP 4 / ZeRO-2 resumes at DP 2 / ZeRO-1 or in
+// one process.
 #pragma once
 
 #include <optional>
@@ -25,14 +26,15 @@ Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& o
 // Restores weights, moments and the optimizer step counter of this rank's
 // shard (collective under ZeRO 1-2: the weights are gathered afterwards).
 // Throws std::runtime_error naming the tensor when the checkpoint lacks it,
-// its size differs from this model's, or the saved slices do not cover it.
+// its dtype or shape differs from this model's, or the loaded pieces do not
+// cover what this rank needs.
 void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt);
 
-// The saved slices this rank needs to restore its own pieces.
+// The saved pieces this rank needs to restore its own.
 SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt);
 
 // The checkpoint to resume from (checkpoint.resume: auto | none | path),
-// chosen by all ranks together: each rank reads only the saved slices that
+// chosen by all ranks together: each rank reads only the saved pieces that
 // overlap its own pieces (verifying the files it reads), and a candidate is
 // taken only when it loaded on every rank; under "auto" the next one is tried
 // otherwise, an explicit path fails on every rank. `host` is a group of all
