@@ -86,7 +86,8 @@ TRAINER_OP(device, void, layernorm_backward,
 TRAINER_OP(device, void, linear_forward, (Tensor out, Tensor inp, Tensor weight, Tensor bias),
            (out, inp, weight, bias))
 // dinp = dout @ weight (overwrite, or += if accumulate_dinp; may be empty = skip)
-// dweight += dout^T @ inp;  dbias += column sums of dout (may be empty).
+// dweight += dout^T @ inp (may be empty = skip: a frozen weight, or a
+// grouped GEMM that only wants dinp); dbias += column sums of dout (may be empty).
 TRAINER_OP(device, void, linear_backward,
            (Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
             bool accumulate_dinp),

@@ -24,16 +24,6 @@ Tensor absent_marked_cuda() {
   return t;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    std::printf("[message] %s\n", e.what());
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 }  // namespace
 
 TEST_CASE("router: an absent first argument does not choose the backend", "[ops][router]") {
@@ -51,6 +41,18 @@ TEST_CASE("router: an absent first argument does not choose the backend", "[ops]
 }
 
 #ifndef TRAINER_HAVE_CUDA
+namespace {
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::printf("[message] %s\n", e.what());
+    return e.what();
+  }
+  return "(no exception)";
+}
+}  // namespace
+
 TEST_CASE("router: a CUDA tensor in a build without CUDA is refused by name", "[ops][router]") {
   // Never dereferenced: the router refuses before any backend runs.
   float not_device_memory[4] = {};
@@ -65,3 +67,50 @@ TEST_CASE("router: a CUDA tensor in a build without CUDA is refused by name", "[
   CHECK(m2 == "add: a CUDA tensor reached an op, but this build has no CUDA backend");
 }
 #endif
+
+TEST_CASE("router: shared checks run before the CPU backend, backend checks after",
+          "[ops][router]") {
+  // Shared (kernels/checks): shapes, presence, overlaps, scalars.
+  Owned x({4, 8}), w0({0}), out({4, 8}), rstd({4});
+  test::require_rejected([&] { ops::rmsnorm_forward(out, rstd, x, w0, 1e-5f); },
+                         {"rmsnorm_forward: ", "x [4, 8] vs weight [0]"});
+  Owned g({16}), m({16}), v({16});
+  const ops::AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.f};
+  Tensor p_shifted = Tensor(g.f.data() + 1, DType::F32, {8});
+  Tensor g_head = Tensor(g.f.data(), DType::F32, {8});
+  Tensor m8 = Tensor(m.f.data(), DType::F32, {8}), v8 = Tensor(v.f.data(), DType::F32, {8});
+  test::require_rejected([&] { ops::adamw_update(p_shifted, g_head, m8, v8, s); },
+                         {"adamw_update: ", "param [8] overlaps grad [8]"});
+  Owned logits({3, 5});
+  Tensor shifted_d(logits.f.data() + 5, DType::F32, {2, 5});
+  Tensor two_rows(logits.f.data(), DType::F32, {2, 5});
+  Owned losses2({2}), targets2({2}, DType::I32);
+  test::require_rejected(
+      [&] { ops::cross_entropy_forward_backward(losses2, shifted_d, two_rows, targets2, 1.f); },
+      {"cross_entropy_forward_backward: ", "partially overlaps logits"});
+  test::require_rejected(
+      [&] { ops::rope_forward(out.t.view({1, 4, 1, 8}), x.t.view({1, 4, 1, 8}), 0.f); },
+      {"rope_forward: ", "theta 0.000000 must be positive"});
+  // A required tensor that is absent.
+  test::require_rejected([&] { ops::add_inplace(out, Tensor()); },
+                         {"add_inplace: ", "x [] is missing"});
+
+  // The CPU backend's own: F32 only (the shared checks accept BF16).
+  std::vector<uint16_t> bf(32);
+  Tensor xb(bf.data(), DType::BF16, {4, 8});
+  test::require_rejected([&] { ops::gelu_forward(out, xb); },
+                         {"gelu_forward: ", "inp [4, 8] is BF16, expected F32"});
+}
+
+TEST_CASE("linear_backward: an absent dweight skips the weight gradient on the CPU too",
+          "[ops][router]") {
+  const int64_t N = 3, IC = 4, OC = 5;
+  Owned inp({N, IC}), w({OC, IC}), dout({N, OC}), dinp_ref({N, IC}), dinp({N, IC}), dw({OC, IC});
+  fill_normal(inp.f, 4);
+  fill_normal(w.f, 5);
+  fill_normal(dout.f, 6);
+  ops::linear_backward(dinp_ref, dw, Tensor(), dout, inp, w, false);
+  ops::linear_backward(dinp, Tensor(), Tensor(), dout, inp, w, false);
+  CHECK(dinp.f == dinp_ref.f);
+  CHECK(dinp.f != std::vector<float>(dinp.f.size(), 0.f));
+}

@@ -6,31 +6,17 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
-constexpr const char* kOp = "adamw_update";
-
-// Every tensor of the update is F32 with one element per parameter.
-void need(const char* name, const Tensor& t, const Tensor& param) {
-  checks::need_f32(kOp, name, t);
-  checks::same_numel(kOp, name, t, "param", param);
-}
-
 }  // namespace
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
-  need("param", param, param);
-  need("grad", grad, param);
-  need("m", m, param);
-  need("v", v, param);
-  if (s.step < 1)
-    checks::fail(kOp,
-                 "step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
+  need_f32("adamw_update", {{"grad", &grad}});
 
   const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
   const float w1 = float(1.0 - double(s.beta1));  // lerp weight of exp_avg toward grad

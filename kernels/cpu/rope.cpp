@@ -5,32 +5,18 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
-using checks::fail;
-using checks::need_f32;
-using checks::same_shape;
-
 constexpr int64_t kParallelMin = 1 << 15;
-
-void need_bthd(const char* op, const char* name, const Tensor& t) {
-  need_f32(op, name, t);
-  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
-  if (t.dim(3) % 2 != 0)
-    fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
-}
 
 // sign = +1 rotates forward, -1 applies the inverse (transposed) rotation.
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
             float theta, float sign) {
-  need_bthd(op, out_name, out);
-  need_bthd(op, inp_name, inp);
-  same_shape(op, out_name, out, inp_name, inp);
-  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
+  need_f32(op, {{out_name, &out}, {inp_name, &inp}});
   const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
   // Angles in double, rounded once to float cos/sin: at t in the thousands a
   // float angle alone would be off by ~1e-4 rad.

@@ -25,7 +25,6 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -36,37 +35,16 @@
 namespace trainer::cuda {
 namespace {
 
-using cpu::checks::fail;
-using cpu::checks::same_numel;
-
 constexpr int kPack = 8;          // elements per vector pack
 constexpr int kReduceThreads = 256;
 constexpr int kReduceMaxBlocks = 1024;  // pass 2 is one block of this many threads
 
-// ---- argument checks ---------------------------------------------------------
-
-void need_cuda(const char* op, const char* name, const Tensor& t) {
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
-                 ", expected cuda");
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
-}
-
-void need_float(const char* op, const char* name, const Tensor& t) {
-  need_cuda(op, name, t);
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-}
-
+// Arguments arrive checked by the router (kernels/checks/elementwise.cpp,
+// reduce.cpp): every tensor of a map op may have its own float storage type.
 
 std::string describe(const char* name, const Tensor& t) {
   return std::string(name) + " " + dtype_name(t.dtype) + t.shape_str();
 }
-
-
-
-
 
 // ---- map ops -------------------------------------------------------------------
 // Each op reads all inputs of its P elements before writing any output, so an
@@ -203,7 +181,6 @@ __global__ void __launch_bounds__(kReduceMaxBlocks)
 
 template <bool kSquare>
 double reduce(const char* op, const Tensor& x) {
-  need_float(op, "x", x);
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const std::string context = describe("x", x);
@@ -233,7 +210,6 @@ double reduce(const char* op, const Tensor& x) {
 }  // namespace
 
 void fill(Tensor t, float value) {
-  need_float("fill", "t", t);
   const bool vec = aligned16(t.data);
   DISPATCH_FLOAT(t.dtype, T, "fill",
                  launch_map("fill_kernel", FillOp<T>{static_cast<T*>(t.data), value}, t.numel(), vec,
@@ -243,11 +219,6 @@ void fill(Tensor t, float value) {
 // Bytes of any dtype (ids included). Partly overlapping views go through a
 // temporary so the result is the source as it was, as the CPU memmove gives.
 void copy(Tensor dst, Tensor src) {
-  need_cuda("copy", "dst", dst);
-  need_cuda("copy", "src", src);
-  if (dst.dtype != src.dtype)
-    fail("copy", std::string("dst ") + dtype_name(dst.dtype) + " vs src " + dtype_name(src.dtype));
-  same_numel("copy", "dst", dst, "src", src);
   const size_t bytes = dst.nbytes();
   if (bytes == 0 || dst.data == src.data) return;
   const std::string context = describe("dst", dst) + " <- " + describe("src", src);
@@ -265,11 +236,6 @@ void copy(Tensor dst, Tensor src) {
 }
 
 void add(Tensor out, Tensor a, Tensor b) {
-  need_float("add", "out", out);
-  need_float("add", "a", a);
-  need_float("add", "b", b);
-  same_numel("add", "out", out, "a", a);
-  same_numel("add", "a", a, "b", b);
   const bool vec = aligned16(out.data) && aligned16(a.data) && aligned16(b.data);
   const std::string context = describe("out", out) + " " + describe("a", a) + " " + describe("b", b);
   DISPATCH_FLOAT(out.dtype, TO, "add", DISPATCH_FLOAT(a.dtype, TA, "add", DISPATCH_FLOAT(b.dtype, TB, "add", {
@@ -280,9 +246,6 @@ void add(Tensor out, Tensor a, Tensor b) {
 }
 
 void add_inplace(Tensor acc, Tensor x) {
-  need_float("add_inplace", "acc", acc);
-  need_float("add_inplace", "x", x);
-  same_numel("add_inplace", "acc", acc, "x", x);
   const bool vec = aligned16(acc.data) && aligned16(x.data);
   const std::string context = describe("acc", acc) + " " + describe("x", x);
   DISPATCH_FLOAT(acc.dtype, TA, "add_inplace", DISPATCH_FLOAT(x.dtype, TX, "add_inplace", {
@@ -293,7 +256,6 @@ void add_inplace(Tensor acc, Tensor x) {
 }
 
 void scale_inplace(Tensor t, float s) {
-  need_float("scale_inplace", "t", t);
   const bool vec = aligned16(t.data);
   DISPATCH_FLOAT(t.dtype, T, "scale_inplace",
                  launch_map("scale_inplace_kernel", ScaleOp<T>{static_cast<T*>(t.data), s}, t.numel(),
@@ -301,9 +263,6 @@ void scale_inplace(Tensor t, float s) {
 }
 
 void convert(Tensor dst, Tensor src) {
-  need_float("convert", "dst", dst);
-  need_float("convert", "src", src);
-  same_numel("convert", "dst", dst, "src", src);
   if (dst.dtype == src.dtype) return copy(dst, src);
   const bool vec = aligned16(dst.data) && aligned16(src.data);
   const std::string context = describe("dst", dst) + " <- " + describe("src", src);

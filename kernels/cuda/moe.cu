@@ -67,64 +67,14 @@ namespace {
   throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-enum class Kind { F32, Float, I32 };  // Float: F32, BF16 or F16
-
-// On the GPU, of the given kind, exactly ndim dims. As on the CPU, a tensor
-// with no elements may have no data (an expert or a rank can get zero rows).
-void need(const char* op, const char* name, const Tensor& t, Kind kind, int ndim) {
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " " + t.shape_str() + " is missing");
-  if (t.device != Device::CUDA) fail(op, std::string(name) + " " + t.shape_str() + " is not on the GPU");
-  const bool ok = kind == Kind::F32 ? t.dtype == DType::F32
-                  : kind == Kind::I32 ? t.dtype == DType::I32
-                                      : is_float_dtype(t.dtype);
-  if (!ok)
-    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) + ", expected " +
-                 (kind == Kind::F32 ? "F32" : kind == Kind::I32 ? "I32" : "F32, BF16 or F16"));
-  if (t.ndim != ndim) fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
-}
-
-bool same_dims(const Tensor& a, const Tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim; ++i)
-    if (a.shape[i] != b.shape[i]) return false;
-  return true;
-}
-
-void must_match(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  if (!same_dims(a, b)) fail(op, std::string(an) + " " + a.shape_str() + " must match " + bn + " " + b.shape_str());
-}
-
+// Shapes and dtypes arrive checked by the router (kernels/checks/
+// moe_routing.cpp, moe_permute.cpp). What is CUDA's own: a token-side and an
+// expert-side tensor share one storage type (the kernels are templated on
+// it), and sizes the kernels index in int.
 void same_dtype(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
   if (a.dtype != b.dtype)
     fail(op, std::string(an) + " " + a.shape_str() + " is " + dtype_name(a.dtype) + " but " + bn + " " +
                  b.shape_str() + " is " + dtype_name(b.dtype) + "; they must share one storage type");
-}
-
-void rows_of(const char* op, const char* name, const Tensor& t, int64_t N, const char* ref_name, const Tensor& ref) {
-  if (t.dim(0) != N)
-    fail(op, std::string(name) + " " + t.shape_str() + " must have N = " + std::to_string(N) + " rows (" + ref_name +
-                 " " + ref.shape_str() + ")");
-}
-
-// Token-side [N,C] and expert-side [N*K,C] tensors of one storage type
-// against row_map [N,K].
-void check_layout(const char* op, const char* tok_name, const Tensor& tok, const char* perm_name, const Tensor& perm,
-                  const Tensor& row_map) {
-  need(op, "row_map", row_map, Kind::I32, 2);
-  need(op, tok_name, tok, Kind::Float, 2);
-  need(op, perm_name, perm, Kind::Float, 2);
-  same_dtype(op, tok_name, tok, perm_name, perm);
-  const int64_t N = row_map.dim(0), K = row_map.dim(1), C = tok.dim(1);
-  if (tok.dim(0) != N || perm.dim(0) != N * K || perm.dim(1) != C)
-    fail(op, std::string(tok_name) + " " + tok.shape_str() + " and " + perm_name + " " + perm.shape_str() +
-                 " must be [N, C] and [N*K, C] for row_map " + row_map.shape_str());
-  if (N * K > INT32_MAX)
-    fail(op, "row_map " + row_map.shape_str() + " has more than 2^31 - 1 rows");
-}
-
-void check_weights(const char* op, const char* name, const Tensor& w, const Tensor& row_map) {
-  need(op, name, w, Kind::F32, 2);
-  must_match(op, name, w, "row_map", row_map);
 }
 
 // ---- launch helpers and scratch -------------------------------------------------
@@ -523,17 +473,7 @@ int32_t* invert_row_map(const char* op, const Tensor& row_map) {
 
 void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits, bool normalize) {
   const char* op = "moe_route_forward";
-  need(op, "logits", logits, Kind::Float, 2);
-  need(op, "probs", probs, Kind::F32, 2);
-  need(op, "topk_idx", topk_idx, Kind::I32, 2);
-  need(op, "topk_w", topk_w, Kind::F32, 2);
-  must_match(op, "probs", probs, "logits", logits);
-  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
   const int64_t N = logits.dim(0), E = logits.dim(1), K = topk_idx.dim(1);
-  rows_of(op, "topk_idx", topk_idx, N, "logits", logits);
-  if (K < 1 || K > E)
-    fail(op, "K = " + std::to_string(K) + " (topk_idx " + topk_idx.shape_str() + ") must be in [1, E = " +
-                 std::to_string(E) + "]");
   if (E > INT_MAX) fail(op, "logits " + logits.shape_str() + " has too many experts");
   if (N == 0) return;
   const unsigned blocks = unsigned((N + 127) / 128);
@@ -548,14 +488,7 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
 
 void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
   const char* op = "moe_aux_loss_forward";
-  need(op, "probs", probs, Kind::F32, 2);
-  need(op, "topk_idx", topk_idx, Kind::I32, 2);
-  if (aux.data == nullptr) fail(op, "aux is missing");
-  if (aux.device != Device::CUDA) fail(op, "aux " + aux.shape_str() + " is not on the GPU");
-  if (aux.dtype != DType::F32 || aux.numel() != 1)
-    fail(op, "aux " + aux.shape_str() + " " + dtype_name(aux.dtype) + " must be one F32 value");
   const int64_t N = probs.dim(0), E = probs.dim(1), NK = topk_idx.numel();
-  rows_of(op, "topk_idx", topk_idx, N, "probs", probs);
   if (E < 1 || E > INT_MAX) fail(op, "probs " + probs.shape_str() + " must have 1 to 2^31 - 1 experts");
   // No tokens or no assignments: every f_e is 0, so is the loss (as on the CPU).
   if (N == 0 || NK == 0) {
@@ -575,20 +508,9 @@ void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
 void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w, bool normalize,
                         float aux_grad) {
   const char* op = "moe_route_backward";
-  need(op, "probs", probs, Kind::F32, 2);
-  need(op, "dlogits", dlogits, Kind::Float, 2);
-  need(op, "topk_idx", topk_idx, Kind::I32, 2);
-  need(op, "topk_w", topk_w, Kind::F32, 2);
-  must_match(op, "dlogits", dlogits, "probs", probs);
-  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
   // An absent dtopk_w: only the aux loss drives the router.
   const bool have_dw = !dtopk_w.empty();
-  if (have_dw) {
-    need(op, "dtopk_w", dtopk_w, Kind::F32, 2);
-    must_match(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
-  }
   const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1), NK = N * K;
-  rows_of(op, "topk_idx", topk_idx, N, "probs", probs);
   if (E > INT_MAX || K > INT_MAX) fail(op, "probs " + probs.shape_str() + " or topk_idx " + topk_idx.shape_str() + " is too large");
   if (N == 0) return;
   const std::string ctx = std::string(op) + ": dlogits " + dlogits.shape_str() + " " + dtype_name(dlogits.dtype) +
@@ -615,16 +537,7 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
 
 void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity) {
   const char* op = "moe_dispatch_plan";
-  need(op, "topk_idx", topk_idx, Kind::I32, 2);
-  need(op, "row_map", row_map, Kind::I32, 2);
-  need(op, "offsets", offsets, Kind::I32, 1);
-  must_match(op, "row_map", row_map, "topk_idx", topk_idx);
-  if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1), NK = N * K;
-  if (offsets.dim(0) != E + 1)
-    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(E + 1) + "]");
-  if (NK > INT32_MAX)
-    fail(op, "N*K = " + std::to_string(NK) + " rows do not fit in I32 (topk_idx " + topk_idx.shape_str() + ")");
   const std::string ctx = std::string(op) + ": topk_idx " + topk_idx.shape_str() + ", E = " + std::to_string(E) +
                           ", capacity " + std::to_string(capacity);
   if (NK == 0) {
@@ -652,7 +565,7 @@ void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_
 
 void moe_permute(Tensor xp, Tensor x, Tensor row_map) {
   const char* op = "moe_permute";
-  check_layout(op, "x", x, "xp", xp, row_map);
+  same_dtype(op, "x", x, "xp", xp);
   const int64_t K = row_map.dim(1), NK = row_map.numel(), C = x.dim(1);
   if (NK == 0 || C == 0) return;
   const std::string ctx = std::string(op) + ": x " + x.shape_str() + " " + dtype_name(x.dtype) + " -> xp " +
@@ -681,7 +594,7 @@ void moe_permute(Tensor xp, Tensor x, Tensor row_map) {
 
 void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map) {
   const char* op = "moe_permute_backward";
-  check_layout(op, "dx", dx, "dxp", dxp, row_map);
+  same_dtype(op, "dx", dx, "dxp", dxp);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = dx.dim(1);
   if (N == 0 || K == 0 || C == 0) return;
   DISPATCH_FLOAT(dx.dtype, T, op, {
@@ -694,8 +607,7 @@ void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map) {
 
 void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w) {
   const char* op = "moe_unpermute";
-  check_layout(op, "y", y, "yp", yp, row_map);
-  check_weights(op, "topk_w", topk_w, row_map);
+  same_dtype(op, "y", y, "yp", yp);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = y.dim(1);
   if (N == 0 || C == 0) return;
   // K == 0 still runs: every token's y is zero then.
@@ -709,12 +621,10 @@ void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w) {
 
 void moe_unpermute_backward(Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Tensor row_map, Tensor topk_w) {
   const char* op = "moe_unpermute_backward";
-  check_layout(op, "dy", dy, "dyp", dyp, row_map);
-  check_layout(op, "dy", dy, "yp", yp, row_map);
-  check_weights(op, "topk_w", topk_w, row_map);
+  same_dtype(op, "dy", dy, "dyp", dyp);
+  same_dtype(op, "dy", dy, "yp", yp);
   // dtopk_w may be absent when the router is not being trained.
   const bool have_dw = !dtopk_w.empty();
-  if (have_dw) check_weights(op, "dtopk_w", dtopk_w, row_map);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), NK = row_map.numel(), C = dy.dim(1);
   if (NK == 0) return;
   const std::string ctx = std::string(op) + ": dy " + dy.shape_str() + " " + dtype_name(dy.dtype) + ", dyp " +

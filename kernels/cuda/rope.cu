@@ -29,7 +29,7 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/cpu/checks.h"
+#include "kernels/checks/check_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -38,25 +38,11 @@
 namespace trainer::cuda {
 namespace {
 
-using cpu::checks::fail;
-using cpu::checks::same_shape;
+using checks::fail;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;
 constexpr int kHeadBatch = 4;  // heads loaded before any is stored: loads in flight
-
-void need_bthd(const char* op, const char* name, const Tensor& t) {
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
-                 ", expected cuda");
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
-  if (t.dim(3) % 2 != 0)
-    fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
-}
 
 __global__ void __launch_bounds__(kThreads)
     rope_table_kernel(float2* table, int64_t T_len, int64_t half, double log2_theta) {
@@ -134,13 +120,10 @@ __global__ void __launch_bounds__(kThreads)
 
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
             float theta, float sign) {
-  need_bthd(op, out_name, out);
-  need_bthd(op, inp_name, inp);
-  same_shape(op, out_name, out, inp_name, inp);
+  // Shapes and theta arrive checked by the router (kernels/checks/rope.cpp).
   if (out.dtype != inp.dtype)
     fail(op, std::string(out_name) + " is " + dtype_name(out.dtype) + " but " + inp_name + " is " +
                  dtype_name(inp.dtype) + ": one storage type per call");
-  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
   const int64_t B = inp.dim(0), T_len = inp.dim(1), H = inp.dim(2), half = inp.dim(3) / 2;
   const int64_t total = B * T_len * half;
   if (total == 0 || H == 0) return;

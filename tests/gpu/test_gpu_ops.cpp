@@ -128,6 +128,39 @@ TEST_CASE("gpu convert: F32/BF16/F16 in every direction, bit for bit against the
 
 // ---- fill, copy, add, add_inplace, scale_inplace -----------------------------------
 
+TEST_CASE("gpu router: one device per call, checked before any kernel; host<->device copies",
+          "[gpu][elementwise]") {
+  run_case("router", [&] {
+    const int64_t n = 1000;
+    const std::vector<float> a = randn(size_t(n), seed(12));
+    DeviceTensor da = upload(a, {n}, F32), out({n}, F32);
+    std::vector<float> host_b = randn(size_t(n), seed(13));
+    const Tensor hb = host(host_b, {n});
+    poison(out);
+    // A host tensor among device tensors: refused by the router, naming both.
+    std::string msg = "(no exception)";
+    try {
+      ops::add(out, da, hb);
+    } catch (const std::invalid_argument& e) {
+      msg = e.what();
+    }
+    sync("add (refused)");
+    std::printf("[gpu] router message: %s\n", msg.c_str());
+    CHECK(msg == "add: b [1000] is on the cpu, but out [1000] is on the cuda: one device per call");
+    // Nothing ran: out still holds its poison.
+    const std::vector<float> after = download(out);
+    CHECK(std::all_of(after.begin(), after.end(), [](float x) { return std::isnan(x); }));
+    // copy between devices moves bytes (route "transfer"), both directions.
+    ops::copy(out, hb);
+    sync("copy host -> device");
+    same_values("router copy host -> device", download(out), host_b);
+    std::vector<float> back(size_t(n), 0.f);
+    ops::copy(host(back, {n}), da);
+    sync("copy device -> host");
+    same_values("router copy device -> host", back, a);
+  });
+}
+
 TEST_CASE("gpu fill, copy, add (aliased too), add_inplace, scale_inplace: fp32 math, one rounding",
           "[gpu][elementwise]") {
   // Expected values follow the spec to the letter (fp32 arithmetic, one
