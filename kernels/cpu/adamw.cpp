@@ -1,9 +1,11 @@
-// AdamW of the CPU backend (see kernels/ops.h). The arithmetic follows
+// AdamW of the CPU backend (kernels/op_list.h): adamw_update and
+// adamw_update_master. The arithmetic follows
 // torch.optim.AdamW's single-tensor path operation by operation, including
 // which constants are formed in double (Python floats) and rounded to fp32
 // only when they meet a tensor, so the PyTorch reference can track the
 // trainer's weights over many steps.
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -46,6 +48,15 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
     mp[i] = mi;
     vp[i] = vi;
   }
+}
+
+// The CPU is fp32 end to end, so the "low-precision" copy is another F32
+// tensor; this twin exists so the CUDA kernel has a reference to test against.
+void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                         const AdamWStep& s) {
+  need_f32("adamw_update_master", {{"param", &param}});
+  cpu::adamw_update(master, grad, m, v, s);
+  if (param.data != master.data) std::memcpy(param.data, master.data, master.nbytes());
 }
 
 }  // namespace trainer::cpu

@@ -1,8 +1,7 @@
-// Elementwise and memory ops of the CPU backend (see kernels/ops.h).
-#include <algorithm>
+// Elementwise and memory ops of the CPU backend (kernels/op_list.h): fill,
+// copy, add, add_inplace, scale_inplace, convert.
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
@@ -56,26 +55,12 @@ void scale_inplace(Tensor t, float s) {
   for (int64_t i = 0; i < n; ++i) p[i] *= s;
 }
 
-double sum_squares(Tensor x) {
-  need_f32("sum_squares", {{"x", &x}});
-  const float* p = x.f32();
-  const int64_t n = x.numel();
-  // Fixed-size chunks summed in chunk order: the gradient norm (and so the
-  // clipping factor) is bitwise the same whatever the thread count, which an
-  // OpenMP reduction does not promise.
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    double s = 0;
-    for (int64_t i = c * kChunk; i < end; ++i) s += double(p[i]) * double(p[i]);
-    partial[size_t(c)] = s;
-  }
-  double total = 0;
-  for (double s : partial) total += s;
-  return total;
+// Same dtype only: the CPU backend holds nothing but F32 (and moves bytes).
+void convert(Tensor dst, Tensor src) {
+  if (dst.dtype != src.dtype)
+    checks::fail("convert", std::string("the CPU backend is fp32 only: ") + dtype_name(src.dtype) +
+                                src.shape_str() + " -> " + dtype_name(dst.dtype) + dst.shape_str());
+  if (dst.data != src.data && src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
 }
 
 }  // namespace trainer::cpu
