@@ -1,4 +1,4 @@
-// GELU (tanh approximation) and SwiGLU of the CPU backend (see kernels/ops.h).
+// GELU (tanh approximation) and SwiGLU of the CPU backend (see kernels/op_list.h).
 #include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"

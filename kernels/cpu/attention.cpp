@@ -1,4 +1,4 @@
-// Scaled dot-product attention of the CPU backend (see kernels/ops.h), with
+// Scaled dot-product attention of the CPU backend (see kernels/op_list.h), with
 // grouped-query heads and an optional causal mask.
 //
 // Work is split into (batch, head) pairs, one OpenMP thread each; within a

@@ -1,4 +1,4 @@
-// Fused softmax cross-entropy of the CPU backend (see kernels/ops.h): one pass
+// Fused softmax cross-entropy of the CPU backend (see kernels/op_list.h): one pass
 // over each row for the log-sum-exp, one more to write the gradient, and no
 // [N, V] probability tensor, so dlogits can overwrite logits in place.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Token (and position) embedding lookup of the CPU backend (see kernels/ops.h).
+// Token (and position) embedding lookup of the CPU backend (see kernels/op_list.h).
 #include <algorithm>
 #include <string>
 

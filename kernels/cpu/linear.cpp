@@ -1,4 +1,4 @@
-// Linear layer of the CPU backend (see kernels/ops.h): OpenBLAS sgemm on
+// Linear layer of the CPU backend (see kernels/op_list.h): OpenBLAS sgemm on
 // row-major views, weights stored [OC, IC] as in torch.nn.Linear.
 #include <cblas.h>
 

@@ -1,4 +1,4 @@
-// RMSNorm and LayerNorm of the CPU backend (see kernels/ops.h). Row statistics
+// RMSNorm and LayerNorm of the CPU backend (see kernels/op_list.h). Row statistics
 // are accumulated in double: this backend is the reference the CUDA kernels
 // and the PyTorch model are judged against.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Rotary position embedding of the CPU backend (see kernels/ops.h),
+// Rotary position embedding of the CPU backend (see kernels/op_list.h),
 // half-split convention: pair (x[i], x[i + D/2]) at position t turns by
 // t * theta^(-2i/D).
 #include <cmath>

@@ -1,4 +1,4 @@
-// GELU (tanh approximation) and SwiGLU of the CUDA backend (see kernels/ops.h),
+// GELU (tanh approximation) and SwiGLU of the CUDA backend (see kernels/op_list.h),
 // the same formulas as kernels/cpu/activations.cpp, evaluated in fp32.
 //
 // One grid-stride kernel per op. A thread takes packs of 8 elements with

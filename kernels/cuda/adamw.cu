@@ -1,5 +1,5 @@
 // AdamW of the CUDA backend (semantics: ops::adamw_update and
-// ops::adamw_update_master in kernels/ops.h; arithmetic: kernels/cpu/adamw.cpp,
+// ops::adamw_update_master in kernels/op_list.h; arithmetic: kernels/cpu/adamw.cpp,
 // torch.optim.AdamW's order, operation by operation).
 //
 // Algorithm: one fused pass per element, grid-stride over the tensor:

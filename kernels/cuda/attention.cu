@@ -1,5 +1,5 @@
 // Flash attention (forward and backward) of the CUDA backend; the semantics are
-// those of ops::attention_forward / ops::attention_backward (kernels/ops.h):
+// those of ops::attention_forward / ops::attention_backward (kernels/op_list.h):
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], query head h reads kv head h / (Hq/Hkv),
 // scale 1/sqrt(D), causal or full, out [B,T,Hq,D], lse [B,Hq,T] F32.
 //

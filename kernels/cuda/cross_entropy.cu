@@ -1,5 +1,5 @@
 // Fused softmax cross-entropy (forward + backward) of the CUDA backend; the
-// semantics are those of ops::cross_entropy_forward_backward (kernels/ops.h).
+// semantics are those of ops::cross_entropy_forward_backward (kernels/op_list.h).
 //
 // Algorithm: one thread block per row (token), 128-1024 threads looping over
 // the V logits, so any vocabulary size works (V = 256k included).

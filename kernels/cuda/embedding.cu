@@ -1,4 +1,4 @@
-// Token (and position) embedding of the CUDA backend (see kernels/ops.h).
+// Token (and position) embedding of the CUDA backend (see kernels/op_list.h).
 // The table, out/dout and dtable may each be F32, BF16 or F16; arithmetic is
 // fp32; ids are I32.
 //

@@ -1,5 +1,5 @@
 // Per-expert linear over contiguous row groups (MoE), CUDA backend; semantics
-// of ops::grouped_linear_forward/backward (kernels/ops.h): rows
+// of ops::grouped_linear_forward/backward (kernels/op_list.h): rows
 // [offsets[e], offsets[e+1]) of inp go through weight[e]; rows >= offsets[E]
 // are zeroed; dweight accumulates.
 //
@@ -9,7 +9,7 @@
 // backward), which stalls the CPU until all queued GPU work is done and
 // leaves a launch-latency gap (tens of microseconds) per call. Then one
 // cuBLASLt GEMM per non-empty expert, through linear_forward/linear_backward
-// (gemm.cu) on row slices, so the dtype rules, plan cache and checks are
+// (linear.cu) on row slices, so the dtype rules, plan cache and checks are
 // those of the dense linear; the tail rows are zeroed with cudaMemsetAsync.
 // A device-side grouped GEMM (no sync) can replace this later with the same
 // semantics.

@@ -1,5 +1,5 @@
 // Linear layer of the CUDA backend (semantics: ops::linear_forward/backward in
-// kernels/ops.h) through cuBLASLt, plus two small kernels.
+// kernels/op_list.h) through cuBLASLt, plus two small kernels.
 //
 // Mapping: tensors are row-major, cuBLASLt is column-major, and a row-major
 // [R, C] matrix is the column-major [C, R] one. So every product is written

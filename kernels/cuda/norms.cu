@@ -1,4 +1,4 @@
-// RMSNorm and LayerNorm of the CUDA backend (see kernels/ops.h), the same
+// RMSNorm and LayerNorm of the CUDA backend (see kernels/op_list.h), the same
 // formulas as kernels/cpu/norms.cpp with fp32 arithmetic.
 //
 // Storage: x and dx share one type, out and dout another (a residual stream

@@ -1,4 +1,4 @@
-// Rotary position embedding of the CUDA backend (see kernels/ops.h),
+// Rotary position embedding of the CUDA backend (see kernels/op_list.h),
 // half-split convention: the pair (x[i], x[i + D/2]) of every head at
 // position t turns by angle t * theta^(-2i/D); backward turns by -angle (the
 // rotation is orthogonal, so its gradient is the inverse rotation).
