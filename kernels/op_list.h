@@ -95,11 +95,16 @@ TRAINER_OP(device, void, linear_backward,
 
 // ---- rotary position embedding ---------------------------------------------
 // x [B,T,H,D], half-split pairs (x[i], x[i+D/2]) for i < D/2 rotated by
-// angle = t * theta^(-2i/D), t = position in the sequence. out may alias inp.
-TRAINER_OP(device, void, rope_forward, (Tensor out, Tensor inp, float theta), (out, inp, theta))
+// angle = p * theta^(-2i/D) at position p = pos_offset + t, t = 0..T-1: a
+// chunk of a longer sequence (context parallelism) starts at pos_offset >= 0,
+// and gets bit for bit the rotation of those positions in the whole sequence.
+// out may alias inp.
+TRAINER_OP(device, void, rope_forward, (Tensor out, Tensor inp, float theta, int64_t pos_offset),
+           (out, inp, theta, pos_offset))
 // inverse rotation of dout; dinp may alias dout.
-TRAINER_OP(device, void, rope_backward, (Tensor dinp, Tensor dout, float theta),
-           (dinp, dout, theta))
+TRAINER_OP(device, void, rope_backward,
+           (Tensor dinp, Tensor dout, float theta, int64_t pos_offset),
+           (dinp, dout, theta, pos_offset))
 
 // ---- attention --------------------------------------------------------------
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], Hq % Hkv == 0; query head h reads kv head

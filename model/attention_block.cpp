@@ -26,8 +26,10 @@ void attention_block_forward(const ModelDims& d, const LayerWeights& w, LayerAct
   ops::linear_forward(a.k.view({N, d.Hkv * d.D}), a.h1, w.wk, w.bk);
   ops::linear_forward(a.v.view({N, d.Hkv * d.D}), a.h1, w.wv, w.bv);
   if (d.llama) {
-    ops::rope_forward(a.q, a.q, d.rope_theta);
-    ops::rope_forward(a.k, a.k, d.rope_theta);
+    // Position offset 0: every rank holds whole sequences (no context
+    // parallelism yet).
+    ops::rope_forward(a.q, a.q, d.rope_theta, 0);
+    ops::rope_forward(a.k, a.k, d.rope_theta, 0);
   }
   ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
   ops::linear_forward(x_out, a.o, w.wo, w.bo);
@@ -41,8 +43,8 @@ void attention_block_backward(const ModelDims& d, const LayerWeights& w, const L
   ops::attention_backward(g.dq, g.dk, g.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
                           a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
   if (d.llama) {
-    ops::rope_backward(g.dq, g.dq, d.rope_theta);
-    ops::rope_backward(g.dk, g.dk, d.rope_theta);
+    ops::rope_backward(g.dq, g.dq, d.rope_theta, 0);
+    ops::rope_backward(g.dk, g.dk, d.rope_theta, 0);
   }
   ops::linear_backward(g.dh, gw.wq, gw.bq, g.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
   ops::linear_backward(g.dh, gw.wk, gw.bk, g.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, true);

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -360,22 +361,85 @@ TEST_CASE("rope forward and backward, in place", "[ops][dense]") {
     return y;
   };
 
-  cpu::rope_forward(out, x, theta);
+  cpu::rope_forward(out, x, theta, 0);
   REQUIRE(fwd_err("rope_forward", out.f, twin()) < kFwdTol);
   Owned inplace({B, T, H, D});
   inplace.f = x.f;
-  cpu::rope_forward(inplace, inplace, theta);
+  cpu::rope_forward(inplace, inplace, theta, 0);
   REQUIRE(inplace.f == out.f);
 
   Owned dx({B, T, H, D});
-  cpu::rope_backward(dx, R, theta);
+  cpu::rope_backward(dx, R, theta, 0);
   REQUIRE(fd_check("rope_backward dinp", x.f, dx.f, twin, R.f) < kGradTol);
   inplace.f = R.f;
-  cpu::rope_backward(inplace, inplace, theta);
+  cpu::rope_backward(inplace, inplace, theta, 0);
   REQUIRE(inplace.f == dx.f);
 
   Owned odd({1, 2, 1, 5});
-  test::require_rejected([&] { ops::rope_forward(odd, odd, theta); }, {"rope_forward: ", "out [1, 2, 1, 5]: head dim D must be even"});
+  test::require_rejected([&] { ops::rope_forward(odd, odd, theta, 0); },
+                         {"rope_forward: ", "out [1, 2, 1, 5]: head dim D must be even"});
+  test::require_rejected([&] { ops::rope_backward(dx, R, theta, -1); },
+                         {"rope_backward: ", "pos_offset -1 must be >= 0"});
+}
+
+namespace {
+
+// Elements of a that differ bitwise from b (sizes equal).
+size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// Positions [k, k + T) of a [B, k + T, H, D] tensor, as a [B, T, H, D] one.
+std::vector<float> last_positions(const std::vector<float>& whole, int64_t B, int64_t k, int64_t T,
+                                  int64_t HD) {
+  std::vector<float> part;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto first = whole.begin() + (b * (k + T) + k) * HD;
+    part.insert(part.end(), first, first + T * HD);
+  }
+  return part;
+}
+
+}  // namespace
+
+// Context parallelism hands a rank positions [k, k + T) of each sequence; its
+// rotation must be exactly the one those positions get in the whole sequence.
+TEST_CASE("rope with a position offset: the last T positions of the whole, bit for bit",
+          "[ops][dense]") {
+  const int64_t B = 2, T = 5, H = 3, D = 16;
+  for (const float theta : {1e4f, 5e5f})
+    for (const int64_t k : {int64_t(1), int64_t(7), int64_t(3000)}) {
+      Owned whole({B, k + T, H, D}), whole_out({B, k + T, H, D});
+      fill_normal(whole.f, 70 + uint64_t(k));
+      Owned part({B, T, H, D}), part_out({B, T, H, D}), at_zero({B, T, H, D});
+      const std::vector<float> chunk = last_positions(whole.f, B, k, T, H * D);
+      std::copy(chunk.begin(), chunk.end(), part.f.begin());  // part.t views part.f
+
+      ops::rope_forward(whole_out, whole, theta, 0);
+      ops::rope_forward(part_out, part, theta, k);
+      ops::rope_forward(at_zero, part, theta, 0);
+      const std::vector<float> expect = last_positions(whole_out.f, B, k, T, H * D);
+      const size_t diff = bit_differences(part_out.f, expect);
+      // The offset must matter, or the comparison above proves nothing.
+      const size_t moved = bit_differences(at_zero.f, expect);
+      std::printf("[rope offset] forward  theta=%g k=%lld: %zu of %zu elements differ from the "
+                  "whole (offset 0 instead: %zu)\n",
+                  double(theta), (long long)k, diff, expect.size(), moved);
+      CHECK(diff == 0);
+      CHECK(moved > expect.size() / 2);
+
+      // Backward: the gradient of the whole, restricted to the chunk.
+      ops::rope_backward(whole_out, whole, theta, 0);
+      ops::rope_backward(part_out, part, theta, k);
+      const std::vector<float> expect_bwd = last_positions(whole_out.f, B, k, T, H * D);
+      const size_t diff_bwd = bit_differences(part_out.f, expect_bwd);
+      std::printf("[rope offset] backward theta=%g k=%lld: %zu of %zu elements differ\n",
+                  double(theta), (long long)k, diff_bwd, expect_bwd.size());
+      CHECK(diff_bwd == 0);
+      CHECK(bit_differences(part_out.f, expect) > expect.size() / 2);  // not the forward again
+    }
 }
 
 // ---- attention --------------------------------------------------------------

@@ -89,7 +89,7 @@ TEST_CASE("router: shared checks run before the CPU backend, backend checks afte
       [&] { ops::cross_entropy_forward_backward(losses2, shifted_d, two_rows, targets2, 1.f); },
       {"cross_entropy_forward_backward: ", "partially overlaps logits"});
   test::require_rejected(
-      [&] { ops::rope_forward(out.t.view({1, 4, 1, 8}), x.t.view({1, 4, 1, 8}), 0.f); },
+      [&] { ops::rope_forward(out.t.view({1, 4, 1, 8}), x.t.view({1, 4, 1, 8}), 0.f, 0); },
       {"rope_forward: ", "theta 0.000000 must be positive"});
   // A required tensor that is absent.
   test::require_rejected([&] { ops::add_inplace(out, Tensor()); },

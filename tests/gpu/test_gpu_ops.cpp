@@ -584,30 +584,97 @@ TEST_CASE("gpu rope forward and backward, out of place and in place", "[gpu][rop
         const uint64_t s = seed(80 + uint64_t(sh.T));
         const std::vector<float> x = randn(n, s, 1.f, dt), dout = randn(n, s + 1, 1.f, dt);
         std::vector<float> r_out(n), r_dx(n);
-        cpu::rope_forward(host(r_out, shape), host(x, shape), sh.theta);
-        cpu::rope_backward(host(r_dx, shape), host(dout, shape), sh.theta);
+        cpu::rope_forward(host(r_out, shape), host(x, shape), sh.theta, 0);
+        cpu::rope_backward(host(r_dx, shape), host(dout, shape), sh.theta, 0);
 
         DeviceTensor d_x = upload(x, shape, dt), out(shape, dt);
         poison(out);
-        ops::rope_forward(out, d_x, sh.theta);
+        ops::rope_forward(out, d_x, sh.theta, 0);
         sync("rope_forward");
         const std::vector<float> g_out = download(out);
         compare("rope_forward " + tag, g_out, r_out, tol(dt));
         if (dt == F32) max_abs_within("rope_forward " + tag, g_out, r_out, kRopeMaxAbsF32);
-        ops::rope_forward(d_x, d_x, sh.theta);
+        ops::rope_forward(d_x, d_x, sh.theta, 0);
         sync("rope_forward in place");
         compare("rope_forward in place " + tag, download(d_x), r_out, tol(dt));
 
         DeviceTensor d_dout = upload(dout, shape, dt), dx(shape, dt);
         poison(dx);
-        ops::rope_backward(dx, d_dout, sh.theta);
+        ops::rope_backward(dx, d_dout, sh.theta, 0);
         sync("rope_backward");
         const std::vector<float> g_dx = download(dx);
         compare("rope_backward " + tag, g_dx, r_dx, tol(dt));
         if (dt == F32) max_abs_within("rope_backward " + tag, g_dx, r_dx, kRopeMaxAbsF32);
-        ops::rope_backward(d_dout, d_dout, sh.theta);
+        ops::rope_backward(d_dout, d_dout, sh.theta, 0);
         sync("rope_backward in place");
         compare("rope_backward in place " + tag, download(d_dout), r_dx, tol(dt));
+      });
+    }
+}
+
+// Context parallelism: a rank rotates positions [k, k + T) of each sequence.
+// Against the CPU at the same offset (tolerances as above), and on the GPU
+// itself the chunk must equal those positions of the whole sequence bit for
+// bit (the cos/sin of a position do not depend on the table's length).
+TEST_CASE("gpu rope with a position offset: CPU twin, and the whole sequence's positions",
+          "[gpu][rope]") {
+  struct OffsetShape {
+    int64_t B, T, H, D, k;
+    float theta;
+  };
+  const OffsetShape shapes[] = {{2, 64, 4, 64, 4032, 1e4f}, {1, 17, 3, 128, 1, 5e5f},
+                                {2, 100, 2, 64, 300, 5e5f}};
+  constexpr double kRopeMaxAbsF32 = 2e-5;  // as in the test above
+  for (DType dt : kAll)
+    for (const OffsetShape& sh : shapes) {
+      const std::string tag =
+          fmt("%s B=%lld T=%lld H=%lld D=%lld offset=%lld theta=%g", dn(dt), (long long)sh.B,
+              (long long)sh.T, (long long)sh.H, (long long)sh.D, (long long)sh.k, double(sh.theta));
+      run_case(tag, [&] {
+        const int64_t HD = sh.H * sh.D, W = sh.k + sh.T;
+        const Shape part_shape{sh.B, sh.T, sh.H, sh.D}, whole_shape{sh.B, W, sh.H, sh.D};
+        const std::vector<float> whole = randn(size_t(sh.B * W * HD), seed(90 + uint64_t(sh.k)), 1.f, dt);
+        std::vector<float> part;  // positions [k, k + T) of every sequence
+        for (int64_t b = 0; b < sh.B; ++b) {
+          const auto first = whole.begin() + (b * W + sh.k) * HD;
+          part.insert(part.end(), first, first + sh.T * HD);
+        }
+        auto last_positions = [&](const std::vector<float>& w) {
+          std::vector<float> r;
+          for (int64_t b = 0; b < sh.B; ++b) {
+            const auto first = w.begin() + (b * W + sh.k) * HD;
+            r.insert(r.end(), first, first + sh.T * HD);
+          }
+          return r;
+        };
+        std::vector<float> r_out(part.size()), r_dx(part.size());
+        cpu::rope_forward(host(r_out, part_shape), host(part, part_shape), sh.theta, sh.k);
+        cpu::rope_backward(host(r_dx, part_shape), host(part, part_shape), sh.theta, sh.k);
+
+        DeviceTensor d_part = upload(part, part_shape, dt), d_whole = upload(whole, whole_shape, dt);
+        DeviceTensor out(part_shape, dt), whole_out(whole_shape, dt);
+        poison(out);
+        poison(whole_out);
+        ops::rope_forward(out, d_part, sh.theta, sh.k);
+        sync("rope_forward at an offset");
+        ops::rope_forward(whole_out, d_whole, sh.theta, 0);
+        sync("rope_forward of the whole");
+        const std::vector<float> g_out = download(out);
+        compare("rope_forward offset " + tag, g_out, r_out, tol(dt));
+        if (dt == F32) max_abs_within("rope_forward offset " + tag, g_out, r_out, kRopeMaxAbsF32);
+        same_values("rope_forward offset = whole's positions " + tag, g_out,
+                    last_positions(download(whole_out)));
+
+        poison(out);
+        poison(whole_out);
+        ops::rope_backward(out, d_part, sh.theta, sh.k);
+        sync("rope_backward at an offset");
+        ops::rope_backward(whole_out, d_whole, sh.theta, 0);
+        sync("rope_backward of the whole");
+        const std::vector<float> g_dx = download(out);
+        compare("rope_backward offset " + tag, g_dx, r_dx, tol(dt));
+        same_values("rope_backward offset = whole's positions " + tag, g_dx,
+                    last_positions(download(whole_out)));
       });
     }
 }
