@@ -205,3 +205,18 @@ TRAINER_OP(device, void, adamw_update, (Tensor param, Tensor grad, Tensor m, Ten
 TRAINER_OP(device, void, adamw_update_master,
            (Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWStep& s),
            (param, master, grad, m, v, s))
+// The update of a whole list of tensors at once, for every i:
+//   adamw_update_master(params[i], masters[i], grads[i], ms[i], vs[i], s with
+//   weight_decay = weight_decays[i])   (s.weight_decay is not used)
+// with bit-identical results. params[i] may be masters[i] itself (F32): that
+// is adamw_update of masters[i]. All lists have one entry per tensor; tensors
+// without elements are skipped; no two arrays of the call may overlap. The
+// CUDA backend runs it in one launch per (param dtype, grad dtype) pair
+// present (usually one) instead of one per tensor; the CPU runs the list in
+// order.
+TRAINER_OP(device, void, adamw_update_master_multi,
+           (const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+            const std::vector<Tensor>& grads, const std::vector<Tensor>& ms,
+            const std::vector<Tensor>& vs, const std::vector<float>& weight_decays,
+            const AdamWStep& s),
+           (params, masters, grads, ms, vs, weight_decays, s))

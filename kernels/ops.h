@@ -12,7 +12,8 @@
 
 namespace trainer::ops {
 
-// One AdamW step's constants (adamw_update, adamw_update_master).
+// One AdamW step's constants (adamw_update, adamw_update_master, and
+// adamw_update_master_multi, which takes the weight decay per tensor).
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t step;        // 1-based, for bias correction

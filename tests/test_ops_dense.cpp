@@ -17,7 +17,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -753,5 +755,87 @@ TEST_CASE("adamw: several steps against torch.optim.AdamW's formula in double", 
   }
 
   s.step = 0;
-  test::require_rejected([&] { ops::adamw_update(p, g, m, v, s); }, {"adamw_update: ", "step 0 must be >= 1"});
+  test::require_rejected([&] { ops::adamw_update(p, g, m, v, s); },
+                         {"adamw_update: ", "step 0 must be >= 1"});
+}
+
+// ZeroOptimizer updates all of a rank's pieces with one multi-tensor call; it
+// must give each piece exactly what the single-tensor op gives it.
+TEST_CASE("adamw_update_master_multi: the single-tensor updates bit for bit; overlaps refused",
+          "[ops][dense]") {
+  // A param that is its own master (adamw_update) and two with a separate
+  // copy, each with its own weight decay; different step sizes and lengths.
+  const int64_t sizes[] = {37, 1000, 5};
+  const float decays[] = {0.1f, 0.f, 0.05f};
+  const bool own_master[] = {true, false, false};
+  struct Set {
+    std::vector<std::unique_ptr<Owned>> p, w, g, m, v;
+  };
+  Set multi, single;
+  for (Set* set : {&multi, &single})
+    for (size_t i = 0; i < 3; ++i) {
+      for (auto* list : {&set->p, &set->w, &set->g, &set->m, &set->v})
+        list->push_back(std::make_unique<Owned>(std::initializer_list<int64_t>{sizes[i]}));
+      fill_normal(set->w[i]->f, 110 + i, 0.02f);
+      set->p[i]->f = set->w[i]->f;  // same size: copied into p's own storage
+    }
+  std::vector<std::vector<float>> initial;
+  for (size_t i = 0; i < 3; ++i) initial.push_back(multi.w[i]->f);
+  cpu::AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-8f, /*weight_decay: unused*/ 7.f, 1, 0.5f};
+  for (int64_t step = 1; step <= 3; ++step) {
+    s.step = step;
+    std::vector<Tensor> ps, ws, gs, ms, vs;
+    for (size_t i = 0; i < 3; ++i) {
+      fill_normal(multi.g[i]->f, uint64_t(120 + 10 * step) + i, 0.1f);
+      single.g[i]->f = multi.g[i]->f;
+      ps.push_back(own_master[i] ? multi.w[i]->t : multi.p[i]->t);
+      ws.push_back(*multi.w[i]);
+      gs.push_back(*multi.g[i]);
+      ms.push_back(*multi.m[i]);
+      vs.push_back(*multi.v[i]);
+      cpu::AdamWStep one = s;
+      one.weight_decay = decays[i];
+      if (own_master[i])
+        ops::adamw_update(*single.w[i], *single.g[i], *single.m[i], *single.v[i], one);
+      else
+        ops::adamw_update_master(*single.p[i], *single.w[i], *single.g[i], *single.m[i],
+                                 *single.v[i], one);
+    }
+    ops::adamw_update_master_multi(ps, ws, gs, ms, vs, {decays[0], decays[1], decays[2]}, s);
+    for (size_t i = 0; i < 3; ++i) {
+      size_t diff = 0;
+      for (auto [a, b] : {std::pair{&multi.p, &single.p}, std::pair{&multi.w, &single.w},
+                          std::pair{&multi.m, &single.m}, std::pair{&multi.v, &single.v}})
+        for (size_t k = 0; k < (*a)[i]->f.size(); ++k)
+          diff += std::memcmp(&(*a)[i]->f[k], &(*b)[i]->f[k], sizeof(float)) != 0;
+      std::printf("[adamw multi] step %lld tensor %zu (n=%lld, wd=%g%s): %zu values differ\n",
+                  (long long)step, i, (long long)sizes[i], double(decays[i]),
+                  own_master[i] ? ", param = master" : "", diff);
+      CHECK(diff == 0);
+    }
+  }
+  // The updates moved every weight (else equality would prove nothing).
+  for (size_t i = 0; i < 3; ++i) CHECK(multi.w[i]->f != initial[i]);
+
+  // Two tensors whose m arrays share elements: the backends update tensors
+  // concurrently, so this is refused before anything runs.
+  Owned big_m({64}), v1({32}), v2({32}), w1({32}), w2({32}), g1({32}), g2({32});
+  const Tensor m1(big_m.f.data(), DType::F32, {32}), m2(big_m.f.data() + 16, DType::F32, {32});
+  test::require_rejected(
+      [&] {
+        ops::adamw_update_master_multi({w1, w2}, {w1, w2}, {g1, g2}, {m1, m2}, {v1, v2},
+                                       {0.f, 0.f}, s);
+      },
+      {"adamw_update_master_multi: ", "tensor 0 m [32] overlaps tensor 1 m [32]"});
+  test::require_rejected(
+      [&] { ops::adamw_update_master_multi({w1}, {w1, w2}, {g1}, {m1}, {v1}, {0.f}, s); },
+      {"adamw_update_master_multi: ", "list lengths differ: params 1, masters 2"});
+  test::require_rejected(
+      [&] {
+        ops::adamw_update_master_multi({w1, w2}, {w1, w2},
+                                       {g1, Tensor(g2.f.data(), DType::F32, {16})}, {m1, v2},
+                                       {v1, big_m.t.view({2, 32}).slice0(1, 2).view({32})},
+                                       {0.f, 0.f}, s);
+      },
+      {"adamw_update_master_multi: tensor 1: ", "grad [16] vs master [32]"});
 }

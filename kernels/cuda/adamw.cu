@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/adamw_multi.h"
+#include "kernels/cuda/adamw_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"

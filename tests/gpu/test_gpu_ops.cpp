@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/adamw_multi.h"
 #include "kernels/ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -1063,7 +1062,7 @@ TEST_CASE("gpu adamw_update_master_multi: bit for bit the single-tensor update, 
         ops::adamw_update_master(single[i].param(), single[i].master, single[i].g, single[i].m,
                                  single[i].v, one);
       }
-      cuda::adamw_update_master_multi(ps, ws, gs, ms, vs, wds, st);
+      ops::adamw_update_master_multi(ps, ws, gs, ms, vs, wds, st);
       sync("adamw_update_master_multi");
       for (size_t i = 0; i < 3; ++i) {
         const std::string at = fmt(" tensor %zu (%s param, n=%lld) after step %lld", i,
