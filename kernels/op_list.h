@@ -26,7 +26,9 @@
 //   Parameter gradients accumulate (+=) across micro-batches.
 //   Activation gradients overwrite, except where marked (+=): the inputs of
 //   norms are the residual stream, whose gradient is a sum.
-//   An "empty" Tensor (data == nullptr) means "absent" where allowed.
+//   An "empty" Tensor (data == nullptr) means "absent" where allowed; a
+//   tensor with no elements may have no data (an expert or a rank can get
+//   zero rows).
 //   The math of every op is written out in docs/MODEL_MATH.md, which the
 //   PyTorch reference also follows.
 //

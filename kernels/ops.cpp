@@ -5,7 +5,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "core/device_memory.h"
