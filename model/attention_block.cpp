@@ -10,8 +10,10 @@ void attention_block_forward(const ModelDims& d, Communicator& tp, const LayerWe
   ops::linear_forward(a.k.view({N, d.Hkv * d.D}), a.h1, w.wk, w.bk);
   ops::linear_forward(a.v.view({N, d.Hkv * d.D}), a.h1, w.wv, w.bv);
   if (d.llama) {
-    ops::rope_forward(a.q, a.q, d.rope_theta);
-    ops::rope_forward(a.k, a.k, d.rope_theta);
+    // Position offset 0: every rank holds whole sequences (no context
+    // parallelism yet).
+    ops::rope_forward(a.q, a.q, d.rope_theta, 0);
+    ops::rope_forward(a.k, a.k, d.rope_theta, 0);
   }
   ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
   ops::linear_forward(x_out, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
@@ -27,8 +29,8 @@ void attention_block_backward(const ModelDims& d, Communicator& tp, const LayerW
   ops::attention_backward(g.dq, g.dk, g.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
                           a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
   if (d.llama) {
-    ops::rope_backward(g.dq, g.dq, d.rope_theta);
-    ops::rope_backward(g.dk, g.dk, d.rope_theta);
+    ops::rope_backward(g.dq, g.dq, d.rope_theta, 0);
+    ops::rope_backward(g.dk, g.dk, d.rope_theta, 0);
   }
   const Tensor dq = g.dq.view({N, d.Hq * d.D}), dk = g.dk.view({N, d.Hkv * d.D}), dv = g.dv.view({N, d.Hkv * d.D});
   ops::linear_backward(g.dh, {}, {}, dq, a.h1, w.wq, false);

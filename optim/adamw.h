@@ -1,8 +1,9 @@
 // AdamW settings and the precision rule of the optimizer state. The update
-// itself is ops::adamw_update / adamw_update_master (PyTorch's order:
-// decoupled weight decay, bias-corrected moments), run by ZeroOptimizer
-// (optim/zero.h) over the elements each rank owns; weight decay applies only
-// to tensors with two or more dimensions (ParamInfo::decay).
+// itself is ops::adamw_update_master_multi (per tensor, adamw_update /
+// adamw_update_master: PyTorch's order, decoupled weight decay,
+// bias-corrected moments), run by ZeroOptimizer (optim/zero.h) over the
+// elements each rank owns in one call; weight decay applies only to tensors
+// with two or more dimensions (ParamInfo::decay).
 #pragma once
 
 #include <vector>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
+#include <vector>
 
 #include "core/device_memory.h"
 #include "kernels/ops.h"
@@ -412,19 +413,27 @@ double ZeroOptimizer::grad_sum_squares() {
 
 void ZeroOptimizer::step(double lr, double grad_scale) {
   step_ += 1;
+  // One multi-tensor update over all of this rank's pieces: on a GPU one
+  // launch instead of one per piece, on the CPU the pieces in order; either
+  // way each piece gets exactly the single-tensor update. Without master
+  // weights (F32) a piece's fp32 weight is its weight, which the op takes as
+  // adamw_update.
+  const size_t n = opt_pieces_.size();
+  std::vector<Tensor> params, masters, grads, ms, vs;
+  std::vector<float> decays;
+  for (auto* list : {&params, &masters, &grads, &ms, &vs}) list->reserve(n);
+  decays.reserve(n);
   for (const ZeroPiece& p : opt_pieces_) {
-    ops::AdamWStep st{float(lr),
-                      float(cfg_.beta1),
-                      float(cfg_.beta2),
-                      float(cfg_.eps),
-                      m_.params[size_t(p.param)].decay ? float(cfg_.weight_decay) : 0.f,
-                      step_,
-                      float(grad_scale)};
-    if (mixed_)
-      ops::adamw_update_master(weight_view(p), fp32_weight(p), grad_view(p), moment_m(p), moment_v(p), st);
-    else
-      ops::adamw_update(weight_view(p), grad_view(p), moment_m(p), moment_v(p), st);
+    params.push_back(weight_view(p));
+    masters.push_back(fp32_weight(p));
+    grads.push_back(grad_view(p));
+    ms.push_back(moment_m(p));
+    vs.push_back(moment_v(p));
+    decays.push_back(m_.params[size_t(p.param)].decay ? float(cfg_.weight_decay) : 0.f);
   }
+  const ops::AdamWStep st{float(lr),   float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
+                          /*weight_decay: per piece*/ 0.f, step_, float(grad_scale)};
+  ops::adamw_update_master_multi(params, masters, grads, ms, vs, decays, st);
   gather_all_units();
   drop_gathered();
 }

@@ -14,12 +14,16 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
 #include "tests/test_util.h"
 
 using namespace trainer;
@@ -122,9 +126,9 @@ TEST_CASE("elementwise: fill, copy, add, add_inplace, scale_inplace", "[ops][den
   REQUIRE(mismatches(a.f, [&](size_t i) { return a1[i] * -0.25f; }) == 0);
 
   Owned small({3});
-  REQUIRE_THROWS_WITH(cpu::add(out, a, small), "add: a [40000] vs b [3]");
+  REQUIRE_THROWS_WITH(ops::add(out, a, small), "add: a [40000] vs b [3]");
   Owned ints({n}, DType::I32);
-  REQUIRE_THROWS_AS(cpu::copy(out, ints), std::invalid_argument);
+  test::require_rejected([&] { ops::copy(out, ints); }, {"copy: ", "dst F32 vs src I32"});
 }
 
 TEST_CASE("elementwise: sum_squares in double, NaN propagates", "[ops][dense]") {
@@ -173,7 +177,7 @@ TEST_CASE("embedding forward (= and +=) and backward", "[ops][dense]") {
           kGradTol);
 
   ids.i[4] = int32_t(V);
-  REQUIRE_THROWS_WITH(cpu::embedding_forward(out, ids, table, false),
+  REQUIRE_THROWS_WITH(ops::embedding_forward(out, ids, table, false),
                       "embedding_forward: id 10 at position 4 is outside the table [0, 10)");
 }
 
@@ -212,7 +216,7 @@ TEST_CASE("rmsnorm forward and backward", "[ops][dense]") {
   REQUIRE(fd_check("rmsnorm_backward dweight (+=)", w.f, minus(dw.f, dw0), twin, R.f) < kGradTol);
 
   Owned x2({4, 32}), w2({16}), o3({4, 32}), r3({4});
-  REQUIRE_THROWS_WITH(cpu::rmsnorm_forward(o3, r3, x2, w2, eps),
+  REQUIRE_THROWS_WITH(ops::rmsnorm_forward(o3, r3, x2, w2, eps),
                       "rmsnorm_forward: x [4, 32] vs weight [16]");
 }
 
@@ -291,7 +295,7 @@ TEST_CASE("linear forward, with and without bias", "[ops][dense]") {
             kFwdTol);
   }
   Owned bad({4, 6});
-  REQUIRE_THROWS_WITH(cpu::linear_forward(out, inp, bad, Tensor()),
+  REQUIRE_THROWS_WITH(ops::linear_forward(out, inp, bad, Tensor()),
                       "linear_forward: inp [2, 3, 7] vs weight [4, 6]");
 }
 
@@ -332,7 +336,7 @@ TEST_CASE("linear backward: dinp overwrite or +=, dweight/dbias +=, empty dinp/d
   REQUIRE(dw_only.f == dw_full.f);
 
   Owned bad({N, IC + 1});
-  REQUIRE_THROWS_WITH(cpu::linear_backward(bad, dw_only, Tensor(), R, inp, w, false),
+  REQUIRE_THROWS_WITH(ops::linear_backward(bad, dw_only, Tensor(), R, inp, w, false),
                       "linear_backward: dinp [6, 8] vs inp [6, 7]");
 }
 
@@ -359,22 +363,85 @@ TEST_CASE("rope forward and backward, in place", "[ops][dense]") {
     return y;
   };
 
-  cpu::rope_forward(out, x, theta);
+  cpu::rope_forward(out, x, theta, 0);
   REQUIRE(fwd_err("rope_forward", out.f, twin()) < kFwdTol);
   Owned inplace({B, T, H, D});
   inplace.f = x.f;
-  cpu::rope_forward(inplace, inplace, theta);
+  cpu::rope_forward(inplace, inplace, theta, 0);
   REQUIRE(inplace.f == out.f);
 
   Owned dx({B, T, H, D});
-  cpu::rope_backward(dx, R, theta);
+  cpu::rope_backward(dx, R, theta, 0);
   REQUIRE(fd_check("rope_backward dinp", x.f, dx.f, twin, R.f) < kGradTol);
   inplace.f = R.f;
-  cpu::rope_backward(inplace, inplace, theta);
+  cpu::rope_backward(inplace, inplace, theta, 0);
   REQUIRE(inplace.f == dx.f);
 
   Owned odd({1, 2, 1, 5});
-  REQUIRE_THROWS_AS(cpu::rope_forward(odd, odd, theta), std::invalid_argument);
+  test::require_rejected([&] { ops::rope_forward(odd, odd, theta, 0); },
+                         {"rope_forward: ", "out [1, 2, 1, 5]: head dim D must be even"});
+  test::require_rejected([&] { ops::rope_backward(dx, R, theta, -1); },
+                         {"rope_backward: ", "pos_offset -1 must be >= 0"});
+}
+
+namespace {
+
+// Elements of a that differ bitwise from b (sizes equal).
+size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// Positions [k, k + T) of a [B, k + T, H, D] tensor, as a [B, T, H, D] one.
+std::vector<float> last_positions(const std::vector<float>& whole, int64_t B, int64_t k, int64_t T,
+                                  int64_t HD) {
+  std::vector<float> part;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto first = whole.begin() + (b * (k + T) + k) * HD;
+    part.insert(part.end(), first, first + T * HD);
+  }
+  return part;
+}
+
+}  // namespace
+
+// Context parallelism hands a rank positions [k, k + T) of each sequence; its
+// rotation must be exactly the one those positions get in the whole sequence.
+TEST_CASE("rope with a position offset: the last T positions of the whole, bit for bit",
+          "[ops][dense]") {
+  const int64_t B = 2, T = 5, H = 3, D = 16;
+  for (const float theta : {1e4f, 5e5f})
+    for (const int64_t k : {int64_t(1), int64_t(7), int64_t(3000)}) {
+      Owned whole({B, k + T, H, D}), whole_out({B, k + T, H, D});
+      fill_normal(whole.f, 70 + uint64_t(k));
+      Owned part({B, T, H, D}), part_out({B, T, H, D}), at_zero({B, T, H, D});
+      const std::vector<float> chunk = last_positions(whole.f, B, k, T, H * D);
+      std::copy(chunk.begin(), chunk.end(), part.f.begin());  // part.t views part.f
+
+      ops::rope_forward(whole_out, whole, theta, 0);
+      ops::rope_forward(part_out, part, theta, k);
+      ops::rope_forward(at_zero, part, theta, 0);
+      const std::vector<float> expect = last_positions(whole_out.f, B, k, T, H * D);
+      const size_t diff = bit_differences(part_out.f, expect);
+      // The offset must matter, or the comparison above proves nothing.
+      const size_t moved = bit_differences(at_zero.f, expect);
+      std::printf("[rope offset] forward  theta=%g k=%lld: %zu of %zu elements differ from the "
+                  "whole (offset 0 instead: %zu)\n",
+                  double(theta), (long long)k, diff, expect.size(), moved);
+      CHECK(diff == 0);
+      CHECK(moved > expect.size() / 2);
+
+      // Backward: the gradient of the whole, restricted to the chunk.
+      ops::rope_backward(whole_out, whole, theta, 0);
+      ops::rope_backward(part_out, part, theta, k);
+      const std::vector<float> expect_bwd = last_positions(whole_out.f, B, k, T, H * D);
+      const size_t diff_bwd = bit_differences(part_out.f, expect_bwd);
+      std::printf("[rope offset] backward theta=%g k=%lld: %zu of %zu elements differ\n",
+                  double(theta), (long long)k, diff_bwd, expect_bwd.size());
+      CHECK(diff_bwd == 0);
+      CHECK(bit_differences(part_out.f, expect) > expect.size() / 2);  // not the forward again
+    }
 }
 
 // ---- attention --------------------------------------------------------------
@@ -517,10 +584,10 @@ TEST_CASE("attention large enough to run threaded", "[ops][dense]") {
 TEST_CASE("attention shape errors", "[ops][dense]") {
   Owned q({1, 5, 3, 4}), k({1, 5, 2, 4}), v({1, 5, 2, 4}), out({1, 5, 3, 4}), lse({1, 3, 5});
   REQUIRE_THROWS_WITH(
-      cpu::attention_forward(out, lse, q, k, v, true),
+      ops::attention_forward(out, lse, q, k, v, true),
       "attention_forward: q [1, 5, 3, 4] vs k [1, 5, 2, 4]: Hq must be a multiple of Hkv");
   Owned k4({1, 5, 3, 4}), v4({1, 5, 3, 4}), lse_bad({1, 3, 4});
-  REQUIRE_THROWS_WITH(cpu::attention_forward(out, lse_bad, q, k4, v4, true),
+  REQUIRE_THROWS_WITH(ops::attention_forward(out, lse_bad, q, k4, v4, true),
                       "attention_forward: lse [1, 3, 4] vs q [1, 5, 3, 4]: expected [1, 3, 5]");
 }
 
@@ -648,7 +715,7 @@ TEST_CASE("cross-entropy: losses, dlogits, ignored targets, in place", "[ops][de
 
   targets.i[3] = int32_t(V);
   REQUIRE_THROWS_WITH(
-      cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, grad_scale),
+      ops::cross_entropy_forward_backward(losses, dlogits, logits, targets, grad_scale),
       "cross_entropy_forward_backward: target 11 at row 3 is outside the vocabulary [0, 11)");
 }
 
@@ -688,5 +755,87 @@ TEST_CASE("adamw: several steps against torch.optim.AdamW's formula in double", 
   }
 
   s.step = 0;
-  REQUIRE_THROWS_AS(cpu::adamw_update(p, g, m, v, s), std::invalid_argument);
+  test::require_rejected([&] { ops::adamw_update(p, g, m, v, s); },
+                         {"adamw_update: ", "step 0 must be >= 1"});
+}
+
+// ZeroOptimizer updates all of a rank's pieces with one multi-tensor call; it
+// must give each piece exactly what the single-tensor op gives it.
+TEST_CASE("adamw_update_master_multi: the single-tensor updates bit for bit; overlaps refused",
+          "[ops][dense]") {
+  // A param that is its own master (adamw_update) and two with a separate
+  // copy, each with its own weight decay; different step sizes and lengths.
+  const int64_t sizes[] = {37, 1000, 5};
+  const float decays[] = {0.1f, 0.f, 0.05f};
+  const bool own_master[] = {true, false, false};
+  struct Set {
+    std::vector<std::unique_ptr<Owned>> p, w, g, m, v;
+  };
+  Set multi, single;
+  for (Set* set : {&multi, &single})
+    for (size_t i = 0; i < 3; ++i) {
+      for (auto* list : {&set->p, &set->w, &set->g, &set->m, &set->v})
+        list->push_back(std::make_unique<Owned>(std::initializer_list<int64_t>{sizes[i]}));
+      fill_normal(set->w[i]->f, 110 + i, 0.02f);
+      set->p[i]->f = set->w[i]->f;  // same size: copied into p's own storage
+    }
+  std::vector<std::vector<float>> initial;
+  for (size_t i = 0; i < 3; ++i) initial.push_back(multi.w[i]->f);
+  cpu::AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-8f, /*weight_decay: unused*/ 7.f, 1, 0.5f};
+  for (int64_t step = 1; step <= 3; ++step) {
+    s.step = step;
+    std::vector<Tensor> ps, ws, gs, ms, vs;
+    for (size_t i = 0; i < 3; ++i) {
+      fill_normal(multi.g[i]->f, uint64_t(120 + 10 * step) + i, 0.1f);
+      single.g[i]->f = multi.g[i]->f;
+      ps.push_back(own_master[i] ? multi.w[i]->t : multi.p[i]->t);
+      ws.push_back(*multi.w[i]);
+      gs.push_back(*multi.g[i]);
+      ms.push_back(*multi.m[i]);
+      vs.push_back(*multi.v[i]);
+      cpu::AdamWStep one = s;
+      one.weight_decay = decays[i];
+      if (own_master[i])
+        ops::adamw_update(*single.w[i], *single.g[i], *single.m[i], *single.v[i], one);
+      else
+        ops::adamw_update_master(*single.p[i], *single.w[i], *single.g[i], *single.m[i],
+                                 *single.v[i], one);
+    }
+    ops::adamw_update_master_multi(ps, ws, gs, ms, vs, {decays[0], decays[1], decays[2]}, s);
+    for (size_t i = 0; i < 3; ++i) {
+      size_t diff = 0;
+      for (auto [a, b] : {std::pair{&multi.p, &single.p}, std::pair{&multi.w, &single.w},
+                          std::pair{&multi.m, &single.m}, std::pair{&multi.v, &single.v}})
+        for (size_t k = 0; k < (*a)[i]->f.size(); ++k)
+          diff += std::memcmp(&(*a)[i]->f[k], &(*b)[i]->f[k], sizeof(float)) != 0;
+      std::printf("[adamw multi] step %lld tensor %zu (n=%lld, wd=%g%s): %zu values differ\n",
+                  (long long)step, i, (long long)sizes[i], double(decays[i]),
+                  own_master[i] ? ", param = master" : "", diff);
+      CHECK(diff == 0);
+    }
+  }
+  // The updates moved every weight (else equality would prove nothing).
+  for (size_t i = 0; i < 3; ++i) CHECK(multi.w[i]->f != initial[i]);
+
+  // Two tensors whose m arrays share elements: the backends update tensors
+  // concurrently, so this is refused before anything runs.
+  Owned big_m({64}), v1({32}), v2({32}), w1({32}), w2({32}), g1({32}), g2({32});
+  const Tensor m1(big_m.f.data(), DType::F32, {32}), m2(big_m.f.data() + 16, DType::F32, {32});
+  test::require_rejected(
+      [&] {
+        ops::adamw_update_master_multi({w1, w2}, {w1, w2}, {g1, g2}, {m1, m2}, {v1, v2},
+                                       {0.f, 0.f}, s);
+      },
+      {"adamw_update_master_multi: ", "tensor 0 m [32] overlaps tensor 1 m [32]"});
+  test::require_rejected(
+      [&] { ops::adamw_update_master_multi({w1}, {w1, w2}, {g1}, {m1}, {v1}, {0.f}, s); },
+      {"adamw_update_master_multi: ", "list lengths differ: params 1, masters 2"});
+  test::require_rejected(
+      [&] {
+        ops::adamw_update_master_multi({w1, w2}, {w1, w2},
+                                       {g1, Tensor(g2.f.data(), DType::F32, {16})}, {m1, v2},
+                                       {v1, big_m.t.view({2, 32}).slice0(1, 2).view({32})},
+                                       {0.f, 0.f}, s);
+      },
+      {"adamw_update_master_multi: tensor 1: ", "grad [16] vs master [32]"});
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
 #include "tests/test_util.h"
 
 using namespace trainer;
@@ -180,7 +181,7 @@ TEST_CASE("moe_aux_loss_forward matches float64 and the balanced value 1", "[moe
   REQUIRE(aux.f[0] == Approx(1.0).epsilon(1e-6));
 
   bidx.i[3] = 4;
-  REQUIRE_THROWS_AS(cpu::moe_aux_loss_forward(aux, up, bidx), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_aux_loss_forward(aux, up, bidx); }, {"moe_aux_loss_forward: ", "topk_idx[1,1] = 4 is outside [0, 4)"});
 }
 
 TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
@@ -259,9 +260,9 @@ TEST_CASE("moe_route_backward: the aux path alone matches finite differences", "
 TEST_CASE("moe_route_forward rejects K > E and mismatched shapes", "[moe]") {
   Owned logits({3, 2}), probs({3, 2}), idx({3, 3}, DType::I32), w({3, 3}), p_bad({3, 4}),
       idx2({3, 2}, DType::I32), w2({3, 2});
-  REQUIRE_THROWS_AS(cpu::moe_route_forward(probs, idx, w, logits, true), std::invalid_argument);
-  REQUIRE_THROWS_AS(cpu::moe_route_forward(p_bad, idx2, w2, logits, true), std::invalid_argument);
-  REQUIRE_THROWS_AS(cpu::moe_route_forward(probs, idx2, w, logits, true), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_route_forward(probs, idx, w, logits, true); }, {"moe_route_forward: ", "K = 3 (topk_idx [3, 3]) must be in [1, E = 2]"});
+  test::require_rejected([&] { ops::moe_route_forward(p_bad, idx2, w2, logits, true); }, {"moe_route_forward: ", "probs [3, 4] must match logits [3, 2]"});
+  test::require_rejected([&] { ops::moe_route_forward(probs, idx2, w, logits, true); }, {"moe_route_forward: ", "topk_w [3, 3] must match topk_idx [3, 2]"});
   REQUIRE_NOTHROW(cpu::moe_route_forward(probs, idx2, w2, logits, true));
 }
 
@@ -360,12 +361,12 @@ TEST_CASE("moe_dispatch_plan rejects bad inputs", "[moe][plan]") {
   Owned idx({3, 2}, DType::I32), row_map({3, 2}, DType::I32), offsets({5}, DType::I32),
       short_off({4}, DType::I32), short_map({2, 2}, DType::I32);
   idx.i = {0, 1, 1, 3, 3, 4};
-  REQUIRE_THROWS_AS(cpu::moe_dispatch_plan(row_map, offsets, idx, 4, 0), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, offsets, idx, 4, 0); }, {"moe_dispatch_plan: ", "topk_idx[2,1] = 4 is outside [0, 4)"});
   idx.i[5] = 0;
-  REQUIRE_THROWS_AS(cpu::moe_dispatch_plan(row_map, short_off, idx, 4, 0), std::invalid_argument);
-  REQUIRE_THROWS_AS(cpu::moe_dispatch_plan(short_map, offsets, idx, 4, 0), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, short_off, idx, 4, 0); }, {"moe_dispatch_plan: ", "offsets [4] must be [E+1] = [5]"});
+  test::require_rejected([&] { ops::moe_dispatch_plan(short_map, offsets, idx, 4, 0); }, {"moe_dispatch_plan: ", "row_map [2, 2] must match topk_idx [3, 2]"});
   try {
-    cpu::moe_dispatch_plan(row_map, short_off, idx, 4, 0);
+    ops::moe_dispatch_plan(row_map, short_off, idx, 4, 0);
   } catch (const std::invalid_argument& e) {
     std::printf("[message] %s\n", e.what());
     CHECK(std::string(e.what()).find("moe_dispatch_plan") != std::string::npos);
@@ -426,16 +427,16 @@ TEST_CASE("moe_permute and moe_permute_backward", "[moe][gradcheck]") {
   REQUIRE(r.max_rel_err < 1e-3);
 
   Owned bad({N * K - 1, C});
-  REQUIRE_THROWS_AS(cpu::moe_permute(bad, x, plan.row_map), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_permute(bad, x, plan.row_map); }, {"moe_permute: ", "x [12, 8] and xp [23, 8] must be [N, C] and [N*K, C]"});
   // Two assignments sharing a row, and a row past N*K.
   std::vector<size_t> kept_at;
   for (size_t i = 0; i < plan.row_map.i.size(); ++i)
     if (plan.row_map.i[i] >= 0) kept_at.push_back(i);
   const int32_t saved = plan.row_map.i[kept_at[0]];
   plan.row_map.i[kept_at[0]] = plan.row_map.i[kept_at[1]];
-  REQUIRE_THROWS_AS(cpu::moe_permute(xp, x, plan.row_map), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_permute(xp, x, plan.row_map); }, {"moe_permute: ", "is used twice"});
   plan.row_map.i[kept_at[0]] = int32_t(N * K);
-  REQUIRE_THROWS_AS(cpu::moe_permute_backward(dx, G, plan.row_map), std::invalid_argument);
+  test::require_rejected([&] { ops::moe_permute_backward(dx, G, plan.row_map); }, {"moe_permute_backward: ", "is outside [-1, N*K)"});
   plan.row_map.i[kept_at[0]] = saved;
   REQUIRE_NOTHROW(cpu::moe_permute(xp, x, plan.row_map));
 }
@@ -548,19 +549,17 @@ TEST_CASE("grouped_linear rejects bad offsets and shapes", "[moe]") {
   Owned inp({R, IC}), weight({E, OC, IC}), offsets({E + 1}, DType::I32), out({R, OC}),
       bad_out({R, OC + 1}), bad_inp({R, IC + 1});
   offsets.i = {0, 4, 3};
-  REQUIRE_THROWS_AS(cpu::grouped_linear_forward(out, inp, weight, offsets), std::invalid_argument);
+  test::require_rejected([&] { ops::grouped_linear_forward(out, inp, weight, offsets); }, {"grouped_linear_forward: ", "offsets [0, 4, 3] must start at 0"});
   offsets.i = {0, 4, 7};
-  REQUIRE_THROWS_AS(cpu::grouped_linear_forward(out, inp, weight, offsets), std::invalid_argument);
+  test::require_rejected([&] { ops::grouped_linear_forward(out, inp, weight, offsets); }, {"grouped_linear_forward: ", "offsets [0, 4, 7] must start at 0"});
   offsets.i = {1, 4, 6};
-  REQUIRE_THROWS_AS(cpu::grouped_linear_forward(out, inp, weight, offsets), std::invalid_argument);
+  test::require_rejected([&] { ops::grouped_linear_forward(out, inp, weight, offsets); }, {"grouped_linear_forward: ", "offsets [1, 4, 6] must start at 0"});
   offsets.i = {0, 4, 6};
   REQUIRE_NOTHROW(cpu::grouped_linear_forward(out, inp, weight, offsets));
-  REQUIRE_THROWS_AS(cpu::grouped_linear_forward(bad_out, inp, weight, offsets),
-                    std::invalid_argument);
-  REQUIRE_THROWS_AS(cpu::grouped_linear_forward(out, bad_inp, weight, offsets),
-                    std::invalid_argument);
+  test::require_rejected([&] { ops::grouped_linear_forward(bad_out, inp, weight, offsets); }, {"grouped_linear_forward: ", "out [6, 3] must be [6, 2] for weight [2, 2, 3]"});
+  test::require_rejected([&] { ops::grouped_linear_forward(out, bad_inp, weight, offsets); }, {"grouped_linear_forward: ", "inp [6, 4] must have IC = 3 columns"});
   try {
-    cpu::grouped_linear_forward(bad_out, inp, weight, offsets);
+    ops::grouped_linear_forward(bad_out, inp, weight, offsets);
   } catch (const std::invalid_argument& e) {
     std::printf("[message] %s\n", e.what());
   }

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,21 @@ inline void fill_ints(std::vector<int32_t>& v, uint64_t seed, int lo, int hi) {
   std::mt19937_64 g(seed);
   std::uniform_int_distribution<int> d(lo, hi - 1);
   for (auto& x : v) x = d(g);
+}
+
+// Runs f, which must be rejected with std::invalid_argument; prints the
+// message and checks that it contains every one of `parts` (the op, the
+// argument and its shape, the reason).
+inline void require_rejected(const std::function<void()>& f, std::initializer_list<const char*> parts) {
+  std::string msg = "(no std::invalid_argument thrown)";
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    msg = e.what();
+  }
+  std::printf("[message] %s\n", msg.c_str());
+  INFO("message: " << msg);
+  for (const char* part : parts) CHECK(msg.find(part) != std::string::npos);
 }
 
 struct GradCheckResult {

@@ -1,13 +1,11 @@
-// GELU (tanh approximation) and SwiGLU of the CPU backend (see kernels/ops.h).
+// GELU (tanh approximation) and SwiGLU of the CPU backend (see kernels/op_list.h).
 #include <cmath>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
-
-using checks::same_rows_f32;
 
 constexpr int64_t kParallelMin = 1 << 15;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -20,7 +18,7 @@ inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 // 0.5 x (1 + tanh(u)) is evaluated as x * sigmoid(2u), the same function: for
 // negative x, 1 + tanh(u) cancels to a few ulps in fp32, the sigmoid does not.
 void gelu_forward(Tensor out, Tensor inp) {
-  same_rows_f32("gelu_forward", "out", out, "inp", inp);
+  need_f32("gelu_forward", {{"out", &out}, {"inp", &inp}});
   const float* x = inp.f32();
   float* y = out.f32();
   const int64_t n = inp.numel();
@@ -34,8 +32,7 @@ void gelu_forward(Tensor out, Tensor inp) {
 
 // d/dx [x s(2u)] = s + 2 x s (1 - s) u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
-  same_rows_f32("gelu_backward", "dinp", dinp, "inp", inp);
-  same_rows_f32("gelu_backward", "dout", dout, "inp", inp);
+  need_f32("gelu_backward", {{"dinp", &dinp}, {"dout", &dout}, {"inp", &inp}});
   const float* x = inp.f32();
   const float* g = dout.f32();
   float* d = dinp.f32();
@@ -51,8 +48,7 @@ void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
 }
 
 void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
-  same_rows_f32("swiglu_forward", "out", out, "gate", gate);
-  same_rows_f32("swiglu_forward", "up", up, "gate", gate);
+  need_f32("swiglu_forward", {{"out", &out}, {"gate", &gate}, {"up", &up}});
   const float* a = gate.f32();
   const float* b = up.f32();
   float* y = out.f32();
@@ -64,11 +60,8 @@ void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
 // silu'(a) = s (1 + a (1 - s)). Every input of element i is read before its
 // outputs are written, so dgate/dup may alias dout, gate or up elementwise.
 void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
-  const char* op = "swiglu_backward";
-  same_rows_f32(op, "dgate", dgate, "gate", gate);
-  same_rows_f32(op, "dup", dup, "gate", gate);
-  same_rows_f32(op, "dout", dout, "gate", gate);
-  same_rows_f32(op, "up", up, "gate", gate);
+  need_f32("swiglu_backward",
+           {{"dgate", &dgate}, {"dup", &dup}, {"dout", &dout}, {"gate", &gate}, {"up", &up}});
   const float* a = gate.f32();
   const float* b = up.f32();
   const float* g = dout.f32();

@@ -1,36 +1,24 @@
-// AdamW of the CPU backend (see kernels/ops.h). The arithmetic follows
+// AdamW of the CPU backend (kernels/op_list.h): adamw_update and
+// adamw_update_master. The arithmetic follows
 // torch.optim.AdamW's single-tensor path operation by operation, including
 // which constants are formed in double (Python floats) and rounded to fp32
 // only when they meet a tensor, so the PyTorch reference can track the
 // trainer's weights over many steps.
 #include <cmath>
+#include <cstring>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
-constexpr const char* kOp = "adamw_update";
-
-// Every tensor of the update is F32 with one element per parameter.
-void need(const char* name, const Tensor& t, const Tensor& param) {
-  checks::need_f32(kOp, name, t);
-  checks::same_numel(kOp, name, t, "param", param);
-}
-
 }  // namespace
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
-  need("param", param, param);
-  need("grad", grad, param);
-  need("m", m, param);
-  need("v", v, param);
-  if (s.step < 1)
-    checks::fail(kOp,
-                 "step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
+  need_f32("adamw_update", {{"grad", &grad}});
 
   const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
   const float w1 = float(1.0 - double(s.beta1));  // lerp weight of exp_avg toward grad
@@ -60,6 +48,15 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
     mp[i] = mi;
     vp[i] = vi;
   }
+}
+
+// The CPU is fp32 end to end, so the "low-precision" copy is another F32
+// tensor; this twin exists so the CUDA kernel has a reference to test against.
+void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                         const AdamWStep& s) {
+  need_f32("adamw_update_master", {{"param", &param}});
+  cpu::adamw_update(master, grad, m, v, s);
+  if (param.data != master.data) std::memcpy(param.data, master.data, master.nbytes());
 }
 
 }  // namespace trainer::cpu

@@ -1,4 +1,4 @@
-// Scaled dot-product attention of the CPU backend (see kernels/ops.h), with
+// Scaled dot-product attention of the CPU backend (see kernels/op_list.h), with
 // grouped-query heads and an optional causal mask.
 //
 // Work is split into (batch, head) pairs, one OpenMP thread each; within a
@@ -19,15 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
-
-using checks::fail;
-using checks::need_f32;
-using checks::same_shape_f32;
 
 constexpr int64_t kBlock = 64;
 
@@ -35,26 +31,11 @@ struct Dims {
   int64_t B, T, Hq, Hkv, D;
 };
 
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& lse) {
-  need_f32(op, "q", q);
-  need_f32(op, "k", k);
-  need_f32(op, "v", v);
-  need_f32(op, "lse", lse);
-  if (q.ndim != 4) fail(op, "q " + q.shape_str() + " must be [B, T, Hq, D]");
-  if (k.ndim != 4) fail(op, "k " + k.shape_str() + " must be [B, T, Hkv, D]");
+// Shapes are checked by the router (kernels/checks/attention.cpp).
+Dims dims(const char* op, const Tensor& q, const Tensor& k) {
   const Dims d{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  if (k.dim(0) != d.B || k.dim(1) != d.T || k.dim(3) != d.D)
-    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str());
-  if (v.shape != k.shape || v.ndim != 4) fail(op, "k " + k.shape_str() + " vs v " + v.shape_str());
-  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
-    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str() + ": Hq must be a multiple of Hkv");
-  if (lse.numel() != d.B * d.Hq * d.T)
-    fail(op, "lse " + lse.shape_str() + " vs q " + q.shape_str() + ": expected [" +
-                 std::to_string(d.B) + ", " + std::to_string(d.Hq) + ", " + std::to_string(d.T) +
-                 "]");
   if (d.T > INT_MAX / 2 || d.Hq * d.D > INT_MAX)
-    fail(op, "q " + q.shape_str() + " is too large for a 32-bit BLAS");
+    checks::fail(op, "q " + q.shape_str() + " is too large for a 32-bit BLAS");
   return d;
 }
 
@@ -139,8 +120,8 @@ double row_sum(const float* x, int64_t n) {
 
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
   const char* op = "attention_forward";
-  const auto [B, T, Hq, Hkv, D] = check_qkv(op, q, k, v, lse);
-  same_shape_f32(op, "out", out, "q", q);
+  need_f32(op, {{"out", &out}, {"q", &q}, {"k", &k}, {"v", &v}});
+  const auto [B, T, Hq, Hkv, D] = dims(op, q, k);
   if (B == 0 || T == 0 || Hq == 0) return;
   const int64_t group = Hq / Hkv, ldq = Hq * D, ldk = Hkv * D;
   const float scale = float(1.0 / std::sqrt(double(D)));
@@ -186,12 +167,15 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
                         Tensor out, Tensor lse, bool causal) {
   const char* op = "attention_backward";
-  const auto [B, T, Hq, Hkv, D] = check_qkv(op, q, k, v, lse);
-  same_shape_f32(op, "out", out, "q", q);
-  same_shape_f32(op, "dout", dout, "q", q);
-  same_shape_f32(op, "dq", dq, "q", q);
-  same_shape_f32(op, "dk", dk, "k", k);
-  same_shape_f32(op, "dv", dv, "v", v);
+  need_f32(op, {{"dq", &dq},
+                {"dk", &dk},
+                {"dv", &dv},
+                {"dout", &dout},
+                {"q", &q},
+                {"k", &k},
+                {"v", &v},
+                {"out", &out}});
+  const auto [B, T, Hq, Hkv, D] = dims(op, q, k);
   if (B == 0 || T == 0 || Hq == 0) return;
   const int64_t group = Hq / Hkv, ldq = Hq * D, ldk = Hkv * D;
   const float scale = float(1.0 / std::sqrt(double(D)));

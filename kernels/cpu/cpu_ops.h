@@ -1,5 +1,6 @@
 // The CPU reference backend: fp32, OpenBLAS for matmuls, OpenMP across rows.
-// Same signatures and semantics as kernels/ops.h (documented there).
+// Its functions are those of kernels/op_list.h (semantics documented there),
+// declared here from that list.
 #pragma once
 
 #include "kernels/ops.h"
@@ -8,42 +9,8 @@ namespace trainer::cpu {
 
 using ops::AdamWStep;
 
-void fill(Tensor t, float value);
-void copy(Tensor dst, Tensor src);
-void add(Tensor out, Tensor a, Tensor b);
-void add_inplace(Tensor acc, Tensor x);
-void scale_inplace(Tensor t, float s);
-void convert(Tensor dst, Tensor src);
-double sum_squares(Tensor x);
-double sum(Tensor x);
-void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate);
-void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
-void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps);
-void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight, Tensor rstd);
-void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias, float eps);
-void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Tensor x, Tensor weight, Tensor mean, Tensor rstd);
-void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
-void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight, bool accumulate_dinp);
-void rope_forward(Tensor out, Tensor inp, float theta);
-void rope_backward(Tensor dinp, Tensor dout, float theta);
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal);
-void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal);
-void gelu_forward(Tensor out, Tensor inp);
-void gelu_backward(Tensor dinp, Tensor dout, Tensor inp);
-void swiglu_forward(Tensor out, Tensor gate, Tensor up);
-void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up);
-void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits, Tensor targets, float grad_scale);
-void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits, bool normalize);
-void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx);
-void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w, bool normalize, float aux_grad);
-void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity);
-void moe_permute(Tensor xp, Tensor x, Tensor row_map);
-void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map);
-void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w);
-void moe_unpermute_backward(Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Tensor row_map, Tensor topk_w);
-void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offsets);
-void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor offsets);
-void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
-void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+#define TRAINER_OP(route, ret, name, params, args) ret name params;
+#include "kernels/op_list.h"
+#undef TRAINER_OP
 
 }  // namespace trainer::cpu

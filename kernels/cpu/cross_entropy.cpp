@@ -1,4 +1,4 @@
-// Fused softmax cross-entropy of the CPU backend (see kernels/ops.h): one pass
+// Fused softmax cross-entropy of the CPU backend (see kernels/op_list.h): one pass
 // over each row for the log-sum-exp, one more to write the gradient, and no
 // [N, V] probability tensor, so dlogits can overwrite logits in place.
 #include <algorithm>
@@ -6,15 +6,11 @@
 #include <limits>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
-
-using checks::fail;
-using checks::need;
-using checks::same_rows;
 
 constexpr int64_t kParallelMin = 1 << 15;
 
@@ -23,26 +19,15 @@ constexpr int64_t kParallelMin = 1 << 15;
 void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
                                     float grad_scale) {
   const char* op = "cross_entropy_forward_backward";
-  need(op, "logits", logits, DType::F32);
-  need(op, "targets", targets, DType::I32);
-  need(op, "losses", losses, DType::F32);
-  if (logits.ndim < 1) fail(op, "logits " + logits.shape_str() + " must be [N, V]");
+  need_f32(op, {{"logits", &logits}, {"dlogits", &dlogits}});
   const int64_t V = logits.dim(-1);
   const int64_t N = V > 0 ? logits.numel() / V : 0;
-  if (targets.numel() != N)
-    fail(op, "targets " + targets.shape_str() + " vs logits " + logits.shape_str());
-  if (losses.numel() != N)
-    fail(op, "losses " + losses.shape_str() + " vs logits " + logits.shape_str());
-  if (!dlogits.empty()) {
-    need(op, "dlogits", dlogits, DType::F32);
-    same_rows(op, "dlogits", dlogits, "logits", logits);
-  }
   const int32_t* tg = targets.i32();
   // Checked up front: a throw cannot leave an OpenMP loop, and a bad target
   // must not leave half the rows overwritten.
   for (int64_t n = 0; n < N; ++n)
     if (tg[n] >= V)
-      fail(op, "target " + std::to_string(tg[n]) + " at row " + std::to_string(n) +
+      checks::fail(op, "target " + std::to_string(tg[n]) + " at row " + std::to_string(n) +
                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
 
   const float* x = logits.f32();

@@ -1,36 +1,25 @@
-// Token (and position) embedding lookup of the CPU backend (see kernels/ops.h).
+// Token (and position) embedding lookup of the CPU backend (see kernels/op_list.h).
 #include <algorithm>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
-using checks::fail;
-using checks::need;
-
 constexpr int64_t kParallelMin = 1 << 15;
 
-// ids may be [N] or [B,T]; rows of `rows_t` ([..., C]) must match one to one.
-// Every id is checked before any write so a bad batch leaves outputs untouched.
+// Shapes are checked by the router (kernels/checks/embedding.cpp). Every id is
+// checked before any write so a bad batch leaves outputs untouched.
 void check(const char* op, const Tensor& rows_t, const char* rows_name, const Tensor& ids,
            const Tensor& table, const char* table_name) {
-  need(op, "ids", ids, DType::I32);
-  need(op, table_name, table, DType::F32);
-  need(op, rows_name, rows_t, DType::F32);
-  if (table.ndim != 2)
-    fail(op, std::string(table_name) + " " + table.shape_str() + " must be [V, C]");
-  const int64_t C = table.dim(1);
-  if (rows_t.ndim < 1 || rows_t.dim(-1) != C || rows_t.numel() != ids.numel() * C)
-    fail(op, std::string(rows_name) + " " + rows_t.shape_str() + " vs ids " + ids.shape_str() +
-                 " and " + table_name + " " + table.shape_str());
+  need_f32(op, {{table_name, &table}, {rows_name, &rows_t}});
   const int32_t* id = ids.i32();
   const int64_t V = table.dim(0);
   for (int64_t n = 0; n < ids.numel(); ++n)
     if (id[n] < 0 || id[n] >= V)
-      fail(op, "id " + std::to_string(id[n]) + " at position " + std::to_string(n) +
+      checks::fail(op, "id " + std::to_string(id[n]) + " at position " + std::to_string(n) +
                    " is outside the table [0, " + std::to_string(V) + ")");
 }
 

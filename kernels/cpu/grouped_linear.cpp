@@ -9,31 +9,25 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
 using checks::fail;
-using checks::must_match;
-using checks::need_cpu;
 
 struct Groups {
   int64_t E, OC, IC, rows;
   std::vector<int64_t> off;  // E+1 entries, validated
 };
 
-// weight [E,OC,IC], offsets [E+1] with 0 = off[0] <= ... <= off[E] <= rows.
-// Offsets may come from another rank's counts (EP), so they are checked
-// before any row is touched.
+// weight [E,OC,IC], offsets [E+1] (shapes checked by the router,
+// kernels/checks/grouped_linear.cpp) with 0 = off[0] <= ... <= off[E] <= rows.
+// Offsets may come from another rank's counts (EP), so their values are
+// checked before any row is touched.
 Groups check_groups(const char* op, const Tensor& weight, const Tensor& offsets, int64_t rows) {
-  need_cpu(op, "weight", weight, DType::F32, 3);
-  need_cpu(op, "offsets", offsets, DType::I32, 1);
   Groups g{weight.dim(0), weight.dim(1), weight.dim(2), rows, {}};
-  if (offsets.dim(0) != g.E + 1)
-    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(g.E + 1) +
-                 "] for weight " + weight.shape_str());
   const int32_t* o = offsets.i32();
   g.off.assign(o, o + g.E + 1);
   bool ok = g.off[0] == 0 && g.off[size_t(g.E)] <= rows;
@@ -47,24 +41,12 @@ Groups check_groups(const char* op, const Tensor& weight, const Tensor& offsets,
   return g;
 }
 
-void check_rows(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols,
-                const Tensor& weight) {
-  need_cpu(op, name, t, DType::F32, 2);
-  if (t.dim(0) != rows || t.dim(1) != cols)
-    fail(op, std::string(name) + " " + t.shape_str() + " must be [" + std::to_string(rows) + ", " +
-                 std::to_string(cols) + "] for weight " + weight.shape_str());
-}
-
 }  // namespace
 
 void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offsets) {
   const char* op = "grouped_linear_forward";
-  need_cpu(op, "inp", inp, DType::F32, 2);
+  need_f32(op, {{"out", &out}, {"inp", &inp}, {"weight", &weight}});
   const Groups g = check_groups(op, weight, offsets, inp.dim(0));
-  if (inp.dim(1) != g.IC)
-    fail(op, "inp " + inp.shape_str() + " must have IC = " + std::to_string(g.IC) +
-                 " columns for weight " + weight.shape_str());
-  check_rows(op, "out", out, g.rows, g.OC, weight);
   const float* X = inp.f32();
   const float* Wt = weight.f32();
   float* Y = out.f32();
@@ -89,20 +71,11 @@ void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offset
 void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                              Tensor offsets) {
   const char* op = "grouped_linear_backward";
-  need_cpu(op, "inp", inp, DType::F32, 2);
+  need_f32(op, {{"dinp", &dinp}, {"dweight", &dweight}, {"dout", &dout}, {"inp", &inp}, {"weight", &weight}});
   const Groups g = check_groups(op, weight, offsets, inp.dim(0));
-  if (inp.dim(1) != g.IC)
-    fail(op, "inp " + inp.shape_str() + " must have IC = " + std::to_string(g.IC) +
-                 " columns for weight " + weight.shape_str());
-  check_rows(op, "dout", dout, g.rows, g.OC, weight);
-  // Either output may be absent, as in linear_backward: the first layer of
-  // a frozen stack needs no dinp, and a frozen expert needs no dweight.
+  // Either output may be absent: the first layer of a frozen stack needs no
+  // dinp, and a frozen expert needs no dweight.
   const bool want_dinp = !dinp.empty(), want_dw = !dweight.empty();
-  if (want_dinp) check_rows(op, "dinp", dinp, g.rows, g.IC, weight);
-  if (want_dw) {
-    need_cpu(op, "dweight", dweight, DType::F32, 3);
-    must_match(op, "dweight", dweight, "weight", weight);
-  }
   const float* X = inp.f32();
   const float* Wt = weight.f32();
   const float* G = dout.f32();

@@ -1,4 +1,4 @@
-// Linear layer of the CPU backend (see kernels/ops.h): OpenBLAS sgemm on
+// Linear layer of the CPU backend (see kernels/op_list.h): OpenBLAS sgemm on
 // row-major views, weights stored [OC, IC] as in torch.nn.Linear.
 #include <cblas.h>
 
@@ -6,15 +6,11 @@
 #include <climits>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
-
-using checks::fail;
-using checks::need_f32;
-using checks::same_rows;
 
 constexpr int64_t kParallelMin = 1 << 15;
 
@@ -22,39 +18,23 @@ struct Dims {
   int64_t N, IC, OC;
 };
 
-// inp [..., IC], out/dout [..., OC] with the same leading rows, weight [OC, IC].
-Dims check(const char* op, const Tensor& outlike, const char* out_name, const Tensor& inp,
-           const Tensor& weight) {
-  need_f32(op, "inp", inp);
-  need_f32(op, "weight", weight);
-  need_f32(op, out_name, outlike);
-  if (weight.ndim != 2) fail(op, "weight " + weight.shape_str() + " must be [OC, IC]");
+// inp [..., IC], out/dout [..., OC] with the same leading rows, weight [OC, IC]
+// (shapes checked by the router, kernels/checks/linear.cpp).
+Dims dims(const char* op, const Tensor& inp, const Tensor& weight) {
   const int64_t OC = weight.dim(0), IC = weight.dim(1);
-  if (inp.ndim < 1 || inp.dim(-1) != IC)
-    fail(op, "inp " + inp.shape_str() + " vs weight " + weight.shape_str());
   const int64_t N = inp.numel() / std::max<int64_t>(IC, 1);
-  if (outlike.ndim < 1 || outlike.dim(-1) != OC || outlike.numel() != N * OC)
-    fail(op, std::string(out_name) + " " + outlike.shape_str() + " vs inp " + inp.shape_str() +
-                 " and weight " + weight.shape_str());
   // cblas takes int dimensions.
   if (N > INT_MAX || IC > INT_MAX || OC > INT_MAX)
-    fail(op, "inp " + inp.shape_str() + " is too large for a 32-bit BLAS");
+    checks::fail(op, "inp " + inp.shape_str() + " is too large for a 32-bit BLAS");
   return {N, IC, OC};
-}
-
-void check_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
-  need_f32(op, name, t);
-  if (t.numel() != n)
-    fail(op,
-         std::string(name) + " " + t.shape_str() + " must have " + std::to_string(n) + " elements");
 }
 
 }  // namespace
 
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const char* op = "linear_forward";
-  const auto [N, IC, OC] = check(op, out, "out", inp, weight);
-  if (!bias.empty()) check_vec(op, "bias", bias, OC);
+  need_f32(op, {{"out", &out}, {"inp", &inp}, {"weight", &weight}, {"bias", &bias}});
+  const auto [N, IC, OC] = dims(op, inp, weight);
   if (N == 0 || OC == 0) return;
   float* o = out.f32();
   float beta = 0.f;
@@ -72,18 +52,13 @@ void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
 void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                      Tensor weight, bool accumulate_dinp) {
   const char* op = "linear_backward";
-  const auto [N, IC, OC] = check(op, dout, "dout", inp, weight);
-  // Either gradient may be absent: model blocks ask for input and weight
-  // gradients in separate calls (model/layers.h).
-  if (!dweight.empty()) {
-    need_f32(op, "dweight", dweight);
-    same_rows(op, "dweight", dweight, "weight", weight);
-  }
-  if (!dinp.empty()) {
-    need_f32(op, "dinp", dinp);
-    same_rows(op, "dinp", dinp, "inp", inp);
-  }
-  if (!dbias.empty()) check_vec(op, "dbias", dbias, OC);
+  need_f32(op, {{"dinp", &dinp},
+                {"dweight", &dweight},
+                {"dbias", &dbias},
+                {"dout", &dout},
+                {"inp", &inp},
+                {"weight", &weight}});
+  const auto [N, IC, OC] = dims(op, inp, weight);
   if (N == 0) return;
   const float* g = dout.f32();
   if (!dinp.empty() && IC > 0) {

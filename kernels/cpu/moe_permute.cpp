@@ -6,28 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
 using checks::fail;
-using checks::must_match;
-using checks::need_cpu;
-
-// Token-side [N,C] and expert-side [N*K,C] tensors against row_map [N,K].
-void check_layout(const char* op, const char* tok_name, const Tensor& tok, const char* perm_name,
-                  const Tensor& perm, const Tensor& row_map) {
-  need_cpu(op, "row_map", row_map, DType::I32, 2);
-  need_cpu(op, tok_name, tok, DType::F32, 2);
-  need_cpu(op, perm_name, perm, DType::F32, 2);
-  const int64_t N = row_map.dim(0), K = row_map.dim(1), C = tok.dim(1);
-  if (tok.dim(0) != N || perm.dim(0) != N * K || perm.dim(1) != C)
-    fail(op, std::string(tok_name) + " " + tok.shape_str() + " and " + perm_name + " " +
-                 perm.shape_str() + " must be [N, C] and [N*K, C] for row_map " +
-                 row_map.shape_str());
-}
 
 // The kernels below index rows straight from row_map and zero the tail
 // [kept, N*K). That is only correct when the kept rows are exactly
@@ -58,16 +43,11 @@ int64_t check_row_map(const char* op, const Tensor& row_map) {
   return kept;
 }
 
-void check_weights(const char* op, const Tensor& w, const char* name, const Tensor& row_map) {
-  need_cpu(op, name, w, DType::F32, 2);
-  must_match(op, name, w, "row_map", row_map);
-}
-
 }  // namespace
 
 void moe_permute(Tensor xp, Tensor x, Tensor row_map) {
   const char* op = "moe_permute";
-  check_layout(op, "x", x, "xp", xp, row_map);
+  need_f32(op, {{"xp", &xp}, {"x", &x}});
   const int64_t kept = check_row_map(op, row_map);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = x.dim(1);
   const float* X = x.f32();
@@ -86,7 +66,7 @@ void moe_permute(Tensor xp, Tensor x, Tensor row_map) {
 
 void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map) {
   const char* op = "moe_permute_backward";
-  check_layout(op, "dx", dx, "dxp", dxp, row_map);
+  need_f32(op, {{"dx", &dx}, {"dxp", &dxp}});
   check_row_map(op, row_map);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = dx.dim(1);
   float* DX = dx.f32();
@@ -107,8 +87,7 @@ void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map) {
 
 void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w) {
   const char* op = "moe_unpermute";
-  check_layout(op, "y", y, "yp", yp, row_map);
-  check_weights(op, topk_w, "topk_w", row_map);
+  need_f32(op, {{"y", &y}, {"yp", &yp}});
   check_row_map(op, row_map);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = y.dim(1);
   float* Y = y.f32();
@@ -134,13 +113,10 @@ void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w) {
 void moe_unpermute_backward(Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Tensor row_map,
                             Tensor topk_w) {
   const char* op = "moe_unpermute_backward";
-  check_layout(op, "dy", dy, "dyp", dyp, row_map);
-  check_layout(op, "dy", dy, "yp", yp, row_map);
-  check_weights(op, topk_w, "topk_w", row_map);
+  need_f32(op, {{"dyp", &dyp}, {"dy", &dy}, {"yp", &yp}});
   // dtopk_w may be absent when the router is not being trained (frozen, or
   // a backward pass that only wants the expert gradients).
   const bool have_dw = !dtopk_w.empty();
-  if (have_dw) check_weights(op, dtopk_w, "dtopk_w", row_map);
   const int64_t kept = check_row_map(op, row_map);
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = dy.dim(1);
   float* DYP = dyp.f32();

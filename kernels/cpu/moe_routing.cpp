@@ -6,15 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
 using checks::fail;
-using checks::must_match;
-using checks::need_cpu;
 
 // Expert ids come from another op or another rank (EP); a bad one would
 // index out of bounds silently, so every consumer checks them.
@@ -44,19 +42,8 @@ std::vector<double> assignment_fractions(const Tensor& topk_idx, int64_t E) {
 void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits,
                        bool normalize) {
   const char* op = "moe_route_forward";
-  need_cpu(op, "logits", logits, DType::F32, 2);
-  need_cpu(op, "probs", probs, DType::F32, 2);
-  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
-  need_cpu(op, "topk_w", topk_w, DType::F32, 2);
-  must_match(op, "probs", probs, "logits", logits);
-  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
+  need_f32(op, {{"logits", &logits}});
   const int64_t N = logits.dim(0), E = logits.dim(1), K = topk_idx.dim(1);
-  if (topk_idx.dim(0) != N)
-    fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
-                 " rows (logits " + logits.shape_str() + ")");
-  if (K < 1 || K > E)
-    fail(op, "K = " + std::to_string(K) + " (topk_idx " + topk_idx.shape_str() +
-                 ") must be in [1, E = " + std::to_string(E) + "]");
 
   const float* L = logits.f32();
   float* P = probs.f32();
@@ -100,15 +87,7 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
 
 void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
   const char* op = "moe_aux_loss_forward";
-  need_cpu(op, "probs", probs, DType::F32, 2);
-  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
-  if (aux.data == nullptr) fail(op, "aux is missing");
-  if (aux.dtype != DType::F32 || aux.numel() != 1)
-    fail(op, "aux " + aux.shape_str() + " " + dtype_name(aux.dtype) + " must be one F32 value");
   const int64_t N = probs.dim(0), E = probs.dim(1);
-  if (topk_idx.dim(0) != N)
-    fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
-                 " rows (probs " + probs.shape_str() + ")");
   check_expert_ids(op, topk_idx, E);
   if (N == 0) {
     aux.f32()[0] = 0.f;
@@ -128,23 +107,10 @@ void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
 void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx,
                         Tensor topk_w, bool normalize, float aux_grad) {
   const char* op = "moe_route_backward";
-  need_cpu(op, "probs", probs, DType::F32, 2);
-  need_cpu(op, "dlogits", dlogits, DType::F32, 2);
-  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
-  need_cpu(op, "topk_w", topk_w, DType::F32, 2);
-  must_match(op, "dlogits", dlogits, "probs", probs);
-  must_match(op, "topk_w", topk_w, "topk_idx", topk_idx);
-  // An absent dtopk_w means the combine weights received no gradient (only
-  // the aux loss drives the router), which is cheaper than a zero tensor.
+  need_f32(op, {{"dlogits", &dlogits}});
+  // An absent dtopk_w: only the aux loss drives the router.
   const bool have_dw = !dtopk_w.empty();
-  if (have_dw) {
-    need_cpu(op, "dtopk_w", dtopk_w, DType::F32, 2);
-    must_match(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
-  }
   const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1);
-  if (topk_idx.dim(0) != N)
-    fail(op, "topk_idx " + topk_idx.shape_str() + " must have N = " + std::to_string(N) +
-                 " rows (probs " + probs.shape_str() + ")");
   check_expert_ids(op, topk_idx, E);
   if (N == 0) return;
 
@@ -193,18 +159,7 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
 void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts,
                        int capacity) {
   const char* op = "moe_dispatch_plan";
-  need_cpu(op, "topk_idx", topk_idx, DType::I32, 2);
-  need_cpu(op, "row_map", row_map, DType::I32, 2);
-  need_cpu(op, "offsets", offsets, DType::I32, 1);
-  must_match(op, "row_map", row_map, "topk_idx", topk_idx);
-  if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1);
-  if (offsets.dim(0) != E + 1)
-    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(E + 1) + "]");
-  // Rows are stored as I32; the buffer must stay addressable.
-  if (N * K > INT32_MAX)
-    fail(op, "N*K = " + std::to_string(N * K) + " rows do not fit in I32 (topk_idx " +
-                 topk_idx.shape_str() + ")");
   check_expert_ids(op, topk_idx, E);
 
   const int32_t* I = topk_idx.i32();

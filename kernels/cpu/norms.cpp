@@ -1,43 +1,21 @@
-// RMSNorm and LayerNorm of the CPU backend (see kernels/ops.h). Row statistics
+// RMSNorm and LayerNorm of the CPU backend (see kernels/op_list.h). Row statistics
 // are accumulated in double: this backend is the reference the CUDA kernels
 // and the PyTorch model are judged against.
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
-using checks::fail;
-using checks::need_f32;
-using checks::same_numel;
-using checks::same_rows_f32;
-
 constexpr int64_t kParallelMin = 1 << 14;
 
-// x is [..., C] with C taken from the 1-D weight; returns the number of rows.
-int64_t rows_of(const char* op, const Tensor& x, const Tensor& weight) {
-  need_f32(op, "x", x);
-  need_f32(op, "weight", weight);
-  if (weight.ndim != 1 || x.ndim < 1 || x.dim(-1) != weight.dim(0))
-    fail(op, "x " + x.shape_str() + " vs weight " + weight.shape_str());
-  return x.numel() / weight.dim(0);
-}
-
-void per_row(const char* op, const char* name, const Tensor& t, int64_t rows) {
-  need_f32(op, name, t);
-  if (t.numel() != rows)
-    fail(op, std::string(name) + " " + t.shape_str() + " must hold one value per row (" +
-                 std::to_string(rows) + ")");
-}
-
-void same_as_weight(const char* op, const char* name, const Tensor& t, const Tensor& weight) {
-  need_f32(op, name, t);
-  same_numel(op, name, t, "weight", weight);
-}
+// x is [..., C] with C > 0 taken from the 1-D weight (checked by the router,
+// kernels/checks/norms.cpp); returns the number of rows.
+int64_t rows_of(const Tensor& x, const Tensor& weight) { return x.numel() / weight.dim(0); }
 
 // Parameter gradients sum over rows. Threads own column slabs and walk the
 // rows in order, so there is no race and the sum does not depend on the
@@ -60,9 +38,8 @@ void column_sums(float* acc, int64_t N, int64_t C, F f) {
 
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps) {
   const char* op = "rmsnorm_forward";
-  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_rows_f32(op, "out", out, "x", x);
-  per_row(op, "rstd", rstd, N);
+  need_f32(op, {{"out", &out}, {"x", &x}, {"weight", &weight}});
+  const int64_t N = rows_of(x, weight), C = weight.dim(0);
   const float* xp = x.f32();
   const float* w = weight.f32();
   float* o = out.f32();
@@ -82,11 +59,8 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps
 void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight,
                       Tensor rstd) {
   const char* op = "rmsnorm_backward";
-  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_rows_f32(op, "dx", dx, "x", x);
-  same_rows_f32(op, "dout", dout, "x", x);
-  same_as_weight(op, "dweight", dweight, weight);
-  per_row(op, "rstd", rstd, N);
+  need_f32(op, {{"dx", &dx}, {"dweight", &dweight}, {"dout", &dout}, {"x", &x}, {"weight", &weight}});
+  const int64_t N = rows_of(x, weight), C = weight.dim(0);
   const float* xp = x.f32();
   const float* w = weight.f32();
   const float* g = dout.f32();
@@ -113,11 +87,8 @@ void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor w
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias,
                        float eps) {
   const char* op = "layernorm_forward";
-  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_rows_f32(op, "out", out, "x", x);
-  per_row(op, "mean", mean, N);
-  per_row(op, "rstd", rstd, N);
-  if (!bias.empty()) same_as_weight(op, "bias", bias, weight);
+  need_f32(op, {{"out", &out}, {"x", &x}, {"weight", &weight}, {"bias", &bias}});
+  const int64_t N = rows_of(x, weight), C = weight.dim(0);
   const float* xp = x.f32();
   const float* w = weight.f32();
   const float* bp = bias.empty() ? nullptr : bias.f32();
@@ -148,13 +119,13 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor we
 void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Tensor x,
                         Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
-  const int64_t N = rows_of(op, x, weight), C = weight.dim(0);
-  same_rows_f32(op, "dx", dx, "x", x);
-  same_rows_f32(op, "dout", dout, "x", x);
-  same_as_weight(op, "dweight", dweight, weight);
-  if (!dbias.empty()) same_as_weight(op, "dbias", dbias, weight);
-  per_row(op, "mean", mean, N);
-  per_row(op, "rstd", rstd, N);
+  need_f32(op, {{"dx", &dx},
+                {"dweight", &dweight},
+                {"dbias", &dbias},
+                {"dout", &dout},
+                {"x", &x},
+                {"weight", &weight}});
+  const int64_t N = rows_of(x, weight), C = weight.dim(0);
   const float* xp = x.f32();
   const float* w = weight.f32();
   const float* g = dout.f32();

@@ -1,10 +1,44 @@
+// Reductions of the CPU backend (kernels/op_list.h): sum and sum_squares, in
+// double.
+#include <algorithm>
+#include <vector>
+
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+
+}  // namespace
+
+double sum_squares(Tensor x) {
+  need_f32("sum_squares", {{"x", &x}});
+  const float* p = x.f32();
+  const int64_t n = x.numel();
+  // Fixed-size chunks summed in chunk order: the gradient norm (and so the
+  // clipping factor) is bitwise the same whatever the thread count, which an
+  // OpenMP reduction does not promise.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(size_t(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    double s = 0;
+    for (int64_t i = c * kChunk; i < end; ++i) s += double(p[i]) * double(p[i]);
+    partial[size_t(c)] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
 
 // Summed in double so that a loss over many tokens does not depend on the
 // order fp32 partial sums would take.
 double sum(Tensor x) {
+  need_f32("sum", {{"x", &x}});
   const float* p = x.f32();
   const int64_t n = x.numel();
   double s = 0;

@@ -1,36 +1,22 @@
-// Rotary position embedding of the CPU backend (see kernels/ops.h),
-// half-split convention: pair (x[i], x[i + D/2]) at position t turns by
-// t * theta^(-2i/D).
+// Rotary position embedding of the CPU backend (see kernels/op_list.h),
+// half-split convention: pair (x[i], x[i + D/2]) at position p = pos_offset + t
+// turns by p * theta^(-2i/D).
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32.h"
 
 namespace trainer::cpu {
 namespace {
 
-using checks::fail;
-using checks::need_f32;
-using checks::same_shape;
-
 constexpr int64_t kParallelMin = 1 << 15;
-
-void need_bthd(const char* op, const char* name, const Tensor& t) {
-  need_f32(op, name, t);
-  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
-  if (t.dim(3) % 2 != 0)
-    fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
-}
 
 // sign = +1 rotates forward, -1 applies the inverse (transposed) rotation.
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
-            float theta, float sign) {
-  need_bthd(op, out_name, out);
-  need_bthd(op, inp_name, inp);
-  same_shape(op, out_name, out, inp_name, inp);
-  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
+            float theta, int64_t pos_offset, float sign) {
+  need_f32(op, {{out_name, &out}, {inp_name, &inp}});
   const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
   // Angles in double, rounded once to float cos/sin: at t in the thousands a
   // float angle alone would be off by ~1e-4 rad.
@@ -42,7 +28,9 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 #pragma omp parallel for if (T * half >= (1 << 13))
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < half; ++i) {
-      const double a = double(t) * inv_freq[size_t(i)];
+      // The angle depends on the absolute position only, so a chunk starting
+      // at pos_offset gets the same bits as those positions of the whole.
+      const double a = double(pos_offset + t) * inv_freq[size_t(i)];
       cs[size_t(t * half + i)] = float(std::cos(a));
       sn[size_t(t * half + i)] = sign * float(std::sin(a));
     }
@@ -67,13 +55,13 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 
 }  // namespace
 
-void rope_forward(Tensor out, Tensor inp, float theta) {
-  rotate("rope_forward", "out", out, "inp", inp, theta, 1.f);
+void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
+  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, 1.f);
 }
 
 // The rotation is orthogonal, so its gradient is the rotation by -angle.
-void rope_backward(Tensor dinp, Tensor dout, float theta) {
-  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, -1.f);
+void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
+  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, -1.f);
 }
 
 }  // namespace trainer::cpu

@@ -1,4 +1,4 @@
-// GELU (tanh approximation) and SwiGLU of the CUDA backend (see kernels/ops.h),
+// GELU (tanh approximation) and SwiGLU of the CUDA backend (see kernels/op_list.h),
 // the same formulas as kernels/cpu/activations.cpp, evaluated in fp32.
 //
 // One grid-stride kernel per op. A thread takes packs of 8 elements with
@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cpu/checks.h"
+#include "kernels/checks/check_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -29,29 +29,16 @@
 namespace trainer::cuda {
 namespace {
 
-using cpu::checks::fail;
-using cpu::checks::same_rows;
+using checks::fail;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
 // ---- argument checks ---------------------------------------------------------
+// Shapes arrive checked by the router (kernels/checks/activations.cpp); the
+// kernels are templated on one storage type per call.
 
-void need_float(const char* op, const char* name, const Tensor& t) {
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
-                 ", expected cuda");
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-}
-
-// `t` is a float CUDA tensor laid out like `ref` ([..., C], same numel) with
-// ref's storage type.
 void like(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
-  need_float(op, name, t);
-  same_rows(op, name, t, ref_name, ref);
   if (t.dtype != ref.dtype)
     fail(op, std::string(name) + " is " + dtype_name(t.dtype) + " but " + ref_name + " is " +
                  dtype_name(ref.dtype) + ": one storage type per call");
@@ -161,7 +148,6 @@ std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype)) 
 
 void gelu_forward(Tensor out, Tensor inp) {
   const char* op = "gelu_forward";
-  need_float(op, "inp", inp);
   like(op, "out", out, "inp", inp);
   const bool vec = aligned16(out.data) && aligned16(inp.data);
   DISPATCH_FLOAT(inp.dtype, T, op, {
@@ -172,7 +158,6 @@ void gelu_forward(Tensor out, Tensor inp) {
 
 void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   const char* op = "gelu_backward";
-  need_float(op, "inp", inp);
   like(op, "dinp", dinp, "inp", inp);
   like(op, "dout", dout, "inp", inp);
   const bool vec = aligned16(dinp.data) && aligned16(dout.data) && aligned16(inp.data);
@@ -185,7 +170,6 @@ void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
 
 void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
   const char* op = "swiglu_forward";
-  need_float(op, "gate", gate);
   like(op, "out", out, "gate", gate);
   like(op, "up", up, "gate", gate);
   const bool vec = aligned16(out.data) && aligned16(gate.data) && aligned16(up.data);
@@ -198,7 +182,6 @@ void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
 
 void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
   const char* op = "swiglu_backward";
-  need_float(op, "gate", gate);
   like(op, "dgate", dgate, "gate", gate);
   like(op, "dup", dup, "gate", gate);
   like(op, "dout", dout, "gate", gate);

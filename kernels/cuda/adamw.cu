@@ -1,5 +1,5 @@
 // AdamW of the CUDA backend (semantics: ops::adamw_update and
-// ops::adamw_update_master in kernels/ops.h; arithmetic: kernels/cpu/adamw.cpp,
+// ops::adamw_update_master in kernels/op_list.h; arithmetic: kernels/cpu/adamw.cpp,
 // torch.optim.AdamW's order, operation by operation).
 //
 // Algorithm: one fused pass per element, grid-stride over the tensor:
@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/adamw_multi.h"
+#include "kernels/cuda/adamw_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -49,42 +49,6 @@ __global__ void __launch_bounds__(kThreads)
                                                   nthreads);
 }
 
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-// A CUDA tensor of dtype dt (or any float dtype when float_any) with n elements.
-void need(const char* op, const char* name, const Tensor& t, DType dt, bool float_any, int64_t n) {
-  if (t.device != Device::CUDA) fail(op, std::string(name) + " " + t.shape_str() + " is not on the GPU");
-  if (float_any ? !is_float_dtype(t.dtype) : t.dtype != dt)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected " +
-                 (float_any ? "F32, BF16 or F16" : dtype_name(dt)));
-  if (t.numel() != n) fail(op, std::string(name) + " " + t.shape_str() + " has " + std::to_string(t.numel()) +
-                                   " elements, expected " + std::to_string(n));
-  if (t.empty() && n > 0) fail(op, std::string(name) + " " + t.shape_str() + " is empty");
-}
-
-bool overlap(const Tensor& a, const Tensor& b) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
-// The update's arrays must be disjoint, except `param` that is `master`
-// itself (same data, F32) in adamw_update_master.
-void disjoint(const char* op, const std::vector<std::pair<const char*, const Tensor*>>& ts) {
-  for (size_t i = 0; i < ts.size(); ++i)
-    for (size_t j = i + 1; j < ts.size(); ++j) {
-      const Tensor& a = *ts[i].second;
-      const Tensor& b = *ts[j].second;
-      if (overlap(a, b))
-        fail(op, std::string(ts[i].first) + " " + a.shape_str() + " overlaps " + ts[j].first + " " + b.shape_str());
-    }
-}
-
-void check_step(const char* op, const AdamWStep& s) {
-  if (s.step < 1) fail(op, "step " + std::to_string(s.step) + " must be >= 1 (bias correction is 1-based)");
-}
-
 unsigned grid_for(int64_t n) {
   const int64_t work = (n + adamw_detail::kVec - 1) / adamw_detail::kVec;  // vector steps
   const int64_t blocks = std::max<int64_t>(1, (work + kThreads - 1) / kThreads);
@@ -95,13 +59,9 @@ unsigned grid_for(int64_t n) {
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
   const char* op = "adamw_update";
+  // Dtypes, sizes, the step and disjointness arrive checked by the router
+  // (kernels/checks/adamw.cpp).
   const int64_t n = param.numel();
-  need(op, "param", param, DType::F32, false, n);
-  need(op, "grad", grad, DType::F32, true, n);
-  need(op, "m", m, DType::F32, false, n);
-  need(op, "v", v, DType::F32, false, n);
-  check_step(op, s);
-  disjoint(op, {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}});
   if (n == 0) return;
   const Consts c = adamw_detail::make_consts(s);
   const std::string ctx = "param " + param.shape_str() + ", grad " + dtype_name(grad.dtype);
@@ -118,17 +78,6 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
 void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
   const char* op = "adamw_update_master";
   const int64_t n = master.numel();
-  need(op, "param", param, DType::F32, true, n);
-  need(op, "master", master, DType::F32, false, n);
-  need(op, "grad", grad, DType::F32, true, n);
-  need(op, "m", m, DType::F32, false, n);
-  need(op, "v", v, DType::F32, false, n);
-  check_step(op, s);
-  const bool param_is_master = param.data == master.data && param.dtype == DType::F32;
-  if (param_is_master)
-    disjoint(op, {{"master", &master}, {"grad", &grad}, {"m", &m}, {"v", &v}});
-  else
-    disjoint(op, {{"param", &param}, {"master", &master}, {"grad", &grad}, {"m", &m}, {"v", &v}});
   if (n == 0) return;
   const Consts c = adamw_detail::make_consts(s);
   const std::string ctx = "master " + master.shape_str() + ", param " + dtype_name(param.dtype) + ", grad " +

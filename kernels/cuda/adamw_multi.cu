@@ -1,4 +1,4 @@
-// Multi-tensor AdamW (kernels/cuda/adamw_multi.h): the update of
+// Multi-tensor AdamW of the CUDA backend (kernels/op_list.h): the update of
 // adamw_update_master over a whole list of tensors in one launch per
 // (param dtype, grad dtype) pair present, usually exactly one.
 //
@@ -26,9 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/adamw_multi.h"
+#include "kernels/cuda/adamw_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
 
 namespace trainer::cuda {
@@ -73,26 +74,13 @@ __global__ void __launch_bounds__(kThreads)
                                            e.m, e.v, begin, end, e.head, decay, c, threadIdx.x, kThreads);
 }
 
-// ---- argument checks --------------------------------------------------------
+// ---- helpers ---------------------------------------------------------------
+// The arguments arrive checked by the router (kernels/checks/adamw_multi.cpp):
+// equal list lengths, each tensor's dtypes and sizes, and no overlap between
+// any two arrays of the call, which matters here: chunks of different
+// tensors run concurrently.
 
-[[noreturn]] void fail(size_t i, const std::string& what) {
-  throw std::invalid_argument(std::string(kOp) + ": tensor " + std::to_string(i) + ": " + what);
-}
-
-void need(size_t i, const char* name, const Tensor& t, bool float_any, int64_t n) {
-  if (t.device != Device::CUDA) fail(i, std::string(name) + " " + t.shape_str() + " is not on the GPU");
-  if (float_any ? !is_float_dtype(t.dtype) : t.dtype != DType::F32)
-    fail(i, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected " +
-                (float_any ? "F32, BF16 or F16" : "F32"));
-  if (t.numel() != n)
-    fail(i, std::string(name) + " " + t.shape_str() + " vs master with " + std::to_string(n) + " elements");
-  if (t.empty() && n > 0) fail(i, std::string(name) + " " + t.shape_str() + " is empty");
-}
-
-bool overlap(const Tensor& a, const Tensor& b) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(std::string(kOp) + ": " + what); }
 
 int dtype_index(DType t) { return t == DType::F32 ? 0 : t == DType::BF16 ? 1 : 2; }
 
@@ -164,36 +152,13 @@ void adamw_update_master_multi(const std::vector<Tensor>& params, const std::vec
                                const std::vector<Tensor>& vs, const std::vector<float>& weight_decays,
                                const ops::AdamWStep& s) {
   const size_t T = masters.size();
-  if (params.size() != T || grads.size() != T || ms.size() != T || vs.size() != T || weight_decays.size() != T)
-    throw std::invalid_argument(std::string(kOp) + ": list lengths differ: params " + std::to_string(params.size()) +
-                                ", masters " + std::to_string(T) + ", grads " + std::to_string(grads.size()) +
-                                ", ms " + std::to_string(ms.size()) + ", vs " + std::to_string(vs.size()) +
-                                ", weight_decays " + std::to_string(weight_decays.size()));
-  if (s.step < 1)
-    throw std::invalid_argument(std::string(kOp) + ": step " + std::to_string(s.step) +
-                                " must be >= 1 (bias correction is 1-based)");
-  if (T > size_t(std::numeric_limits<uint32_t>::max()))
-    throw std::invalid_argument(std::string(kOp) + ": too many tensors");
+  if (T > size_t(std::numeric_limits<uint32_t>::max())) fail("too many tensors: " + std::to_string(T));
 
-  // Validate everything before launching anything.
+  // Everything is laid out (and the limits checked) before anything launches.
   std::vector<TensorEntry> entries(T);
   for (size_t i = 0; i < T; ++i) {
     const Tensor &p = params[i], &w = masters[i], &g = grads[i], &m = ms[i], &v = vs[i];
     const int64_t n = w.numel();
-    need(i, "master", w, false, n);
-    need(i, "param", p, true, n);
-    need(i, "grad", g, true, n);
-    need(i, "m", m, false, n);
-    need(i, "v", v, false, n);
-    const bool param_is_master = p.data == w.data && p.dtype == DType::F32;
-    const Tensor* ts[5] = {&w, &g, &m, &v, &p};
-    const char* names[5] = {"master", "grad", "m", "v", "param"};
-    const int count = param_is_master ? 4 : 5;
-    for (int a = 0; a < count; ++a)
-      for (int b = a + 1; b < count; ++b)
-        if (overlap(*ts[a], *ts[b]))
-          fail(i, std::string(names[a]) + " " + ts[a]->shape_str() + " overlaps " + names[b] + " " +
-                      ts[b]->shape_str());
     TensorEntry& e = entries[i];
     e.param = p.data;
     e.master = static_cast<float*>(w.data);
@@ -205,7 +170,7 @@ void adamw_update_master_multi(const std::vector<Tensor>& params, const std::vec
     e.head = adamw_detail::common_head({phase_any(p), phase<float>(w), phase_any(g), phase<float>(m), phase<float>(v)});
     e.pad = 0;
     if ((n + kChunk - 1) / kChunk > int64_t(std::numeric_limits<uint32_t>::max()))
-      fail(i, "too many elements: " + std::to_string(n));
+      fail("tensor " + std::to_string(i) + ": too many elements: " + std::to_string(n));
   }
 
   // Chunks grouped by (param dtype, grad dtype), tensors in list order.
@@ -238,7 +203,7 @@ void adamw_update_master_multi(const std::vector<Tensor>& params, const std::vec
     const int64_t count = group_begin[grp + 1] - group_begin[grp];
     if (count == 0) continue;
     if (count > int64_t(std::numeric_limits<int>::max()))
-      throw std::invalid_argument(std::string(kOp) + ": too many chunks: " + std::to_string(count));
+      fail("too many chunks: " + std::to_string(count));
     const DType pt = kTypes[grp / 3], gt = kTypes[grp % 3];
     const std::string ctx = std::to_string(T) + " tensors, " + std::to_string(count) + " chunks of " +
                             std::to_string(kChunk) + ", param " + dtype_name(pt) + ", grad " + dtype_name(gt);

@@ -1,5 +1,5 @@
 // Flash attention (forward and backward) of the CUDA backend; the semantics are
-// those of ops::attention_forward / ops::attention_backward (kernels/ops.h):
+// those of ops::attention_forward / ops::attention_backward (kernels/op_list.h):
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], query head h reads kv head h / (Hq/Hkv),
 // scale 1/sqrt(D), causal or full, out [B,T,Hq,D], lse [B,Hq,T] F32.
 //
@@ -1024,50 +1024,20 @@ struct Dims {
   throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-void need(const char* op, const char* name, const Tensor& t, DType dt) {
-  if (t.empty()) fail(op, std::string(name) + " is empty");
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is not a CUDA tensor");
-  if (t.dtype != dt)
+// Shapes arrive checked by the router (kernels/checks/attention.cpp). What
+// is CUDA's own: one storage type for every float tensor of a call (the
+// kernels are templated on it), the head dims the kernels are built for,
+// and grid limits.
+void same_dtype(const char* op, const char* name, const Tensor& t, const Tensor& q) {
+  if (t.dtype != q.dtype)
     fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(dt));
+                 ", expected " + dtype_name(q.dtype) + " like q");
 }
 
-bool same_shape(const Tensor& a, const Tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim; ++i)
-    if (a.shape[i] != b.shape[i]) return false;
-  return true;
-}
-
-void need_like(const char* op, const char* name, const Tensor& t, const char* ref_name,
-               const Tensor& ref) {
-  need(op, name, t, ref.dtype);
-  if (!same_shape(t, ref))
-    fail(op, std::string(name) + " " + t.shape_str() + " vs " + ref_name + " " + ref.shape_str());
-}
-
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& lse) {
-  if (q.empty()) fail(op, "q is empty");
-  if (!is_float_dtype(q.dtype))
-    fail(op, "q " + q.shape_str() + " has unsupported dtype " + dtype_name(q.dtype));
-  need(op, "q", q, q.dtype);
-  need(op, "k", k, q.dtype);
-  need(op, "v", v, q.dtype);
-  need(op, "lse", lse, DType::F32);
-  if (q.ndim != 4) fail(op, "q " + q.shape_str() + " must be [B, T, Hq, D]");
-  if (k.ndim != 4) fail(op, "k " + k.shape_str() + " must be [B, T, Hkv, D]");
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  same_dtype(op, "k", k, q);
+  same_dtype(op, "v", v, q);
   const Dims d{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  if (k.dim(0) != d.B || k.dim(1) != d.T || k.dim(3) != d.D)
-    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str());
-  if (!same_shape(v, k)) fail(op, "k " + k.shape_str() + " vs v " + v.shape_str());
-  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
-    fail(op, "q " + q.shape_str() + " vs k " + k.shape_str() + ": Hq must be a multiple of Hkv");
-  if (lse.numel() != d.B * d.Hq * d.T)
-    fail(op, "lse " + lse.shape_str() + " vs q " + q.shape_str() + ": expected [" +
-                 std::to_string(d.B) + ", " + std::to_string(d.Hq) + ", " + std::to_string(d.T) +
-                 "]");
   if (d.D != 64 && d.D != 128)
     fail(op, "head dim D=" + std::to_string(d.D) + " is not supported on CUDA (64 or 128)");
   if (d.T > INT_MAX / 2 || d.Hq > 65535 || d.B > 65535)
@@ -1284,8 +1254,8 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
 
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
   const char* op = "attention_forward";
-  const Dims d = check_qkv(op, q, k, v, lse);
-  need_like(op, "out", out, "q", q);
+  const Dims d = check_qkv(op, q, k, v);
+  same_dtype(op, "out", out, q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
   const std::string ctx = context(q, k, causal);
   DISPATCH_FLOAT(q.dtype, T, op, forward_typed<T>(d, out, lse, q, k, v, causal, ctx));
@@ -1294,12 +1264,12 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
                         Tensor out, Tensor lse, bool causal) {
   const char* op = "attention_backward";
-  const Dims d = check_qkv(op, q, k, v, lse);
-  need_like(op, "out", out, "q", q);
-  need_like(op, "dout", dout, "q", q);
-  need_like(op, "dq", dq, "q", q);
-  need_like(op, "dk", dk, "k", k);
-  need_like(op, "dv", dv, "v", v);
+  const Dims d = check_qkv(op, q, k, v);
+  same_dtype(op, "out", out, q);
+  same_dtype(op, "dout", dout, q);
+  same_dtype(op, "dq", dq, q);
+  same_dtype(op, "dk", dk, q);
+  same_dtype(op, "dv", dv, q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
   const std::string ctx = context(q, k, causal);
   DISPATCH_FLOAT(q.dtype, T, op,

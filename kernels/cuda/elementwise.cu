@@ -1,5 +1,5 @@
-// Elementwise and memory ops of the CUDA backend (see kernels/ops.h): fill,
-// copy, add, add_inplace, scale_inplace, convert, sum, sum_squares.
+// Elementwise and memory ops of the CUDA backend (kernels/op_list.h): fill,
+// copy, add, add_inplace, scale_inplace, convert.
 //
 // Map ops: one grid-stride kernel per op. A thread takes packs of 8 elements
 // with 16-byte vector loads/stores when every pointer of the op is 16-byte
@@ -9,23 +9,12 @@
 // fp32. All of them are bandwidth bound: add moves n*(so+sa+sb) bytes,
 // add_inplace n*(2*sacc+sx), scale_inplace 2*n*s, fill n*s, convert
 // n*(sd+ss); ~1 FLOP per element.
-//
-// Reductions (sum, sum_squares): two passes in fp64, deterministic. Pass 1:
-// G blocks of 256 threads, G a function of n alone; thread t of block b takes
-// packs t + b*256 + k*G*256 in k order, then the block reduces its threads in
-// a fixed tree and writes one partial. Pass 2: one block adds the G partials
-// in a fixed order. The order depends on n only (not on the GPU, the pointer
-// alignment or timing), so the result is bitwise reproducible; fp64 keeps
-// x^2 of any finite fp32 finite, and NaN/Inf propagate through the adds.
-// Bytes: n*s read once, then one 8-byte copy to the host and a stream sync.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
-#include "kernels/cpu/checks.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -36,37 +25,13 @@
 namespace trainer::cuda {
 namespace {
 
-using cpu::checks::fail;
-using cpu::checks::same_numel;
 
-constexpr int kPack = 8;          // elements per vector pack
-constexpr int kReduceThreads = 256;
-constexpr int kReduceMaxBlocks = 1024;  // pass 2 is one block of this many threads
-
-// ---- argument checks ---------------------------------------------------------
-
-void need_cuda(const char* op, const char* name, const Tensor& t) {
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
-                 ", expected cuda");
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
-}
-
-void need_float(const char* op, const char* name, const Tensor& t) {
-  need_cuda(op, name, t);
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-}
-
+// Arguments arrive checked by the router (kernels/checks/elementwise.cpp):
+// every tensor of a map op may have its own float storage type.
 
 std::string describe(const char* name, const Tensor& t) {
   return std::string(name) + " " + dtype_name(t.dtype) + t.shape_str();
 }
-
-
-
-
 
 // ---- map ops -------------------------------------------------------------------
 // Each op reads all inputs of its P elements before writing any output, so an
@@ -127,113 +92,9 @@ struct ConvertOp {
   }
 };
 
-// ---- reductions ------------------------------------------------------------
-
-// Grow-only device scratch for the reduction partials, allocated on first use
-// and kept for the life of the process (freed with the context at exit).
-// Reuse across calls is safe because every op runs on cuda::stream(): a later
-// call's kernels start after an earlier call's kernels are done with it. One
-// host thread issues the ops (the mutex only guards the allocation).
-double* reduce_scratch() {
-  static std::mutex mu;
-  static double* p = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (p == nullptr)
-    CUDA_CHECK(cudaMalloc(&p, sizeof(double) * (kReduceMaxBlocks + 1)), "sum/sum_squares partials");
-  return p;
-}
-
-// Fixed-order block reduction: butterfly inside each warp, then thread 0 adds
-// the warp totals in warp order. The result is valid in thread 0 only.
-__device__ __forceinline__ double block_sum_to_thread0(double v) {
-  __shared__ double warp_total[32];
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  if (lane == 0) warp_total[warp] = v;
-  __syncthreads();
-  double total = 0;
-  if (threadIdx.x == 0) {
-    const int warps = int(blockDim.x) / 32;
-    for (int w = 0; w < warps; ++w) total += warp_total[w];
-  }
-  return total;
-}
-
-template <bool kSquare>
-__device__ __forceinline__ double term(float x) {
-  const double d = double(x);
-  return kSquare ? d * d : d;
-}
-
-// kVec only changes how a pack is loaded, not which thread adds which element
-// in which order, so the result does not depend on the pointer's alignment.
-template <typename T, bool kSquare, bool kVec>
-__global__ void __launch_bounds__(kReduceThreads)
-    reduce_partials_kernel(const T* x, int64_t n, double* partials) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t packs = n / kPack;
-  double acc = 0;
-  for (int64_t p = tid; p < packs; p += stride) {
-    float v[kPack];
-    if constexpr (kVec) {
-      load_pack<T, kPack>(x + p * kPack, v);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) v[k] = to_float(x[p * kPack + k]);
-    }
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) acc += term<kSquare>(v[k]);
-  }
-  // The last n % 8 (< 8 <= stride) elements: one each for the first threads.
-  const int64_t i = packs * kPack + tid;
-  if (i < n) acc += term<kSquare>(to_float(x[i]));
-  const double total = block_sum_to_thread0(acc);
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
-}
-
-__global__ void __launch_bounds__(kReduceMaxBlocks)
-    reduce_final_kernel(const double* partials, int count, double* result) {
-  double acc = 0;
-  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) acc += partials[i];
-  const double total = block_sum_to_thread0(acc);
-  if (threadIdx.x == 0) *result = total;
-}
-
-template <bool kSquare>
-double reduce(const char* op, const Tensor& x) {
-  need_float(op, "x", x);
-  const int64_t n = x.numel();
-  if (n == 0) return 0.0;
-  const std::string context = describe("x", x);
-  // ~4 packs per thread before the grid reaches its cap; a function of n only.
-  const int64_t per_block = int64_t(kReduceThreads) * kPack * 4;
-  const int blocks = int(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, kReduceMaxBlocks));
-  double* partials = reduce_scratch();
-  double* result = partials + kReduceMaxBlocks;
-  const bool vec = aligned16(x.data);
-  DISPATCH_FLOAT(x.dtype, T, op, {
-    const T* p = static_cast<const T*>(x.data);
-    if (vec)
-      reduce_partials_kernel<T, kSquare, true><<<blocks, kReduceThreads, 0, stream()>>>(p, n, partials);
-    else
-      reduce_partials_kernel<T, kSquare, false><<<blocks, kReduceThreads, 0, stream()>>>(p, n, partials);
-    KERNEL_CHECK("reduce_partials_kernel", std::string(op) + " " + context);
-  });
-  reduce_final_kernel<<<1, kReduceMaxBlocks, 0, stream()>>>(partials, blocks, result);
-  KERNEL_CHECK("reduce_final_kernel", std::string(op) + " " + context);
-  double host = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, stream()),
-             std::string(op) + " result " + context);
-  CUDA_CHECK(cudaStreamSynchronize(stream()), std::string(op) + " " + context);
-  return host;
-}
-
 }  // namespace
 
 void fill(Tensor t, float value) {
-  need_float("fill", "t", t);
   const bool vec = aligned16(t.data);
   DISPATCH_FLOAT(t.dtype, T, "fill",
                  launch_map("fill_kernel", FillOp<T>{static_cast<T*>(t.data), value}, t.numel(), vec,
@@ -243,11 +104,6 @@ void fill(Tensor t, float value) {
 // Bytes of any dtype (ids included). Partly overlapping views go through a
 // temporary so the result is the source as it was, as the CPU memmove gives.
 void copy(Tensor dst, Tensor src) {
-  need_cuda("copy", "dst", dst);
-  need_cuda("copy", "src", src);
-  if (dst.dtype != src.dtype)
-    fail("copy", std::string("dst ") + dtype_name(dst.dtype) + " vs src " + dtype_name(src.dtype));
-  same_numel("copy", "dst", dst, "src", src);
   const size_t bytes = dst.nbytes();
   if (bytes == 0 || dst.data == src.data) return;
   const std::string context = describe("dst", dst) + " <- " + describe("src", src);
@@ -265,11 +121,6 @@ void copy(Tensor dst, Tensor src) {
 }
 
 void add(Tensor out, Tensor a, Tensor b) {
-  need_float("add", "out", out);
-  need_float("add", "a", a);
-  need_float("add", "b", b);
-  same_numel("add", "out", out, "a", a);
-  same_numel("add", "a", a, "b", b);
   const bool vec = aligned16(out.data) && aligned16(a.data) && aligned16(b.data);
   const std::string context = describe("out", out) + " " + describe("a", a) + " " + describe("b", b);
   DISPATCH_FLOAT(out.dtype, TO, "add", DISPATCH_FLOAT(a.dtype, TA, "add", DISPATCH_FLOAT(b.dtype, TB, "add", {
@@ -280,9 +131,6 @@ void add(Tensor out, Tensor a, Tensor b) {
 }
 
 void add_inplace(Tensor acc, Tensor x) {
-  need_float("add_inplace", "acc", acc);
-  need_float("add_inplace", "x", x);
-  same_numel("add_inplace", "acc", acc, "x", x);
   const bool vec = aligned16(acc.data) && aligned16(x.data);
   const std::string context = describe("acc", acc) + " " + describe("x", x);
   DISPATCH_FLOAT(acc.dtype, TA, "add_inplace", DISPATCH_FLOAT(x.dtype, TX, "add_inplace", {
@@ -293,7 +141,6 @@ void add_inplace(Tensor acc, Tensor x) {
 }
 
 void scale_inplace(Tensor t, float s) {
-  need_float("scale_inplace", "t", t);
   const bool vec = aligned16(t.data);
   DISPATCH_FLOAT(t.dtype, T, "scale_inplace",
                  launch_map("scale_inplace_kernel", ScaleOp<T>{static_cast<T*>(t.data), s}, t.numel(),
@@ -301,9 +148,6 @@ void scale_inplace(Tensor t, float s) {
 }
 
 void convert(Tensor dst, Tensor src) {
-  need_float("convert", "dst", dst);
-  need_float("convert", "src", src);
-  same_numel("convert", "dst", dst, "src", src);
   if (dst.dtype == src.dtype) return copy(dst, src);
   const bool vec = aligned16(dst.data) && aligned16(src.data);
   const std::string context = describe("dst", dst) + " <- " + describe("src", src);
@@ -312,9 +156,5 @@ void convert(Tensor dst, Tensor src) {
     launch_map("convert_kernel", op, dst.numel(), vec, context);
   }));
 }
-
-double sum_squares(Tensor x) { return reduce<true>("sum_squares", x); }
-
-double sum(Tensor x) { return reduce<false>("sum", x); }
 
 }  // namespace trainer::cuda

@@ -1,5 +1,5 @@
 // Per-expert linear over contiguous row groups (MoE), CUDA backend; semantics
-// of ops::grouped_linear_forward/backward (kernels/ops.h): rows
+// of ops::grouped_linear_forward/backward (kernels/op_list.h): rows
 // [offsets[e], offsets[e+1]) of inp go through weight[e]; rows >= offsets[E]
 // are zeroed; dweight accumulates.
 //
@@ -9,7 +9,7 @@
 // backward), which stalls the CPU until all queued GPU work is done and
 // leaves a launch-latency gap (tens of microseconds) per call. Then one
 // cuBLASLt GEMM per non-empty expert, through linear_forward/linear_backward
-// (gemm.cu) on row slices, so the dtype rules, plan cache and checks are
+// (linear.cu) on row slices, so the dtype rules, plan cache and checks are
 // those of the dense linear; the tail rows are zeroed with cudaMemsetAsync.
 // A device-side grouped GEMM (no sync) can replace this later with the same
 // semantics.
@@ -34,24 +34,9 @@ namespace {
   throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-// On the GPU with the given dtype class and exactly ndim dims. As on the CPU,
-// a tensor with no elements may have no data (an expert or rank can get zero
-// rows).
-void need(const char* op, const char* name, const Tensor& t, int ndim, bool index) {
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " " + t.shape_str() + " is missing");
-  if (t.device != Device::CUDA) fail(op, std::string(name) + " " + t.shape_str() + " is not on the GPU");
-  if (index ? t.dtype != DType::I32 : !is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) + ", expected " +
-                 (index ? "I32" : "F32, BF16 or F16"));
-  if (t.ndim != ndim) fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");
-}
-
-void check_rows(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols, const Tensor& weight) {
-  need(op, name, t, 2, false);
-  if (t.dim(0) != rows || t.dim(1) != cols)
-    fail(op, std::string(name) + " " + t.shape_str() + " must be [" + std::to_string(rows) + ", " +
-                 std::to_string(cols) + "] for weight " + weight.shape_str());
-}
+// Shapes arrive checked by the router (kernels/checks/grouped_linear.cpp);
+// the dtype rules (those of linear_*) and the offsets' values are checked
+// here, before anything runs.
 
 struct Groups {
   int64_t E, OC, IC, rows;
@@ -62,12 +47,7 @@ struct Groups {
 // they may come from another rank's counts (EP), so a bad one must fail here
 // rather than index out of bounds on the device.
 Groups read_groups(const char* op, const Tensor& weight, const Tensor& offsets, int64_t rows) {
-  need(op, "weight", weight, 3, false);
-  need(op, "offsets", offsets, 1, true);
   Groups g{weight.dim(0), weight.dim(1), weight.dim(2), rows, {}};
-  if (offsets.dim(0) != g.E + 1)
-    fail(op, "offsets " + offsets.shape_str() + " must be [E+1] = [" + std::to_string(g.E + 1) + "] for weight " +
-                 weight.shape_str());
   g.off.resize(size_t(g.E + 1));
   CUDA_CHECK(cudaMemcpyAsync(g.off.data(), offsets.data, g.off.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
                              stream()),
@@ -102,12 +82,6 @@ void zero_tail(const char* op, const char* name, const Tensor& t, int64_t kept) 
 
 void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offsets) {
   const char* op = "grouped_linear_forward";
-  need(op, "inp", inp, 2, false);
-  need(op, "weight", weight, 3, false);
-  if (inp.dim(1) != weight.dim(2))
-    fail(op, "inp " + inp.shape_str() + " must have IC = " + std::to_string(weight.dim(2)) +
-                 " columns for weight " + weight.shape_str());
-  check_rows(op, "out", out, inp.dim(0), weight.dim(1), weight);
   // Dtype rules are linear_forward's; checked up front so that nothing runs
   // (and no sync happens) for a call that would fail at the first expert.
   if (inp.dtype != weight.dtype || (out.dtype != inp.dtype && out.dtype != DType::F32))
@@ -132,22 +106,10 @@ void grouped_linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor offset
 
 void grouped_linear_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor offsets) {
   const char* op = "grouped_linear_backward";
-  need(op, "inp", inp, 2, false);
-  need(op, "weight", weight, 3, false);
-  if (inp.dim(1) != weight.dim(2))
-    fail(op, "inp " + inp.shape_str() + " must have IC = " + std::to_string(weight.dim(2)) +
-                 " columns for weight " + weight.shape_str());
   const int64_t rows = inp.dim(0);
-  check_rows(op, "dout", dout, rows, weight.dim(1), weight);
-  // Either output may be absent, as on the CPU: the first layer of a frozen
-  // stack needs no dinp, a frozen expert no dweight.
+  // Either output may be absent: the first layer of a frozen stack needs no
+  // dinp, a frozen expert no dweight.
   const bool want_dinp = !dinp.empty(), want_dw = !dweight.empty();
-  if (want_dinp) check_rows(op, "dinp", dinp, rows, weight.dim(2), weight);
-  if (want_dw) {
-    need(op, "dweight", dweight, 3, false);
-    if (dweight.dim(0) != weight.dim(0) || dweight.dim(1) != weight.dim(1) || dweight.dim(2) != weight.dim(2))
-      fail(op, "dweight " + dweight.shape_str() + " must match weight " + weight.shape_str());
-  }
   const DType t = dout.dtype;
   const bool types_ok = inp.dtype == t && weight.dtype == t &&
                         (!want_dinp || dinp.dtype == t || dinp.dtype == DType::F32) &&

@@ -1,4 +1,4 @@
-// RMSNorm and LayerNorm of the CUDA backend (see kernels/ops.h), the same
+// RMSNorm and LayerNorm of the CUDA backend (see kernels/op_list.h), the same
 // formulas as kernels/cpu/norms.cpp with fp32 arithmetic.
 //
 // Storage: x and dx share one type, out and dout another (a residual stream
@@ -32,7 +32,7 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/cpu/checks.h"
+#include "kernels/checks/check_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -42,8 +42,7 @@
 namespace trainer::cuda {
 namespace {
 
-using cpu::checks::fail;
-using cpu::checks::same_rows;
+using checks::fail;
 
 constexpr int kPack = 8;
 constexpr int kRowsPerBlock = 8;  // forward: warps (rows) per block
@@ -55,49 +54,21 @@ constexpr size_t kDefaultSmem = 48 * 1024;  // static + dynamic, without opting 
 constexpr size_t kStaticSmem = 32 * sizeof(float2);  // block_sum2's warp totals
 
 // ---- argument checks ---------------------------------------------------------
+// Shapes, row statistics and dtypes arrive checked by the router
+// (kernels/checks/norms.cpp). What is CUDA's own: the width the kernels
+// index, and dx sharing x's storage type (the backward kernel is templated
+// on one type for both).
 
-void need_float(const char* op, const char* name, const Tensor& t) {
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
-                 ", expected cuda");
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-}
-
-// x is [..., C] with C taken from the 1-D weight; returns the number of rows.
+// x is [..., C] with C from the 1-D weight; returns the number of rows.
 int64_t rows_of(const char* op, const Tensor& x, const Tensor& weight) {
-  need_float(op, "x", x);
-  need_float(op, "weight", weight);
-  if (weight.ndim != 1 || x.ndim < 1 || x.dim(-1) != weight.dim(0) || weight.dim(0) <= 0)
-    fail(op, "x " + x.shape_str() + " vs weight " + weight.shape_str());
   if (weight.dim(0) > (int64_t(1) << 30)) fail(op, "weight " + weight.shape_str() + " is too wide");
   return x.numel() / weight.dim(0);
 }
 
-// [..., C] like x; with_dtype_of_x: must also share x's storage type.
-void rows_like_x(const char* op, const char* name, const Tensor& t, const Tensor& x, bool with_dtype_of_x) {
-  need_float(op, name, t);
-  same_rows(op, name, t, "x", x);
-  if (with_dtype_of_x && t.dtype != x.dtype)
+void dtype_of_x(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  if (t.dtype != x.dtype)
     fail(op, std::string(name) + " is " + dtype_name(t.dtype) + " but x is " + dtype_name(x.dtype) +
                  ": they must share one storage type");
-}
-
-void per_row(const char* op, const char* name, const Tensor& t, int64_t rows) {
-  need_float(op, name, t);
-  if (t.dtype != DType::F32)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) + ", expected F32");
-  if (t.numel() != rows)
-    fail(op, std::string(name) + " " + t.shape_str() + " must hold one value per row (" +
-                 std::to_string(rows) + ")");
-}
-
-void same_as_weight(const char* op, const char* name, const Tensor& t, const Tensor& weight) {
-  need_float(op, name, t);
-  if (t.numel() != weight.numel())
-    fail(op, std::string(name) + " " + t.shape_str() + " vs weight " + weight.shape_str());
 }
 
 
@@ -462,8 +433,6 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps
   const char* op = "rmsnorm_forward";
   const int64_t N = rows_of(op, x, weight);
   const int C = int(weight.dim(0));
-  rows_like_x(op, "out", out, x, false);
-  per_row(op, "rstd", rstd, N);
   if (N == 0) return;
   const bool vec = C % kPack == 0 && aligned16(out.data) && aligned16(x.data) && aligned16(weight.data);
   const std::string context = describe("x", x) + " " + describe("out", out) + " " + describe("weight", weight);
@@ -485,10 +454,7 @@ void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor w
   const char* op = "rmsnorm_backward";
   const int64_t N = rows_of(op, x, weight);
   const int C = int(weight.dim(0));
-  rows_like_x(op, "dx", dx, x, true);
-  rows_like_x(op, "dout", dout, x, false);
-  same_as_weight(op, "dweight", dweight, weight);
-  per_row(op, "rstd", rstd, N);
+  dtype_of_x(op, "dx", dx, x);
   if (N == 0) return;
   const bool vec = C % kPack == 0 && aligned16(dx.data) && aligned16(dout.data) && aligned16(x.data) &&
                    aligned16(weight.data);
@@ -521,10 +487,6 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor we
   const char* op = "layernorm_forward";
   const int64_t N = rows_of(op, x, weight);
   const int C = int(weight.dim(0));
-  rows_like_x(op, "out", out, x, false);
-  per_row(op, "mean", mean, N);
-  per_row(op, "rstd", rstd, N);
-  if (!bias.empty()) same_as_weight(op, "bias", bias, weight);
   if (N == 0) return;
   const bool vec = C % kPack == 0 && aligned16(out.data) && aligned16(x.data) && aligned16(weight.data) &&
                    aligned16(bias.data);  // nullptr counts as aligned
@@ -549,13 +511,8 @@ void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Te
   const char* op = "layernorm_backward";
   const int64_t N = rows_of(op, x, weight);
   const int C = int(weight.dim(0));
-  rows_like_x(op, "dx", dx, x, true);
-  rows_like_x(op, "dout", dout, x, false);
-  same_as_weight(op, "dweight", dweight, weight);
+  dtype_of_x(op, "dx", dx, x);
   const bool has_bias = !dbias.empty();
-  if (has_bias) same_as_weight(op, "dbias", dbias, weight);
-  per_row(op, "mean", mean, N);
-  per_row(op, "rstd", rstd, N);
   if (N == 0) return;
   const bool vec = C % kPack == 0 && aligned16(dx.data) && aligned16(dout.data) && aligned16(x.data) &&
                    aligned16(weight.data);

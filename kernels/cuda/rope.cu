@@ -1,10 +1,14 @@
-// Rotary position embedding of the CUDA backend (see kernels/ops.h),
+// Rotary position embedding of the CUDA backend (see kernels/op_list.h),
 // half-split convention: the pair (x[i], x[i + D/2]) of every head at
-// position t turns by angle t * theta^(-2i/D); backward turns by -angle (the
-// rotation is orthogonal, so its gradient is the inverse rotation).
+// position p = pos_offset + t turns by angle p * theta^(-2i/D); backward turns
+// by -angle (the rotation is orthogonal, so its gradient is the inverse
+// rotation).
 //
-// The angles' cos and sin come from a table [T, D/2] of float2, built once
-// per (T, D, theta) and kept for the process: each entry is computed in
+// The angles' cos and sin come from a table [P, D/2] of float2 for positions
+// 0..P-1, P = pos_offset + T (the positions a call uses), built once per
+// (P, D, theta) and kept for the process: entry (p, i) depends on p, i, D and
+// theta only, so a chunk at an offset reads the very values the whole
+// sequence does. Each entry is computed in
 // double and rounded once to float, as the CPU twin does (an fp32 angle
 // t * inv_freq is off by ~1e-4 rad at t in the thousands), so the table
 // costs one double exp2 and sincos per (t, i) once, not per element and
@@ -29,7 +33,7 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/cpu/checks.h"
+#include "kernels/checks/check_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -38,29 +42,15 @@
 namespace trainer::cuda {
 namespace {
 
-using cpu::checks::fail;
-using cpu::checks::same_shape;
+using checks::fail;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;
 constexpr int kHeadBatch = 4;  // heads loaded before any is stored: loads in flight
 
-void need_bthd(const char* op, const char* name, const Tensor& t) {
-  if (t.device != Device::CUDA)
-    fail(op, std::string(name) + " " + t.shape_str() + " is on the " + device_name(t.device) +
-                 ", expected cuda");
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " is empty");
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
-  if (t.dim(3) % 2 != 0)
-    fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
-}
-
 __global__ void __launch_bounds__(kThreads)
-    rope_table_kernel(float2* table, int64_t T_len, int64_t half, double log2_theta) {
-  const int64_t total = T_len * half;
+    rope_table_kernel(float2* table, int64_t P, int64_t half, double log2_theta) {
+  const int64_t total = P * half;
   const int64_t D = 2 * half;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -73,22 +63,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The table for (T, D/2, theta), built on the compute stream on first use
-// (kernels queued after it see it); kept until the process ends.
-const float2* rope_table(int64_t T_len, int64_t half, double log2_theta, const std::string& context) {
+// The table of positions [0, P) for (D/2, theta), built on the compute stream
+// on first use (kernels queued after it see it); kept until the process ends.
+const float2* rope_table(int64_t P, int64_t half, double log2_theta, const std::string& context) {
   static std::mutex mu;
   static auto* tables = new std::map<std::tuple<int64_t, int64_t, uint64_t>, float2*>();  // never freed
   uint64_t theta_bits;
   std::memcpy(&theta_bits, &log2_theta, sizeof theta_bits);
-  const auto key = std::make_tuple(T_len, half, theta_bits);
+  const auto key = std::make_tuple(P, half, theta_bits);
   std::lock_guard<std::mutex> lock(mu);
   auto it = tables->find(key);
   if (it != tables->end()) return it->second;
   float2* table = nullptr;
-  const size_t bytes = size_t(T_len * half) * sizeof(float2);
+  const size_t bytes = size_t(P * half) * sizeof(float2);
   CUDA_CHECK(cudaMalloc(&table, bytes), "rope: cos/sin table of " + std::to_string(bytes) + " bytes for " + context);
-  const int64_t blocks = std::min((T_len * half + kThreads - 1) / kThreads, kMaxBlocks);
-  rope_table_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(table, T_len, half, log2_theta);
+  const int64_t blocks = std::min((P * half + kThreads - 1) / kThreads, kMaxBlocks);
+  rope_table_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(table, P, half, log2_theta);
   KERNEL_CHECK("rope_table_kernel", "rope: cos/sin table for " + context);
   tables->emplace(key, table);
   return table;
@@ -97,16 +87,16 @@ const float2* rope_table(int64_t T_len, int64_t half, double log2_theta, const s
 // sign = +1 rotates forward, -1 applies the inverse rotation.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    rope_kernel(T* out, const T* inp, const float2* __restrict__ table, int64_t BT, int64_t T_len, int64_t H,
-                int64_t half, float sign) {
+    rope_kernel(T* out, const T* inp, const float2* __restrict__ table, int64_t BT, int64_t T_len,
+                int64_t pos_offset, int64_t H, int64_t half, float sign) {
   const int64_t total = BT * half;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t D = 2 * half;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const int64_t bt = idx / half;
     const int64_t i = idx - bt * half;
-    const int64_t t = bt % T_len;
-    const float2 cs = table[t * half + i];
+    const int64_t p = pos_offset + bt % T_len;
+    const float2 cs = table[p * half + i];
     const float c = cs.x;
     const float s = sign * cs.y;
     const int64_t base = bt * H * D + i;
@@ -133,36 +123,36 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
-            float theta, float sign) {
-  need_bthd(op, out_name, out);
-  need_bthd(op, inp_name, inp);
-  same_shape(op, out_name, out, inp_name, inp);
+            float theta, int64_t pos_offset, float sign) {
+  // Shapes and theta arrive checked by the router (kernels/checks/rope.cpp).
   if (out.dtype != inp.dtype)
     fail(op, std::string(out_name) + " is " + dtype_name(out.dtype) + " but " + inp_name + " is " +
                  dtype_name(inp.dtype) + ": one storage type per call");
-  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
   const int64_t B = inp.dim(0), T_len = inp.dim(1), H = inp.dim(2), half = inp.dim(3) / 2;
   const int64_t total = B * T_len * half;
   if (total == 0 || H == 0) return;
   const int64_t blocks = std::min((total + kThreads - 1) / kThreads, kMaxBlocks);
   const double log2_theta = std::log2(double(theta));
-  const std::string context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str();
-  const float2* table = rope_table(T_len, half, log2_theta, std::string(op) + " " + context);
+  const std::string context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
+                              " at positions " + std::to_string(pos_offset) + ".." +
+                              std::to_string(pos_offset + T_len - 1);
+  const float2* table =
+      rope_table(pos_offset + T_len, half, log2_theta, std::string(op) + " " + context);
   DISPATCH_FLOAT(inp.dtype, T, op, {
     rope_kernel<T><<<unsigned(blocks), kThreads, 0, stream()>>>(
-        static_cast<T*>(out.data), static_cast<const T*>(inp.data), table, B * T_len, T_len, H, half, sign);
+        static_cast<T*>(out.data), static_cast<const T*>(inp.data), table, B * T_len, T_len, pos_offset, H, half, sign);
     KERNEL_CHECK("rope_kernel", std::string(op) + " " + context);
   });
 }
 
 }  // namespace
 
-void rope_forward(Tensor out, Tensor inp, float theta) {
-  rotate("rope_forward", "out", out, "inp", inp, theta, 1.f);
+void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
+  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, 1.f);
 }
 
-void rope_backward(Tensor dinp, Tensor dout, float theta) {
-  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, -1.f);
+void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
+  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, -1.f);
 }
 
 }  // namespace trainer::cuda

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/adamw_multi.h"
 #include "kernels/ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -127,6 +126,39 @@ TEST_CASE("gpu convert: F32/BF16/F16 in every direction, bit for bit against the
 }
 
 // ---- fill, copy, add, add_inplace, scale_inplace -----------------------------------
+
+TEST_CASE("gpu router: one device per call, checked before any kernel; host<->device copies",
+          "[gpu][elementwise]") {
+  run_case("router", [&] {
+    const int64_t n = 1000;
+    const std::vector<float> a = randn(size_t(n), seed(12));
+    DeviceTensor da = upload(a, {n}, F32), out({n}, F32);
+    std::vector<float> host_b = randn(size_t(n), seed(13));
+    const Tensor hb = host(host_b, {n});
+    poison(out);
+    // A host tensor among device tensors: refused by the router, naming both.
+    std::string msg = "(no exception)";
+    try {
+      ops::add(out, da, hb);
+    } catch (const std::invalid_argument& e) {
+      msg = e.what();
+    }
+    sync("add (refused)");
+    std::printf("[gpu] router message: %s\n", msg.c_str());
+    CHECK(msg == "add: b [1000] is on the cpu, but out [1000] is on the cuda: one device per call");
+    // Nothing ran: out still holds its poison.
+    const std::vector<float> after = download(out);
+    CHECK(std::all_of(after.begin(), after.end(), [](float x) { return std::isnan(x); }));
+    // copy between devices moves bytes (route "transfer"), both directions.
+    ops::copy(out, hb);
+    sync("copy host -> device");
+    same_values("router copy host -> device", download(out), host_b);
+    std::vector<float> back(size_t(n), 0.f);
+    ops::copy(host(back, {n}), da);
+    sync("copy device -> host");
+    same_values("router copy device -> host", back, a);
+  });
+}
 
 TEST_CASE("gpu fill, copy, add (aliased too), add_inplace, scale_inplace: fp32 math, one rounding",
           "[gpu][elementwise]") {
@@ -551,30 +583,97 @@ TEST_CASE("gpu rope forward and backward, out of place and in place", "[gpu][rop
         const uint64_t s = seed(80 + uint64_t(sh.T));
         const std::vector<float> x = randn(n, s, 1.f, dt), dout = randn(n, s + 1, 1.f, dt);
         std::vector<float> r_out(n), r_dx(n);
-        cpu::rope_forward(host(r_out, shape), host(x, shape), sh.theta);
-        cpu::rope_backward(host(r_dx, shape), host(dout, shape), sh.theta);
+        cpu::rope_forward(host(r_out, shape), host(x, shape), sh.theta, 0);
+        cpu::rope_backward(host(r_dx, shape), host(dout, shape), sh.theta, 0);
 
         DeviceTensor d_x = upload(x, shape, dt), out(shape, dt);
         poison(out);
-        ops::rope_forward(out, d_x, sh.theta);
+        ops::rope_forward(out, d_x, sh.theta, 0);
         sync("rope_forward");
         const std::vector<float> g_out = download(out);
         compare("rope_forward " + tag, g_out, r_out, tol(dt));
         if (dt == F32) max_abs_within("rope_forward " + tag, g_out, r_out, kRopeMaxAbsF32);
-        ops::rope_forward(d_x, d_x, sh.theta);
+        ops::rope_forward(d_x, d_x, sh.theta, 0);
         sync("rope_forward in place");
         compare("rope_forward in place " + tag, download(d_x), r_out, tol(dt));
 
         DeviceTensor d_dout = upload(dout, shape, dt), dx(shape, dt);
         poison(dx);
-        ops::rope_backward(dx, d_dout, sh.theta);
+        ops::rope_backward(dx, d_dout, sh.theta, 0);
         sync("rope_backward");
         const std::vector<float> g_dx = download(dx);
         compare("rope_backward " + tag, g_dx, r_dx, tol(dt));
         if (dt == F32) max_abs_within("rope_backward " + tag, g_dx, r_dx, kRopeMaxAbsF32);
-        ops::rope_backward(d_dout, d_dout, sh.theta);
+        ops::rope_backward(d_dout, d_dout, sh.theta, 0);
         sync("rope_backward in place");
         compare("rope_backward in place " + tag, download(d_dout), r_dx, tol(dt));
+      });
+    }
+}
+
+// Context parallelism: a rank rotates positions [k, k + T) of each sequence.
+// Against the CPU at the same offset (tolerances as above), and on the GPU
+// itself the chunk must equal those positions of the whole sequence bit for
+// bit (the cos/sin of a position do not depend on the table's length).
+TEST_CASE("gpu rope with a position offset: CPU twin, and the whole sequence's positions",
+          "[gpu][rope]") {
+  struct OffsetShape {
+    int64_t B, T, H, D, k;
+    float theta;
+  };
+  const OffsetShape shapes[] = {{2, 64, 4, 64, 4032, 1e4f}, {1, 17, 3, 128, 1, 5e5f},
+                                {2, 100, 2, 64, 300, 5e5f}};
+  constexpr double kRopeMaxAbsF32 = 2e-5;  // as in the test above
+  for (DType dt : kAll)
+    for (const OffsetShape& sh : shapes) {
+      const std::string tag =
+          fmt("%s B=%lld T=%lld H=%lld D=%lld offset=%lld theta=%g", dn(dt), (long long)sh.B,
+              (long long)sh.T, (long long)sh.H, (long long)sh.D, (long long)sh.k, double(sh.theta));
+      run_case(tag, [&] {
+        const int64_t HD = sh.H * sh.D, W = sh.k + sh.T;
+        const Shape part_shape{sh.B, sh.T, sh.H, sh.D}, whole_shape{sh.B, W, sh.H, sh.D};
+        const std::vector<float> whole = randn(size_t(sh.B * W * HD), seed(90 + uint64_t(sh.k)), 1.f, dt);
+        std::vector<float> part;  // positions [k, k + T) of every sequence
+        for (int64_t b = 0; b < sh.B; ++b) {
+          const auto first = whole.begin() + (b * W + sh.k) * HD;
+          part.insert(part.end(), first, first + sh.T * HD);
+        }
+        auto last_positions = [&](const std::vector<float>& w) {
+          std::vector<float> r;
+          for (int64_t b = 0; b < sh.B; ++b) {
+            const auto first = w.begin() + (b * W + sh.k) * HD;
+            r.insert(r.end(), first, first + sh.T * HD);
+          }
+          return r;
+        };
+        std::vector<float> r_out(part.size()), r_dx(part.size());
+        cpu::rope_forward(host(r_out, part_shape), host(part, part_shape), sh.theta, sh.k);
+        cpu::rope_backward(host(r_dx, part_shape), host(part, part_shape), sh.theta, sh.k);
+
+        DeviceTensor d_part = upload(part, part_shape, dt), d_whole = upload(whole, whole_shape, dt);
+        DeviceTensor out(part_shape, dt), whole_out(whole_shape, dt);
+        poison(out);
+        poison(whole_out);
+        ops::rope_forward(out, d_part, sh.theta, sh.k);
+        sync("rope_forward at an offset");
+        ops::rope_forward(whole_out, d_whole, sh.theta, 0);
+        sync("rope_forward of the whole");
+        const std::vector<float> g_out = download(out);
+        compare("rope_forward offset " + tag, g_out, r_out, tol(dt));
+        if (dt == F32) max_abs_within("rope_forward offset " + tag, g_out, r_out, kRopeMaxAbsF32);
+        same_values("rope_forward offset = whole's positions " + tag, g_out,
+                    last_positions(download(whole_out)));
+
+        poison(out);
+        poison(whole_out);
+        ops::rope_backward(out, d_part, sh.theta, sh.k);
+        sync("rope_backward at an offset");
+        ops::rope_backward(whole_out, d_whole, sh.theta, 0);
+        sync("rope_backward of the whole");
+        const std::vector<float> g_dx = download(out);
+        compare("rope_backward offset " + tag, g_dx, r_dx, tol(dt));
+        same_values("rope_backward offset = whole's positions " + tag, g_dx,
+                    last_positions(download(whole_out)));
       });
     }
 }
@@ -963,7 +1062,7 @@ TEST_CASE("gpu adamw_update_master_multi: bit for bit the single-tensor update, 
         ops::adamw_update_master(single[i].param(), single[i].master, single[i].g, single[i].m,
                                  single[i].v, one);
       }
-      cuda::adamw_update_master_multi(ps, ws, gs, ms, vs, wds, st);
+      ops::adamw_update_master_multi(ps, ws, gs, ms, vs, wds, st);
       sync("adamw_update_master_multi");
       for (size_t i = 0; i < 3; ++i) {
         const std::string at = fmt(" tensor %zu (%s param, n=%lld) after step %lld", i,

@@ -1,5 +1,5 @@
 // Linear layer of the CUDA backend (semantics: ops::linear_forward/backward in
-// kernels/ops.h) through cuBLASLt, plus two small kernels.
+// kernels/op_list.h) through cuBLASLt, plus two small kernels.
 //
 // Mapping: tensors are row-major, cuBLASLt is column-major, and a row-major
 // [R, C] matrix is the column-major [C, R] one. So every product is written
@@ -52,14 +52,8 @@ namespace {
   throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-// A present tensor on the GPU with a float storage type.
-void need_float(const char* op, const char* name, const Tensor& t) {
-  if (t.data == nullptr && t.numel() > 0) fail(op, std::string(name) + " " + t.shape_str() + " is missing");
-  if (t.device != Device::CUDA) fail(op, std::string(name) + " " + t.shape_str() + " is not on the GPU");
-  if (!is_float_dtype(t.dtype))
-    fail(op, std::string(name) + " " + t.shape_str() + " has dtype " + dtype_name(t.dtype) +
-                 ", expected F32, BF16 or F16");
-}
+// Shapes arrive checked by the router (kernels/checks/linear.cpp); what is
+// cuBLASLt's: which storage types combine in one GEMM.
 
 void same_dtype(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
   if (a.dtype != b.dtype)
@@ -78,24 +72,11 @@ struct Dims {
   int64_t N, IC, OC;
 };
 
-// inp [..., IC], outlike [..., OC] over the same rows, weight [OC, IC].
-Dims check_dims(const char* op, const Tensor& outlike, const char* out_name, const Tensor& inp,
-                const Tensor& weight) {
-  if (weight.ndim != 2) fail(op, "weight " + weight.shape_str() + " must be [OC, IC]");
+// inp [..., IC] over N rows, weight [OC, IC]. Rows come from inp, so
+// IC == 0 means no rows.
+Dims dims_of(const Tensor& inp, const Tensor& weight) {
   const int64_t OC = weight.dim(0), IC = weight.dim(1);
-  if (inp.ndim < 1 || inp.dim(-1) != IC) fail(op, "inp " + inp.shape_str() + " vs weight " + weight.shape_str());
-  // As the CPU backend: rows come from inp, so IC == 0 means no rows.
-  const int64_t N = IC > 0 ? inp.numel() / IC : 0;
-  if (outlike.ndim < 1 || outlike.dim(-1) != OC || outlike.numel() != N * OC)
-    fail(op, std::string(out_name) + " " + outlike.shape_str() + " vs inp " + inp.shape_str() + " and weight " +
-                 weight.shape_str());
-  return {N, IC, OC};
-}
-
-void check_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
-  need_float(op, name, t);
-  if (t.numel() != n)
-    fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(n) + " elements");
+  return {IC > 0 ? inp.numel() / IC : 0, IC, OC};
 }
 
 std::string mat(const char* name, const Tensor& t) { return std::string(name) + " " + t.shape_str() + " " + dtype_name(t.dtype); }
@@ -382,13 +363,9 @@ void add_column_sums(Tensor dbias, Tensor dout, int64_t N, int64_t OC) {
 
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const char* op = "linear_forward";
-  need_float(op, "inp", inp);
-  need_float(op, "weight", weight);
-  need_float(op, "out", out);
   same_dtype(op, "inp", inp, "weight", weight);
   output_dtype(op, "out", out, inp.dtype);
-  const auto [N, IC, OC] = check_dims(op, out, "out", inp, weight);
-  if (!bias.empty()) check_vec(op, "bias", bias, OC);
+  const auto [N, IC, OC] = dims_of(inp, weight);
   if (N == 0 || OC == 0) return;  // N > 0 implies IC > 0
   auto ctx = [&] { return std::string(op) + ": " + mat("out", out) + " = " + mat("inp", inp) + " @ " +
                           mat("weight", weight) + "^T" + (bias.empty() ? "" : " + " + mat("bias", bias)); };
@@ -433,27 +410,11 @@ void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
 void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                      bool accumulate_dinp) {
   const char* op = "linear_backward";
-  need_float(op, "dout", dout);
-  need_float(op, "inp", inp);
-  need_float(op, "weight", weight);
   same_dtype(op, "dout", dout, "weight", weight);
   same_dtype(op, "dout", dout, "inp", inp);
-  const auto [N, IC, OC] = check_dims(op, dout, "dout", inp, weight);
-  // dweight may be empty too (a frozen weight, or a grouped GEMM that only
-  // wants dinp); dinp and dbias as in ops.h.
-  if (!dweight.empty()) {
-    need_float(op, "dweight", dweight);
-    output_dtype(op, "dweight", dweight, dout.dtype);
-    if (dweight.numel() != weight.numel() || dweight.dim(-1) != IC)
-      fail(op, "dweight " + dweight.shape_str() + " vs weight " + weight.shape_str());
-  }
-  if (!dinp.empty()) {
-    need_float(op, "dinp", dinp);
-    output_dtype(op, "dinp", dinp, dout.dtype);
-    if (dinp.numel() != inp.numel() || dinp.ndim < 1 || dinp.dim(-1) != IC)
-      fail(op, "dinp " + dinp.shape_str() + " vs inp " + inp.shape_str());
-  }
-  if (!dbias.empty()) check_vec(op, "dbias", dbias, OC);
+  const auto [N, IC, OC] = dims_of(inp, weight);
+  if (!dweight.empty()) output_dtype(op, "dweight", dweight, dout.dtype);
+  if (!dinp.empty()) output_dtype(op, "dinp", dinp, dout.dtype);
   if (N == 0) return;
   auto ctx = [&](const char* what) {
     return std::string(op) + " (" + what + "): " + mat("dout", dout) + ", " + mat("inp", inp) + ", " +

@@ -1,41 +1,15 @@
-// Multi-tensor AdamW of the CUDA backend: one update over a whole list of
-// tensors in a few launches (one per (param dtype, grad dtype) pair present),
-// instead of one launch per tensor. Same arithmetic, element for element, as
-// cuda::adamw_update_master (bit-identical results).
-//
-// The second half of this header (compiled by nvcc only) holds the per-element
-// AdamW arithmetic shared by adamw.cu and adamw_multi.cu, so the single- and
-// multi-tensor paths cannot drift apart.
+// The per-element AdamW arithmetic of the CUDA backend, shared by adamw.cu
+// (single tensor) and adamw_multi.cu (a list of tensors), so the two paths
+// cannot drift apart: the multi-tensor update is bit for bit the
+// single-tensor one.
 #pragma once
-
-#include <vector>
-
-#include "kernels/ops.h"
-
-namespace trainer::cuda {
-
-// For every i: the AdamW update of masters[i] (F32) with grads[i]
-// (BF16/F16/F32), moments ms[i], vs[i] (F32), weight decay weight_decays[i]
-// (s.weight_decay is ignored), then params[i] (BF16/F16/F32) = the rounded
-// master. All lists have the same length; tensor i of every list has the same
-// numel; params[i] may be masters[i] itself (F32). Tensors with no elements
-// are skipped. Launches on cuda::stream(), does not synchronise. The table of
-// tensor pointers lives in device memory and is uploaded again only when the
-// list (pointers, sizes, weight decays) changes from the previous call.
-void adamw_update_master_multi(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
-                               const std::vector<Tensor>& grads, const std::vector<Tensor>& ms,
-                               const std::vector<Tensor>& vs, const std::vector<float>& weight_decays,
-                               const ops::AdamWStep& s);
-
-}  // namespace trainer::cuda
-
-#if defined(__CUDACC__)
 
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/ops.h"
 
 namespace trainer::cuda::adamw_detail {
 
@@ -170,4 +144,3 @@ __device__ __forceinline__ void update_range(Tp* param, float* master, const Tg*
 
 }  // namespace trainer::cuda::adamw_detail
 
-#endif  // __CUDACC__

@@ -1,0 +1,38 @@
+// Shared checks of the rotary position embedding (kernels/op_list.h).
+#include <string>
+
+#include "kernels/checks/check_util.h"
+#include "kernels/checks/op_checks.h"
+
+namespace trainer::op_checks {
+namespace {
+
+using namespace checks;
+
+void need_bthd(const char* op, const char* name, const Tensor& t) {
+  need_float(op, name, t);
+  if (t.ndim != 4) fail(op, std::string(name) + " " + t.shape_str() + " must be [B, T, H, D]");
+  if (t.dim(3) % 2 != 0)
+    fail(op, std::string(name) + " " + t.shape_str() + ": head dim D must be even");
+}
+
+void check(const char* op, const char* out_name, const Tensor& out, const char* inp_name,
+           const Tensor& inp, float theta, int64_t pos_offset) {
+  need_bthd(op, out_name, out);
+  need_bthd(op, inp_name, inp);
+  same_shape(op, out_name, out, inp_name, inp);
+  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
+  if (pos_offset < 0) fail(op, "pos_offset " + std::to_string(pos_offset) + " must be >= 0");
+}
+
+}  // namespace
+
+void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
+  check("rope_forward", "out", out, "inp", inp, theta, pos_offset);
+}
+
+void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
+  check("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset);
+}
+
+}  // namespace trainer::op_checks

@@ -1,0 +1,224 @@
+// The op list: every op of the trainer, once. Each entry is
+//
+//   TRAINER_OP(route, return type, name, (parameters), (arguments))
+//
+// and the file is included, with TRAINER_OP defined for the purpose, by
+//   kernels/ops.h              the public declarations, trainer::ops
+//   kernels/cpu/cpu_ops.h      the CPU backend's, trainer::cpu
+//   kernels/cuda/cuda_ops.h    the CUDA backend's, trainer::cuda
+//   kernels/checks/op_checks.h the shared argument checks, trainer::op_checks
+//   kernels/ops.cpp            the router: ops::name = checks, then backend
+// so a signature cannot differ between them. Adding an op means one entry
+// here and one definition in each of kernels/checks, kernels/cpu and
+// kernels/cuda (the linker names any that is missing).
+//
+// route:
+//   device    every present tensor must be on one device, that of the first
+//             present tensor (an absent Tensor{} has no data and is skipped;
+//             a list of tensors counts as its elements in order; with none
+//             present: the CPU). The op runs on that device's backend.
+//   transfer  (dst, src) on different devices: the bytes move between host
+//             and device (core/device_memory.h), same dtype; otherwise as
+//             `device`.
+//
+// Conventions
+//   N = tokens in a micro-batch (B*T), C = channels, V = vocabulary.
+//   Parameter gradients accumulate (+=) across micro-batches.
+//   Activation gradients overwrite, except where marked (+=): the inputs of
+//   norms are the residual stream, whose gradient is a sum.
+//   An "empty" Tensor (data == nullptr) means "absent" where allowed; a
+//   tensor with no elements may have no data (an expert or a rank can get
+//   zero rows).
+//   The math of every op is written out in docs/MODEL_MATH.md, which the
+//   PyTorch reference also follows.
+//
+// No include guard: each includer defines TRAINER_OP and includes this once.
+
+// ---- elementwise and memory -------------------------------------------------
+TRAINER_OP(device, void, fill, (Tensor t, float value), (t, value))
+// Same numel and dtype (any dtype, ids included); dst may overlap src.
+TRAINER_OP(transfer, void, copy, (Tensor dst, Tensor src), (dst, src))
+// out = a + b; same numel; out may alias a or b.
+TRAINER_OP(device, void, add, (Tensor out, Tensor a, Tensor b), (out, a, b))
+// acc += x; same numel.
+TRAINER_OP(device, void, add_inplace, (Tensor acc, Tensor x), (acc, x))
+TRAINER_OP(device, void, scale_inplace, (Tensor t, float s), (t, s))
+// dst = src converted to dst's dtype (F32/BF16/F16); same numel. Also moves
+// bytes between host and device when the devices differ (same dtype then).
+TRAINER_OP(transfer, void, convert, (Tensor dst, Tensor src), (dst, src))
+
+// ---- reductions -------------------------------------------------------------
+// Sum of x^2 in double (NaN propagates).
+TRAINER_OP(device, double, sum_squares, (Tensor x), (x))
+// Sum in double (losses, aux terms).
+TRAINER_OP(device, double, sum, (Tensor x), (x))
+
+// ---- embedding --------------------------------------------------------------
+// out[n,:] (= or +=) table[ids[n],:]. ids [N] (or [B,T]) I32, table [V,C],
+// out [..., C] with N*C elements.
+TRAINER_OP(device, void, embedding_forward, (Tensor out, Tensor ids, Tensor table, bool accumulate),
+           (out, ids, table, accumulate))
+// dtable[ids[n],:] += dout[n,:]
+TRAINER_OP(device, void, embedding_backward, (Tensor dtable, Tensor ids, Tensor dout),
+           (dtable, ids, dout))
+
+// ---- normalization ----------------------------------------------------------
+// out = x * rstd * weight, rstd[n] = 1/sqrt(mean(x[n]^2) + eps). x,out [N,C],
+// rstd [N] F32.
+TRAINER_OP(device, void, rmsnorm_forward,
+           (Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps),
+           (out, rstd, x, weight, eps))
+// dx (+=), dweight (+=)
+TRAINER_OP(device, void, rmsnorm_backward,
+           (Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight, Tensor rstd),
+           (dx, dweight, dout, x, weight, rstd))
+// out = (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps) (biased
+// var); bias may be empty. mean, rstd [N] F32.
+TRAINER_OP(device, void, layernorm_forward,
+           (Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias, float eps),
+           (out, mean, rstd, x, weight, bias, eps))
+// dx (+=), dweight (+=), dbias (+=, may be empty)
+TRAINER_OP(device, void, layernorm_backward,
+           (Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Tensor x, Tensor weight,
+            Tensor mean, Tensor rstd),
+           (dx, dweight, dbias, dout, x, weight, mean, rstd))
+
+// ---- linear -----------------------------------------------------------------
+// out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be empty).
+TRAINER_OP(device, void, linear_forward, (Tensor out, Tensor inp, Tensor weight, Tensor bias),
+           (out, inp, weight, bias))
+// dinp = dout @ weight (overwrite, or += if accumulate_dinp; may be empty = skip)
+// dweight += dout^T @ inp (may be empty = skip: a frozen weight, or a
+// grouped GEMM that only wants dinp); dbias += column sums of dout (may be empty).
+TRAINER_OP(device, void, linear_backward,
+           (Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+            bool accumulate_dinp),
+           (dinp, dweight, dbias, dout, inp, weight, accumulate_dinp))
+
+// ---- rotary position embedding ---------------------------------------------
+// x [B,T,H,D], half-split pairs (x[i], x[i+D/2]) for i < D/2 rotated by
+// angle = p * theta^(-2i/D) at position p = pos_offset + t, t = 0..T-1: a
+// chunk of a longer sequence (context parallelism) starts at pos_offset >= 0,
+// and gets bit for bit the rotation of those positions in the whole sequence.
+// out may alias inp.
+TRAINER_OP(device, void, rope_forward, (Tensor out, Tensor inp, float theta, int64_t pos_offset),
+           (out, inp, theta, pos_offset))
+// inverse rotation of dout; dinp may alias dout.
+TRAINER_OP(device, void, rope_backward,
+           (Tensor dinp, Tensor dout, float theta, int64_t pos_offset),
+           (dinp, dout, theta, pos_offset))
+
+// ---- attention --------------------------------------------------------------
+// q [B,T,Hq,D], k,v [B,T,Hkv,D], Hq % Hkv == 0; query head h reads kv head
+// h / (Hq/Hkv). scale = 1/sqrt(D). out [B,T,Hq,D].
+// lse [B,Hq,T] F32: log-sum-exp of the scaled (masked) scores, saved for backward.
+TRAINER_OP(device, void, attention_forward,
+           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal),
+           (out, lse, q, k, v, causal))
+// dq, dk, dv overwrite; probabilities are recomputed from lse.
+TRAINER_OP(device, void, attention_backward,
+           (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+            Tensor lse, bool causal),
+           (dq, dk, dv, dout, q, k, v, out, lse, causal))
+
+// ---- activations ------------------------------------------------------------
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+TRAINER_OP(device, void, gelu_forward, (Tensor out, Tensor inp), (out, inp))
+// dinp may alias dout.
+TRAINER_OP(device, void, gelu_backward, (Tensor dinp, Tensor dout, Tensor inp),
+           (dinp, dout, inp))
+// out = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+TRAINER_OP(device, void, swiglu_forward, (Tensor out, Tensor gate, Tensor up), (out, gate, up))
+TRAINER_OP(device, void, swiglu_backward,
+           (Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up),
+           (dgate, dup, dout, gate, up))
+
+// ---- loss -------------------------------------------------------------------
+// logits [N,V], targets [N] I32 (target < 0: ignored, loss 0, gradient 0).
+// losses[n] = logsumexp(logits[n]) - logits[n, target[n]], losses [N] F32.
+// If dlogits is non-empty: dlogits = (softmax(logits) - onehot(target)) * grad_scale.
+// dlogits may alias logits: no probability tensor is ever stored.
+TRAINER_OP(device, void, cross_entropy_forward_backward,
+           (Tensor losses, Tensor dlogits, Tensor logits, Tensor targets, float grad_scale),
+           (losses, dlogits, logits, targets, grad_scale))
+
+// ---- mixture of experts: routing -------------------------------------------
+// Router: probs = softmax(logits) [N,E] F32; topk_idx [N,K] I32 = the K
+// largest probabilities per token in descending order (ties: lower expert
+// index first); topk_w [N,K] F32 = those probabilities, divided by their sum
+// when normalize is true.
+TRAINER_OP(device, void, moe_route_forward,
+           (Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits, bool normalize),
+           (probs, topk_idx, topk_w, logits, normalize))
+// Load-balancing loss (Switch/GShard form, written to aux[0], one F32):
+//   aux = E * sum_e f_e * P_e,  f_e = (#assignments in topk_idx to e) / (N*K),
+//   P_e = mean_n probs[n,e].  f_e is a constant for the gradient.
+TRAINER_OP(device, void, moe_aux_loss_forward, (Tensor aux, Tensor probs, Tensor topk_idx),
+           (aux, probs, topk_idx))
+// dlogits [N,E] overwrite, from dtopk_w [N,K] (the gradient of the combine
+// weights; may be empty: only the aux term) and aux_grad (= d loss / d aux,
+// e.g. coefficient * grad scale).
+TRAINER_OP(device, void, moe_route_backward,
+           (Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w,
+            bool normalize, float aux_grad),
+           (dlogits, dtopk_w, probs, topk_idx, topk_w, normalize, aux_grad))
+// Dispatch plan with capacity. Assignments are admitted k-major (every token's
+// first choice before any second choice), tokens in order within a k, while
+// the expert has fewer than `capacity` rows (capacity <= 0: dropless).
+// row_map [N,K] I32: row of the assignment in the permuted buffer, -1 if dropped.
+// offsets [E+1] I32: rows of expert e are [offsets[e], offsets[e+1]); offsets[E] = kept total.
+TRAINER_OP(device, void, moe_dispatch_plan,
+           (Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity),
+           (row_map, offsets, topk_idx, num_experts, capacity))
+
+// ---- mixture of experts: permutation ---------------------------------------
+// xp[row_map[n,k],:] = x[n,:]; rows >= offsets[E] are zeroed. xp [N*K,C].
+TRAINER_OP(device, void, moe_permute, (Tensor xp, Tensor x, Tensor row_map), (xp, x, row_map))
+// dx[n,:] (+=) sum_k dxp[row_map[n,k],:] over kept assignments.
+TRAINER_OP(device, void, moe_permute_backward, (Tensor dx, Tensor dxp, Tensor row_map),
+           (dx, dxp, row_map))
+// y[n,:] = sum over kept k of topk_w[n,k] * yp[row_map[n,k],:] (overwrite).
+TRAINER_OP(device, void, moe_unpermute, (Tensor y, Tensor yp, Tensor row_map, Tensor topk_w),
+           (y, yp, row_map, topk_w))
+// dyp[row,:] = topk_w[n,k] * dy[n,:] for kept rows, 0 elsewhere;
+// dtopk_w[n,k] = dot(dy[n,:], yp[row,:]) for kept, 0 for dropped (may be empty).
+TRAINER_OP(device, void, moe_unpermute_backward,
+           (Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Tensor row_map, Tensor topk_w),
+           (dyp, dtopk_w, dy, yp, row_map, topk_w))
+
+// ---- mixture of experts: grouped linear ------------------------------------
+// Per-expert linear over row groups: for rows r in [offsets[e], offsets[e+1]),
+// out[r,:] = inp[r,:] @ weight[e]^T. weight [E,OC,IC]; rows >= offsets[E] zeroed.
+TRAINER_OP(device, void, grouped_linear_forward,
+           (Tensor out, Tensor inp, Tensor weight, Tensor offsets), (out, inp, weight, offsets))
+// dinp overwrite (rows >= offsets[E] zeroed), dweight (+=); either may be empty.
+TRAINER_OP(device, void, grouped_linear_backward,
+           (Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor offsets),
+           (dinp, dweight, dout, inp, weight, offsets))
+
+// ---- optimizer (AdamWStep: kernels/ops.h) -----------------------------------
+// PyTorch AdamW order: p *= 1 - lr*wd; m,v updated;
+// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). param, m, v F32.
+TRAINER_OP(device, void, adamw_update, (Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s),
+           (param, grad, m, v, s))
+// Mixed precision: the update runs on the fp32 master copy (same order as
+// adamw_update) and writes the rounded result into param (BF16/F16/F32), in
+// one pass; grad may be BF16/F16/F32.
+TRAINER_OP(device, void, adamw_update_master,
+           (Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWStep& s),
+           (param, master, grad, m, v, s))
+// The update of a whole list of tensors at once, for every i:
+//   adamw_update_master(params[i], masters[i], grads[i], ms[i], vs[i], s with
+//   weight_decay = weight_decays[i])   (s.weight_decay is not used)
+// with bit-identical results. params[i] may be masters[i] itself (F32): that
+// is adamw_update of masters[i]. All lists have one entry per tensor; tensors
+// without elements are skipped; no two arrays of the call may overlap. The
+// CUDA backend runs it in one launch per (param dtype, grad dtype) pair
+// present (usually one) instead of one per tensor; the CPU runs the list in
+// order.
+TRAINER_OP(device, void, adamw_update_master_multi,
+           (const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+            const std::vector<Tensor>& grads, const std::vector<Tensor>& ms,
+            const std::vector<Tensor>& vs, const std::vector<float>& weight_decays,
+            const AdamWStep& s),
+           (params, masters, grads, ms, vs, weight_decays, s))
