@@ -18,7 +18,10 @@ std::unordered_map<std::string, Tensor> by_name(const std::vector<TensorSpec>& s
 }  // namespace
 
 std::vector<TensorSpec> activation_specs(const ModelDims& d) {
-  const int64_t N = d.N(), C = d.C, FF = d.F;
+  // R: this rank's token rows of the residual stream (N / tp under sequence
+  // parallelism), where norms and residual adds run; the norm outputs feed
+  // column-parallel linears and hold the whole sequence.
+  const int64_t N = d.N(), R = d.rows(), C = d.C, FF = d.F;
   std::vector<TensorSpec> s;
   // Activations use the storage type; statistics read back or reduced
   // across tokens stay F32; indices are I32.
@@ -29,19 +32,19 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
   if (!d.llama) add("pos_ids", {N}, DType::I32);
   for (int64_t i = 0; i < d.L; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    add(p + "x_in", {N, C}, A);
+    add(p + "x_in", {R, C}, A);
     add(p + "h1", {N, C}, A);
-    if (!d.llama) add(p + "mean1", {N}, F);
-    add(p + "rstd1", {N}, F);
+    if (!d.llama) add(p + "mean1", {R}, F);
+    add(p + "rstd1", {R}, F);
     add(p + "q", {d.B, d.T, d.Hq, d.D}, A);
     add(p + "k", {d.B, d.T, d.Hkv, d.D}, A);
     add(p + "v", {d.B, d.T, d.Hkv, d.D}, A);
     add(p + "o", {N, d.Hq * d.D}, A);
     add(p + "lse", {d.B, d.Hq, d.T}, F);
-    add(p + "x_mid", {N, C}, A);
+    add(p + "x_mid", {R, C}, A);
     add(p + "h2", {N, C}, A);
-    if (!d.llama) add(p + "mean2", {N}, F);
-    add(p + "rstd2", {N}, F);
+    if (!d.llama) add(p + "mean2", {R}, F);
+    add(p + "rstd2", {R}, F);
     if (d.moe_layer(i)) {
       const int64_t NK = N * d.K;
       add(p + "rlogits", {N, d.E}, A);
@@ -62,15 +65,15 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
       add(p + "act", {N, FF}, A);
     }
   }
-  add("x_final", {N, C}, A);
+  add("x_final", {R, C}, A);
   add("hf", {N, C}, A);
-  if (!d.llama) add("meanf", {N}, F);
-  add("rstdf", {N}, F);
+  if (!d.llama) add("meanf", {R}, F);
+  add("rstdf", {R}, F);
   add("logits", {N, d.V}, A);
   add("losses", {N}, F);
   if (d.E > 0) add("moe_out", {N, C}, A);
   // The residual-stream gradient at the stage boundary (model/transformer.h).
-  add("dx", {N, C}, A);
+  add("dx", {R, C}, A);
   return s;
 }
 
@@ -80,6 +83,11 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
   auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
   const DType A = d.act;
   add("dh", {N, C}, A);
+  // Sequence parallelism: a whole-sequence [N, C] buffer (model/tensor_parallel.h).
+  if (d.sp) add("tp_full", {N, C}, A);
+  // Vocabulary-parallel cross-entropy: every rank's per-token (max, sum-exp,
+  // target logit) of its vocabulary shard, gathered.
+  if (d.tp > 1 && d.has_head) add("ce_stats", {int64_t(d.tp), N, 3}, DType::F32);
   add("dq", {d.B, d.T, d.Hq, d.D}, A);
   add("dk", {d.B, d.T, d.Hkv, d.D}, A);
   add("dv", {d.B, d.T, d.Hkv, d.D}, A);
@@ -169,6 +177,8 @@ GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
   GradScratch g;
   g.dres = get("dres");
   g.dh = get("dh");
+  g.tp_full = get("tp_full");
+  g.ce_stats = get("ce_stats");
   g.dq = get("dq");
   g.dk = get("dk");
   g.dv = get("dv");

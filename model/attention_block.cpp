@@ -3,9 +3,11 @@
 
 namespace trainer {
 
-void attention_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights& w, LayerActs& a, Tensor x_out) {
+void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a,
+                             Tensor x_out) {
   const int64_t N = d.N();
-  norm_forward(d, a.h1, a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
+  norm_forward(d, own_rows(d, tp, a.h1), a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
+  column_input(d, tp, a.h1);
   ops::linear_forward(a.q.view({N, d.Hq * d.D}), a.h1, w.wq, w.bq);
   ops::linear_forward(a.k.view({N, d.Hkv * d.D}), a.h1, w.wk, w.bk);
   ops::linear_forward(a.v.view({N, d.Hkv * d.D}), a.h1, w.wv, w.bv);
@@ -16,16 +18,19 @@ void attention_block_forward(const ModelDims& d, Communicator& tp, const LayerWe
     ops::rope_forward(a.k, a.k, d.rope_theta, 0);
   }
   ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
-  ops::linear_forward(x_out, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
-  sum_over_tp(tp, x_out);
+  const Tensor y = row_partial(d, tp, x_out);
+  ops::linear_forward(y, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
+  row_output(d, tp, x_out, y);
   ops::add_inplace(x_out, a.x_in);
 }
 
-void attention_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights& w, const LayerWeights& gw,
-                              const LayerActs& a, GradScratch& g) {
+void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
+                              const LayerWeights& gw, const LayerActs& a, GradScratch& g) {
   const int64_t N = d.N();
+  // The whole sequence's output gradient (g.dres holds this rank's rows under sp).
+  const Tensor dy = row_output_grad(d, tp, g.dres);
   // Input gradients: d out -> d o -> d q, k, v -> d h1 (partial over tp heads).
-  ops::linear_backward(g.dout, {}, {}, g.dres, a.o, w.wo, false);
+  ops::linear_backward(g.dout, {}, {}, dy, a.o, w.wo, false);
   ops::attention_backward(g.dq, g.dk, g.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
                           a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
   if (d.llama) {
@@ -36,14 +41,13 @@ void attention_block_backward(const ModelDims& d, Communicator& tp, const LayerW
   ops::linear_backward(g.dh, {}, {}, dq, a.h1, w.wq, false);
   ops::linear_backward(g.dh, {}, {}, dk, a.h1, w.wk, true);
   ops::linear_backward(g.dh, {}, {}, dv, a.h1, w.wv, true);
-  sum_over_tp(tp, g.dh);
-  // Weight gradients, from the same gradients (g.dres is still the block's output gradient).
-  ops::linear_backward({}, gw.wo, gw.bo, g.dres, a.o, w.wo, false);
+  const Tensor dh = column_input_grad(d, tp, g.dh);
+  // Weight gradients, from the same gradients (dy is still the block's output gradient).
+  ops::linear_backward({}, gw.wo, gw.bo, dy, a.o, w.wo, false);
   ops::linear_backward({}, gw.wq, gw.bq, dq, a.h1, w.wq, false);
   ops::linear_backward({}, gw.wk, gw.bk, dk, a.h1, w.wk, false);
   ops::linear_backward({}, gw.wv, gw.bv, dv, a.h1, w.wv, false);
-  norm_backward(d, g.dres, gw.attn_norm_w, gw.attn_norm_b, g.dh, a.x_in, w.attn_norm_w, a.mean1,
-                a.rstd1);
+  norm_backward(d, g.dres, gw.attn_norm_w, gw.attn_norm_b, dh, a.x_in, w.attn_norm_w, a.mean1, a.rstd1);
 }
 
 }  // namespace trainer

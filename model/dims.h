@@ -32,7 +32,25 @@ struct ModelDims {
   // first stage and the head when it is the last. One process: all of it.
   int64_t first_layer = 0, model_layers = 0;
   bool has_embedding = true, has_head = true;
+  // Tensor parallelism (model/tensor_parallel.h): tp ranks split heads, FFN
+  // columns and the vocabulary. The vocabulary is padded to a multiple of
+  // tp: this instance holds vocabulary rows [V_offset, V_offset + V), of
+  // which the ids below vocab_size are real (rows past it are padding that
+  // no id reaches and no logit counts). With sp the residual stream, norms
+  // and residual adds hold only this rank's N / tp token rows.
+  int tp = 1;
+  bool sp = false;
+  int64_t vocab_size = 0;  // the model's real vocabulary (0: V)
+  int64_t V_offset = 0;
   int64_t N() const { return B * T; }
+  // Token rows of the residual stream on this rank (N / tp under sp).
+  int64_t rows() const { return sp ? N() / tp : N(); }
+  int64_t vocab() const { return vocab_size > 0 ? vocab_size : V; }
+  // Real (non-padding) vocabulary rows this instance holds.
+  int64_t V_valid() const {
+    const int64_t v = vocab() - V_offset;
+    return v < 0 ? 0 : (v < V ? v : V);
+  }
   int64_t layers_total() const { return model_layers > 0 ? model_layers : L; }
   int64_t experts_here() const { return E_local > 0 ? E_local : E; }
   // i counts this instance's layers; MoE placement follows the global index.

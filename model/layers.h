@@ -3,11 +3,14 @@
 // (x_out = x + f(norm(x))); each backward adds f's contribution to the residual
 // gradient g.dres in place and accumulates parameter gradients.
 //
-// Tensor parallelism: a block receives its tensor-parallel group. Heads and
-// FFN columns are split (column-parallel in, row-parallel out), so the
-// row-parallel output and the gradient reaching the norm are partial sums
-// over the group (sum_over_tp); a group of one sums nothing. A row-parallel
-// bias is added by tp rank 0 only, so the sum adds it once.
+// Tensor parallelism (model/tensor_parallel.h): a block receives its
+// tensor-parallel group. Heads and FFN columns are split (column-parallel
+// in, row-parallel out), and the communication regions sum the row-parallel
+// output and the gradient reaching the norm over the group; a group of one
+// sums nothing. A row-parallel bias is added by tp rank 0 only, before the
+// sum, so it is added once. Under sequence parallelism the residual stream
+// (x_in, x_mid, the block output, g.dres) holds this rank's token rows only,
+// the norm outputs h1 / h2 the whole sequence (gathered).
 //
 // Each backward computes the input gradients first (the chain towards the
 // residual stream), then the weight gradients from the same gradients, then
@@ -15,10 +18,10 @@
 // set of calls that a pipeline schedule can later move.
 #pragma once
 
-#include "comm/communicator.h"
 #include "model/activations.h"
 #include "model/dims.h"
 #include "model/params.h"
+#include "model/tensor_parallel.h"
 
 namespace trainer {
 
@@ -28,22 +31,19 @@ void norm_forward(const ModelDims& d, Tensor out, Tensor mean, Tensor rstd, Tens
 void norm_backward(const ModelDims& d, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x,
                    Tensor w, Tensor mean, Tensor rstd);
 
-// In place over the tensor-parallel group (nothing for a group of one).
-void sum_over_tp(Communicator& tp, Tensor t);
-
-void attention_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
-void attention_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights& w, const LayerWeights& gw,
+void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
+void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
                               const LayerActs& a, GradScratch& g);
 
-void mlp_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
-void mlp_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights& w, const LayerWeights& gw,
+void mlp_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
+void mlp_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
                         const LayerActs& a, GradScratch& g);
 
 // moe_out is a [N,C] combine buffer shared by all MoE layers.
-void moe_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights& w, LayerActs& a, Tensor moe_out,
+void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor moe_out,
                        Tensor x_out);
 // aux_grad: d loss / d aux of this layer.
-void moe_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights& w, const LayerWeights& gw,
+void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
                         const LayerActs& a, GradScratch& g, float aux_grad);
 
 }  // namespace trainer

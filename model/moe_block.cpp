@@ -6,9 +6,15 @@ namespace trainer {
 // Experts see only their own rows of the permuted buffer; grouped linears keep
 // every expert's matmul in one op so a GPU backend can run them as one
 // grouped GEMM without reading the offsets back to the host.
-void moe_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights& w, LayerActs& a, Tensor moe_out,
-                       Tensor x_out) {
-  norm_forward(d, a.h2, a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
+//
+// Under tensor parallelism every tp rank routes the whole sequence with the
+// same (replicated) router, so all ranks agree on the dispatch; each expert's
+// FFN is split over tp like the dense FFN (column-parallel in, row-parallel
+// out), which makes the combined output a row output.
+void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a,
+                       Tensor moe_out, Tensor x_out) {
+  norm_forward(d, own_rows(d, tp, a.h2), a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
+  column_input(d, tp, a.h2);
   ops::linear_forward(a.rlogits, a.h2, w.router, {});
   ops::moe_route_forward(a.probs, a.topk_idx, a.topk_w, a.rlogits, d.normalize_topk);
   ops::moe_aux_loss_forward(a.aux, a.probs, a.topk_idx);
@@ -24,15 +30,21 @@ void moe_block_forward(const ModelDims& d, Communicator& tp, const LayerWeights&
     ops::gelu_forward(a.eact, a.e1);
     ops::grouped_linear_forward(a.yp, a.eact, w.e_proj, a.offsets);
   }
+  // moe_out: the whole sequence's partial combine; summed into this rank's rows.
   ops::moe_unpermute(moe_out, a.yp, a.row_map, a.topk_w);
-  sum_over_tp(tp, moe_out);  // experts' FFN columns split over tp
-  ops::add(x_out, a.x_mid, moe_out);
+  const Tensor mine = own_rows(d, tp, moe_out);
+  row_output(d, tp, mine, moe_out);
+  ops::add(x_out, a.x_mid, mine);
 }
 
-void moe_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights& w, const LayerWeights& gw,
+void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
                         const LayerActs& a, GradScratch& g, float aux_grad) {
+  const Tensor dy = row_output_grad(d, tp, g.dres);
   // Input gradients (layers.h): combine -> experts -> dispatch -> d h2.
-  ops::moe_unpermute_backward(g.dyp, g.dtopk_w, g.dres, a.yp, a.row_map, a.topk_w);
+  ops::moe_unpermute_backward(g.dyp, g.dtopk_w, dy, a.yp, a.row_map, a.topk_w);
+  // Each rank's yp holds its part of the experts' columns: the combine
+  // weights' gradient dot(dy, yp) is a partial sum too.
+  sum_over_tp(tp, g.dtopk_w);
   if (d.llama) {
     ops::grouped_linear_backward(g.deact, {}, g.dyp, a.eact, w.e_down, a.offsets);
     ops::swiglu_backward(g.de1, g.de2, g.deact, a.e1, a.e2);
@@ -46,10 +58,12 @@ void moe_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights
   }
   ops::fill(g.dh, 0.f);
   ops::moe_permute_backward(g.dh, g.dxp, a.row_map);
-  sum_over_tp(tp, g.dh);  // before the router's part, which every tp rank computes whole
+  // Summed over tp before the router's part, which every tp rank computes
+  // whole (for its own rows under sp).
+  const Tensor dh = column_input_grad(d, tp, g.dh);
   ops::moe_route_backward(g.drlogits, g.dtopk_w, a.probs, a.topk_idx, a.topk_w, d.normalize_topk,
                           aux_grad);
-  ops::linear_backward(g.dh, {}, {}, g.drlogits, a.h2, w.router, true);
+  ops::linear_backward(dh, {}, {}, own_rows(d, tp, g.drlogits), own_rows(d, tp, a.h2), w.router, true);
   // Weight gradients.
   if (d.llama) {
     ops::grouped_linear_backward({}, gw.e_down, g.dyp, a.eact, w.e_down, a.offsets);
@@ -60,8 +74,7 @@ void moe_block_backward(const ModelDims& d, Communicator& tp, const LayerWeights
     ops::grouped_linear_backward({}, gw.e_fc, g.de1, a.xp, w.e_fc, a.offsets);
   }
   ops::linear_backward({}, gw.router, {}, g.drlogits, a.h2, w.router, false);
-  norm_backward(d, g.dres, gw.mlp_norm_w, gw.mlp_norm_b, g.dh, a.x_mid, w.mlp_norm_w, a.mean2,
-                a.rstd2);
+  norm_backward(d, g.dres, gw.mlp_norm_w, gw.mlp_norm_b, dh, a.x_mid, w.mlp_norm_w, a.mean2, a.rstd2);
 }
 
 }  // namespace trainer

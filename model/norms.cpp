@@ -19,8 +19,4 @@ void norm_backward(const ModelDims& d, Tensor dx, Tensor dw, Tensor db, Tensor d
     ops::layernorm_backward(dx, dw, db, dout, x, w, mean, rstd);
 }
 
-void sum_over_tp(Communicator& tp, Tensor t) {
-  if (tp.size() > 1) tp.all_reduce(t);
-}
-
 }  // namespace trainer

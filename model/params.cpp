@@ -11,6 +11,16 @@ bool ParamInfo::expert() const {
   return std::find(cuts.begin(), cuts.end(), Cut::EP) != cuts.end();
 }
 
+bool ParamInfo::tp_split() const {
+  return std::find(cuts.begin(), cuts.end(), Cut::TP) != cuts.end();
+}
+
+int64_t ParamInfo::box_numel() const {
+  int64_t n = 1;
+  for (int64_t d : box_shape) n *= d;
+  return n;
+}
+
 std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
   std::vector<ParamInfo> out;
   const float std0 = float(init_std);
@@ -24,6 +34,7 @@ std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
     p.spec = {std::move(name), shape, d.act};
     p.cuts = std::move(cuts);
     p.global_shape = shape;
+    p.box_shape = shape;
     p.offset.assign(shape.size(), 0);
     p.init = init;
     p.init_std = sd;
@@ -83,6 +94,29 @@ std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
       mat("tok_embed.weight", {d.V, d.C}, {TP, N}, std0);
   }
   return out;
+}
+
+void for_each_global_run(const ParamInfo& p, int64_t begin, int64_t count,
+                         const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  const auto& shape = p.spec.shape;
+  const size_t nd = shape.size();
+  if (p.global_shape.size() != nd || p.offset.size() != nd || p.box_shape.size() != nd)
+    throw std::logic_error("for_each_global_run: '" + p.spec.name + "' has no global placement");
+  const int64_t end = std::min(begin + count, p.box_numel());
+  if (nd == 0 || begin >= end) return;
+  const int64_t row = shape[nd - 1];
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t r = begin / row; r * row < end; ++r) {
+    int64_t rest = r;
+    for (size_t k = nd - 1; k-- > 0;) {
+      idx[k] = rest % shape[k];
+      rest /= shape[k];
+    }
+    int64_t g = 0;
+    for (size_t k = 0; k < nd; ++k) g = g * p.global_shape[k] + p.offset[k] + (k + 1 < nd ? idx[k] : 0);
+    const int64_t lo = std::max(begin, r * row), hi = std::min(end, (r + 1) * row);
+    fn(lo, g + (lo - r * row), hi - lo);
+  }
 }
 
 std::vector<TensorSpec> specs_of(const std::vector<ParamInfo>& params) {
@@ -189,6 +223,14 @@ void normal_pair(uint64_t s0, uint64_t j, double& a, double& b) {
 
 void initial_values(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t count, float* out) {
   if (count <= 0) return;
+  // Padding rows (past the box along dimension 0) start and stay zero.
+  const int64_t inside = p.box_shape.size() == p.spec.shape.size() ? p.box_numel() : p.spec.numel();
+  if (begin + count > inside) {
+    const int64_t from = std::max(begin, inside);
+    std::fill(out + (from - begin), out + count, 0.f);
+    count = from - begin;
+    if (count <= 0) return;
+  }
   if (p.init != Init::Normal) {
     std::fill(out, out + count, p.init == Init::Ones ? 1.f : 0.f);
     return;

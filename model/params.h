@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,12 +27,17 @@ struct ParamInfo {
   TensorSpec spec;                    // this instance's slice (local shape)
   std::vector<Cut> cuts;              // per dimension
   // Where the slice sits in the global tensor (model/sharding.h fills these;
-  // parameter_list leaves global = local, offset 0).
-  std::vector<int64_t> global_shape, offset;
+  // parameter_list leaves global = local, offset 0). box_shape is the part of
+  // the local tensor inside the global one: the local shape, except for the
+  // last tensor-parallel rank of a vocabulary that tp does not divide, whose
+  // trailing rows are padding (zero, never saved: see V_valid in dims.h).
+  std::vector<int64_t> global_shape, offset, box_shape;
   Init init = Init::Normal;
   float init_std = 0.f;
   bool decay = true;     // norms and biases are exempt
   bool expert() const;   // cut along EP: reduced over the expert-data-parallel group
+  bool tp_split() const; // some dimension is cut along TP
+  int64_t box_numel() const;  // elements inside the global tensor (the rest is padding)
 };
 
 // The parameters of a model instance of dims `d` (for a pipeline stage: its
@@ -39,6 +45,12 @@ struct ParamInfo {
 // of a tied embedding there), in unit order (model/units.h).
 std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std);
 std::vector<TensorSpec> specs_of(const std::vector<ParamInfo>& params);
+
+// Where elements [begin, begin + count) of p's local slice (row-major) sit
+// in the global tensor: fn(local index, global flat index, run length) for
+// each run, in order; padding elements (past the box) are left out.
+void for_each_global_run(const ParamInfo& p, int64_t begin, int64_t count,
+                         const std::function<void(int64_t, int64_t, int64_t)>& fn);
 int64_t parameter_count(const std::vector<ParamInfo>& params);
 
 struct LayerWeights {

@@ -60,7 +60,7 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
   const int tp = mesh.tp, ep = mesh.ep;
   need_divisible(global.Hq, tp, "model.n_heads", "parallel.tp");
   need_divisible(global.Hkv, tp, "model.n_kv_heads", "parallel.tp");
-  need_divisible(global.V, tp, "model.vocab_size", "parallel.tp");
+  // The vocabulary need not divide: it is padded to a multiple of tp (below).
   bool any_dense = false;
   for (int64_t i = 0; i < global.L; ++i) any_dense |= !global.moe_layer(i);
   if (any_dense) need_divisible(global.F, tp, "model.d_ff", "parallel.tp");
@@ -89,7 +89,11 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
   d.Hq /= tp;
   d.Hkv /= tp;
   d.F /= tp;
-  d.V /= tp;
+  d.tp = tp;
+  d.sp = plan.sp;
+  d.vocab_size = global.vocab();
+  d.V = (global.vocab() + tp - 1) / tp;  // padded: the last rank's trailing rows are padding
+  d.V_offset = d.V * at.tp;
   if (global.E > 0) {
     d.E_local = global.E / ep;  // the router still scores every expert
     d.Fm /= tp;
@@ -117,6 +121,12 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
       const int index = p.cuts[k] == Cut::TP ? at.tp : p.cuts[k] == Cut::EP ? plan.ep_rank : 0;
       p.global_shape[k] = shape[k] * parts;
       p.offset[k] = shape[k] * index;
+      p.box_shape[k] = shape[k];
+    }
+    // Vocabulary rows: the real vocabulary, of which this rank holds V_valid.
+    if (p.spec.name == "tok_embed.weight" || p.spec.name == "lm_head.weight") {
+      p.global_shape[0] = global.vocab();
+      p.box_shape[0] = d.V_valid();
     }
     auto it = global_shapes.find(p.spec.name);
     if (it == global_shapes.end() || it->second != p.global_shape)
@@ -134,10 +144,11 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
     ParamPlacement& pl = plan.placement[i];
     const std::string& name = p.spec.name;
     pl.group = p.expert() ? GradGroup::Edp : GradGroup::DpCp;
-    const bool tp_whole = std::find(p.cuts.begin(), p.cuts.end(), Cut::TP) == p.cuts.end();
-    // Sequence-parallel activations reach everything inside the layers and
-    // the final norm; the embedding tables see the full sequence.
-    pl.tp_sum = plan.sp && tp_whole && !p.expert() && (starts_with(name, "layers.") || starts_with(name, "final_norm."));
+    // Under sequence parallelism only the norms see this rank's token rows
+    // alone; every other tensor whole on each tp rank (row biases, the
+    // router, position table) gets its gradient from full-sequence
+    // (gathered) inputs, identical on every tp rank.
+    pl.tp_sum = plan.sp && !p.tp_split() && name.find("norm.") != std::string::npos;
     if (starts_with(name, "layers."))
       pl.stages = {at.pp};
     else if (name == "tok_embed.weight" && global.tied && mesh.pp > 1)
@@ -147,7 +158,10 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
     else
       pl.stages = {last};
     pl.tie_sum = pl.stages.size() > 1;
-    pl.saved = pl.stages.front() == at.pp;  // the first stage's copy of a tied table
+    // One copy of identical replicas is saved and counted in the gradient
+    // norm: the first stage's copy of a tied table, tp rank 0's copy of a
+    // tensor tp does not cut.
+    pl.saved = pl.stages.front() == at.pp && (p.tp_split() || at.tp == 0);
   }
   return plan;
 }

@@ -15,6 +15,11 @@
 // activations (norms, the row-parallel biases, the router) are summed over
 // tp; with pipeline stages a tied embedding lives on the first and the last
 // stage, whose two copies are summed over that pair.
+//
+// Sequence parallelism changes only the norms: they run on this rank's token
+// rows, so their weight gradients are partial sums over tp. Row-parallel
+// biases, the router and the position table see full-sequence (gathered)
+// gradients and need no tp sum.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +35,12 @@ namespace trainer {
 
 struct ParamPlacement {
   GradGroup group = GradGroup::DpCp;
-  bool tp_sum = false;     // also summed over tp (sequence parallelism)
+  bool tp_sum = false;     // also summed over tp (sequence parallelism: the norms)
   bool tie_sum = false;    // also summed with the other pipeline end (tied embedding)
-  bool saved = true;       // this copy goes into checkpoints (one copy of a tied table)
+  // This copy is the one of its identical replicas that goes into
+  // checkpoints and counts in the gradient norm (the first stage's copy of a
+  // tied table, tp rank 0's copy of a tensor tp does not cut).
+  bool saved = true;
   std::vector<int> stages; // pipeline stages holding a copy
   int unit = 0;            // ZeRO unit (model/units.h)
 };

@@ -70,7 +70,15 @@ ActivationSlot& slot_of(Model& m, int64_t mb) {
   throw std::logic_error("micro-batch " + std::to_string(mb) + " holds no activation slot (acquire_activations first)");
 }
 
-Communicator& tp_of(Model& m) { return m.tp ? *m.tp : solo_tp(model_device(m)); }
+TensorParallel tp_of(Model& m) {
+  TensorParallel tp;
+  tp.group = m.tp ? m.tp : &solo_tp(model_device(m));
+  tp.full = m.g.tp_full;
+  if (tp.size() != m.dims.tp)
+    throw std::logic_error("the model is split for tp=" + std::to_string(m.dims.tp) + ", its tensor-parallel group " +
+                           tp.comm().describe() + " has " + std::to_string(tp.size()) + " rank(s)");
+  return tp;
+}
 
 }  // namespace
 
@@ -82,6 +90,7 @@ void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelS
   const ModelDims& d = plan.local;
   m.dims = d;
   m.params = plan.params;
+  m.placement = plan.placement;
   m.units = plan.units;
   m.unit_index = unit_index(d, m.units);
   const auto& units = m.units;
@@ -141,15 +150,21 @@ void embedding_forward(Model& m, const MicroBatch& mb) {
   const int u = m.unit_index.embedding;
   if (u < 0) throw std::logic_error("embedding_forward: this pipeline stage holds no embedding");
   if (m.hooks) m.hooks->forward_begin(m, u, mb);
+  const TensorParallel tp = tp_of(m);
   const Tensor x0 = stage_input(m, mb.id);
-  ops::embedding_forward(x0, a.ids, m.w.tok_embed, false);
-  if (!d.llama) ops::embedding_forward(x0, a.pos_ids, m.w.pos_embed, true);
+  // Vocabulary-parallel: each tp rank looks up the ids of its vocabulary
+  // shard (zero rows for the others), so the whole sequence's output is a
+  // partial sum over tp: a row output. tp rank 0 adds the positions, once.
+  const Tensor y = row_partial(d, tp, x0);
+  ops::embedding_forward(y, a.ids, m.w.tok_embed, false, d.V_offset, d.vocab());
+  if (!d.llama && tp.rank() == 0) ops::embedding_forward(y, a.pos_ids, m.w.pos_embed, true, 0, d.max_seq);
+  row_output(d, tp, x0, y);
 }
 
 double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t count) {
   const ModelDims& d = m.dims;
   Activations& a = activations_of(m, mb.id);
-  Communicator& tp = tp_of(m);
+  const TensorParallel tp = tp_of(m);
   double aux = 0;
   for (int64_t i = first; i < first + count; ++i) {
     LayerActs& la = a.layers[size_t(i)];
@@ -174,10 +189,25 @@ ForwardResult head_forward(Model& m, const MicroBatch& mb, float ce_grad_scale) 
   const int u = m.unit_index.head;
   if (u < 0) throw std::logic_error("head_forward: this pipeline stage holds no head");
   if (m.hooks) m.hooks->forward_begin(m, u, mb);
-  norm_forward(d, a.hf, a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
+  const TensorParallel tp = tp_of(m);
+  norm_forward(d, own_rows(d, tp, a.hf), a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
+  column_input(d, tp, a.hf);
+  // logits [N, V / tp]: this rank's vocabulary shard; no rank holds all of them.
   ops::linear_forward(a.logits, a.hf, m.w.lm_head, {});
-  ops::cross_entropy_forward_backward(a.losses, ce_grad_scale > 0 ? a.logits : Tensor{}, a.logits,
-                                      a.targets, ce_grad_scale);
+  const Tensor dlogits = ce_grad_scale > 0 ? a.logits : Tensor{};
+  if (tp.size() == 1) {
+    ops::cross_entropy_forward_backward(a.losses, dlogits, a.logits, a.targets, ce_grad_scale);
+  } else {
+    // Per token (max, sum-exp, target logit) of each shard, gathered, give
+    // every rank the whole vocabulary's log-sum-exp: one all-gather of 3
+    // floats per token and rank instead of the logits.
+    const Tensor all = m.g.ce_stats;
+    const Tensor mine = all.view({int64_t(tp.size()), d.N() * 3}).slice0(tp.rank(), tp.rank() + 1).view({d.N(), 3});
+    ops::cross_entropy_partial_stats(mine, a.logits, a.targets, d.V_offset, d.V_valid(), d.vocab());
+    tp.comm().all_gather(all, mine);
+    ops::cross_entropy_vocab_parallel(a.losses, dlogits, a.logits, a.targets, all, d.V_offset, d.V_valid(),
+                                      ce_grad_scale);
+  }
   ForwardResult r;
   r.loss_sum = ops::sum(a.losses);
   return r;
@@ -192,10 +222,12 @@ void head_backward(Model& m, const MicroBatch& mb) {
   if (u < 0) throw std::logic_error("head_backward: this pipeline stage holds no head");
   // a.logits holds d loss / d logits (written by the fused cross-entropy).
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
+  const TensorParallel tp = tp_of(m);
   ops::linear_backward(g.dh, {}, {}, a.logits, a.hf, m.w.lm_head, false);
+  const Tensor dh = column_input_grad(d, tp, g.dh);  // summed over the vocabulary shards
   ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
   ops::fill(s.dx, 0.f);
-  norm_backward(d, s.dx, m.gw.final_norm_w, m.gw.final_norm_b, g.dh, a.x_final, m.w.final_norm_w, a.meanf,
+  norm_backward(d, s.dx, m.gw.final_norm_w, m.gw.final_norm_b, dh, a.x_final, m.w.final_norm_w, a.meanf,
                 a.rstdf);
   if (m.hooks) m.hooks->backward_end(m, u, mb);
 }
@@ -203,7 +235,7 @@ void head_backward(Model& m, const MicroBatch& mb) {
 void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t count, float aux_grad) {
   const ModelDims& d = m.dims;
   ActivationSlot& s = slot_of(m, mb.id);
-  Communicator& tp = tp_of(m);
+  const TensorParallel tp = tp_of(m);
   GradScratch g = m.g;
   g.dres = s.dx;
   for (int64_t i = first + count - 1; i >= first; --i) {
@@ -226,8 +258,12 @@ void embedding_backward(Model& m, const MicroBatch& mb) {
   const int u = m.unit_index.embedding;
   if (u < 0) throw std::logic_error("embedding_backward: this pipeline stage holds no embedding");
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
-  ops::embedding_backward(m.gw.tok_embed, s.acts.ids, s.dx);
-  if (!d.llama) ops::embedding_backward(m.gw.pos_embed, s.acts.pos_ids, s.dx);
+  const TensorParallel tp = tp_of(m);
+  // The whole sequence's gradient: each rank updates its vocabulary rows,
+  // and every rank the whole (replicated) position table.
+  const Tensor dy = row_output_grad(d, tp, s.dx);
+  ops::embedding_backward(m.gw.tok_embed, s.acts.ids, dy, d.V_offset, d.vocab());
+  if (!d.llama) ops::embedding_backward(m.gw.pos_embed, s.acts.pos_ids, dy, 0, d.max_seq);
   if (m.hooks) m.hooks->backward_end(m, u, mb);
 }
 

@@ -41,6 +41,7 @@ struct ActivationSlot {
 struct Model {
   ModelDims dims;                    // this rank's (local) sizes
   std::vector<ParamInfo> params;     // this rank's slices, in unit order
+  std::vector<ParamPlacement> placement;  // parallel to params (model/sharding.h)
   std::vector<UnitLayout> units;     // from the sharding plan
   UnitIndex unit_index;
   Arena param_arena, grad_arena, scratch_arena;
@@ -49,7 +50,9 @@ struct Model {
   std::vector<std::unique_ptr<ActivationSlot>> slots;
   Activations acts;                  // slot 0's activations (one micro-batch at a time)
   GradScratch g;                     // backward scratch, reused layer after layer
-  Communicator* tp = nullptr;        // tensor-parallel group (a group of one by default)
+  // Tensor-parallel group (a group of one by default); its size must be the
+  // plan's tp (model/tensor_parallel.h).
+  Communicator* tp = nullptr;
   // Called at unit boundaries (model/units.h); null for a plain replica.
   UnitHooks* hooks = nullptr;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device_memory.h"
@@ -73,8 +75,11 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dense, Communica
                              const AdamWConfig& cfg)
     : m_(m), stage_(stage), dense_(dense), expert_(expert), host_(host), cfg_(cfg) {
   if (stage < 0 || stage > 3) throw std::invalid_argument("parallel.zero_stage must be 0, 1, 2 or 3");
-  if (host.size() != dense.size() || host.rank() != dense.rank())
-    throw std::logic_error("ZeroOptimizer: the host group must be the data-parallel group");
+  if (m.placement.size() != m.params.size())
+    throw std::logic_error("ZeroOptimizer: the model has no placement for its parameters (build_model from a plan)");
+  if (host.size() < dense.size())
+    throw std::logic_error("ZeroOptimizer: the host group (" + host.describe() +
+                           ") must hold every rank of the job, at least the data-parallel group " + dense.describe());
   const Device dev = model_device(m);
   elem_ = dtype_size(m.dims.act);
   mixed_ = needs_master_weights(m.params);
@@ -334,11 +339,26 @@ void ZeroOptimizer::backward_begin(Model&, int unit, const MicroBatch&) {
     for (int u : need) open_grads(u);
 }
 
+// Sequence parallelism leaves the norms' gradients partial over tp: summed
+// before the data-parallel reduction, at the same point of the step on every
+// tp rank (units come in backward order everywhere).
+void ZeroOptimizer::sum_over_tp(int unit, bool bound) {
+  const UnitLayout& u = units_[size_t(unit)];
+  for (int p = u.first; p < u.end; ++p) {
+    if (!m_.placement[size_t(p)].tp_sum) continue;
+    if (!m_.tp) throw std::logic_error("ZeRO: '" + m_.params[size_t(p)].spec.name + "' is summed over tp, the model has no tp group");
+    const Tensor g = bound ? *g_slots_[size_t(p)].front() : m_.grad_tensors[size_t(p)];
+    m_.tp->all_reduce(g);
+  }
+}
+
 void ZeroOptimizer::backward_end(Model&, int unit, const MicroBatch& mb) {
   if (stage_ >= 2) {
+    sum_over_tp(unit, true);
     close_grads(unit);
     return;
   }
+  if (mb.last) sum_over_tp(unit, false);
   if (shards(unit) == 1 || !mb.last || units_[size_t(unit)].bytes == 0) return;
   // Gradient accumulation synchronises only on the last micro-batch.
   if (stage_ == 0)
@@ -404,10 +424,18 @@ void ZeroOptimizer::finish_backward() {
   for (Slot* s : inflight) land(*s);
 }
 
+// Every element of the global gradient counts once: each rank sums its own
+// shard (at stage 0 the data-parallel replicas hold the same gradient and
+// rank 0 of the group counts it), of the copies tp or a tied pair hold
+// alike only the saved one, and the host group adds the ranks' sums.
 double ZeroOptimizer::grad_sum_squares() {
   double s = 0;
-  for (const ZeroPiece& p : opt_pieces_) s += ops::sum_squares(grad_view(p));
-  if (stage_ > 0 && host_.size() > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
+  for (const ZeroPiece& p : opt_pieces_) {
+    if (!m_.placement[size_t(p.param)].saved) continue;
+    if (stage_ == 0 && urank_[size_t(p.unit)] != 0) continue;
+    s += ops::sum_squares(grad_view(p));
+  }
+  if (host_.size() > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
   return s;
 }
 
@@ -438,13 +466,30 @@ void ZeroOptimizer::step(double lr, double grad_scale) {
   drop_gathered();
 }
 
-std::vector<std::vector<float>> ZeroOptimizer::gather_fp32_weights() {
-  std::vector<int64_t> off(m_.params.size() + 1, 0);
-  for (size_t i = 0; i < m_.params.size(); ++i) off[i + 1] = off[i] + m_.params[i].spec.numel();
-  std::vector<float> all(size_t(off.back()), 0.f);
-  for (const ZeroPiece& p : save_pieces_) read_to_host(fp32_weight(p), all.data() + off[size_t(p.param)] + p.begin);
-  if (host_.size() > 1) host_.all_reduce(Tensor(all.data(), DType::F32, {int64_t(all.size())}));  // pieces are disjoint
-  std::vector<std::vector<float>> out(m_.params.size());
+std::vector<std::vector<float>> ZeroOptimizer::gather_fp32_weights(const std::vector<ParamInfo>& global) {
+  std::unordered_map<std::string, size_t> index;
+  std::vector<int64_t> off(global.size() + 1, 0);
+  for (size_t i = 0; i < global.size(); ++i) {
+    index[global[i].spec.name] = i;
+    off[i + 1] = off[i] + global[i].spec.numel();
+  }
+  std::vector<float> all(size_t(off.back()), 0.f), piece;
+  // Each element comes from one rank (its saved copy, its ZeRO shard), so
+  // the sum over the host group assembles the whole model exactly.
+  for (const ZeroPiece& z : save_pieces_) {
+    const ParamInfo& p = m_.params[size_t(z.param)];
+    if (!m_.placement[size_t(z.param)].saved) continue;
+    auto it = index.find(p.spec.name);
+    if (it == index.end()) throw std::logic_error("gather_fp32_weights: '" + p.spec.name + "' is not in the model");
+    piece.resize(size_t(z.count));
+    read_to_host(fp32_weight(z), piece.data());
+    float* dst = all.data() + off[it->second];
+    for_each_global_run(p, z.begin, z.count, [&](int64_t local, int64_t g, int64_t n) {
+      std::copy(piece.begin() + (local - z.begin), piece.begin() + (local - z.begin + n), dst + g);
+    });
+  }
+  if (host_.size() > 1) host_.all_reduce(Tensor(all.data(), DType::F32, {int64_t(all.size())}));
+  std::vector<std::vector<float>> out(global.size());
   for (size_t i = 0; i < out.size(); ++i) out[i].assign(all.begin() + off[i], all.begin() + off[i + 1]);
   return out;
 }

@@ -89,8 +89,10 @@ class ZeroOptimizer final : public UnitHooks {
   Tensor fp32_weight(const ZeroPiece& p) const;
   Tensor moment_m(const ZeroPiece& p) const;
   Tensor moment_v(const ZeroPiece& p) const;
-  // Every parameter's fp32 values on every rank (collective; for sampling).
-  std::vector<std::vector<float>> gather_fp32_weights();
+  // The whole model's fp32 weights on every rank, one vector per entry of
+  // `global` (the one-process parameter list; collective over the host
+  // group, for sampling).
+  std::vector<std::vector<float>> gather_fp32_weights(const std::vector<ParamInfo>& global);
 
   void forward_begin(Model& m, int unit, const MicroBatch& mb) override;
   void backward_begin(Model& m, int unit, const MicroBatch& mb) override;
@@ -125,6 +127,7 @@ class ZeroOptimizer final : public UnitHooks {
   void open_grads(int unit);
   void close_grads(int unit);
   void land(Slot& s);
+  void sum_over_tp(int unit, bool bound);  // sequence parallelism: the norms' gradients
 
   Communicator& comm(int unit) const;
   int shards(int unit) const { return units_[size_t(unit)].shards; }

@@ -6,14 +6,19 @@ namespace trainer {
 
 DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Device device) {
   if (!launch.launched()) {
+    if (cfg.parallel.tp > 1 || cfg.parallel.pp > 1 || cfg.parallel.cp > 1 || cfg.parallel.ep > 1)
+      throw ConfigError("parallel.tp x pp x cp x ep > 1 needs one process per rank: launch the run with "
+                        "torchrun, mpirun or srun");
     solo_ = std::make_unique<SingleRankCommunicator>("dp", 0, device);
-    dp_group_ = dp_host_ = solo_.get();
+    solo_tp_ = std::make_unique<SingleRankCommunicator>("tp", 0, device);
+    dp_group_ = host_ = solo_.get();
+    tp_group_ = solo_tp_.get();
     return;
   }
   const MeshShape mesh = resolve_mesh(cfg.parallel, launch.world_size, launch.local_world_size);
-  if (mesh.tp > 1 || mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1)
-    throw ConfigError(describe(mesh) + ": only data parallelism (ZeRO stages 0-3) is wired into training so far "
-                      "(set parallel.tp, pp, cp and ep to 1)");
+  if (mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1)
+    throw ConfigError(describe(mesh) + ": pipeline, context and expert parallelism are not wired into training yet "
+                      "(set parallel.pp, cp and ep to 1; tensor and data parallelism run)");
   ProcessGroupOptions po;
   po.timeout_s = cfg.parallel.timeout_s;
   po.host_world = device == Device::CUDA;
@@ -22,12 +27,13 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     watchdog_ = std::make_unique<Watchdog>(WatchdogOptions{groups_->store().host(), groups_->store().port(), po.token,
                                                            launch.rank, launch.world_size, po.timeout_s,
                                                            abort_communicators(*groups_)});
-  dp_ = mesh.dp;
-  dp_rank_ = coords_of(mesh, launch.rank).dp;
+  mesh_ = mesh;
+  at_ = coords_of(mesh, launch.rank);
   // One process under a launcher reduces over the world (an NCCL
   // communicator of one on a GPU); the DP axis of a one-rank mesh is a copy.
-  dp_group_ = dp_ > 1 ? &groups_->group(Axis::DP) : &groups_->world();
-  dp_host_ = &groups_->host_world();  // dp == world while DP is the only axis
+  dp_group_ = mesh.world() == 1 ? &groups_->world() : &groups_->group(Axis::DP_CP);
+  tp_group_ = &groups_->group(Axis::TP);
+  host_ = &groups_->host_world();
 }
 
 void DistributedRun::finish() {

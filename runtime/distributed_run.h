@@ -1,8 +1,9 @@
 // The processes of one training job as the engine sees them: the process
-// groups and watchdog of a launched job, this rank's place in data
-// parallelism, and the two communicators ZeRO uses. One process without a
-// launcher gets single-rank communicators and no store, so the engine has no
-// separate one-process path.
+// groups and watchdog of a launched job, the mesh and this rank's place in
+// it, and the communicators the model (tensor parallel) and ZeRO (data
+// parallel, host sums) use. One process without a launcher gets
+// single-rank communicators and no store, so the engine has no separate
+// one-process path.
 #pragma once
 
 #include <memory>
@@ -19,16 +20,22 @@ class DistributedRun {
   // Builds the groups when a launcher started this process (even a single
   // one: on a GPU it then gets an NCCL communicator of one), and the
   // watchdog when there are several ranks. Throws ConfigError for layouts
-  // the engine does not train yet (tp/pp/cp/ep > 1).
+  // the engine does not train yet (pp/cp/ep > 1).
   DistributedRun(const Config& cfg, const LaunchInfo& launch, Device device);
 
-  int dp() const { return dp_; }
-  int dp_rank() const { return dp_rank_; }
+  const MeshShape& mesh() const { return mesh_; }
+  const Coords& coords() const { return at_; }
+  int dp() const { return mesh_.dp; }
+  int dp_rank() const { return at_.dp; }
   bool launched() const { return groups_ != nullptr; }
-  // Gradients and weights (NCCL on a GPU, Gloo on the CPU).
+  // Gradients and weights (NCCL on a GPU, Gloo on the CPU): the
+  // data-parallel group of this rank's tensor-parallel position.
   Communicator& dp_group() { return *dp_group_; }
-  // Host tensors (loss sums, norms, agreement flags) over the same ranks.
-  Communicator& dp_host() { return *dp_host_; }
+  // The tensor-parallel group (activations and their gradients inside the model).
+  Communicator& tp_group() { return *tp_group_; }
+  // Host tensors over every rank of the job (loss sums, the gradient norm,
+  // agreement flags).
+  Communicator& host() { return *host_; }
   Store* store() { return groups_ ? &groups_->store() : nullptr; }
   Watchdog* watchdog() { return watchdog_.get(); }
   // Stops the watchdog and waits for every rank (rank 0 serves the store).
@@ -37,10 +44,12 @@ class DistributedRun {
  private:
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<Watchdog> watchdog_;
-  std::unique_ptr<SingleRankCommunicator> solo_;
+  std::unique_ptr<SingleRankCommunicator> solo_, solo_tp_;
   Communicator* dp_group_ = nullptr;
-  Communicator* dp_host_ = nullptr;
-  int dp_ = 1, dp_rank_ = 0;
+  Communicator* tp_group_ = nullptr;
+  Communicator* host_ = nullptr;
+  MeshShape mesh_;
+  Coords at_;
 };
 
 }  // namespace trainer

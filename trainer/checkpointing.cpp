@@ -1,7 +1,10 @@
 #include "trainer/checkpointing.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
+#include "config/config_schema.h"
 #include "core/device_memory.h"
 
 namespace trainer {
@@ -10,21 +13,27 @@ namespace {
 
 constexpr const char* kKinds[] = {"model/", "optim/m/", "optim/v/"};
 
-// A ZeRO piece: elements [begin, begin + count) of the whole, unsplit
-// tensor; the whole tensor when it holds all of them.
-SliceSpec piece_slice(const ParamInfo& p, int64_t begin, int64_t count) {
-  SliceSpec s = SliceSpec::whole(p.spec.shape);
-  if (begin == 0 && count == p.spec.numel()) return s;
-  return s.flat_range(begin, begin + count);
+// Elements [begin, begin + count) of this rank's slice of a parameter, in
+// global terms: the slice's box in the global tensor (a tensor-parallel
+// block of rows or columns, or all of it), and the ZeRO piece's flat range
+// of that box when it does not hold the whole box. Padding past the box (a
+// vocabulary tp does not divide) is left out: the count shrinks, possibly
+// to nothing.
+SliceSpec piece_slice(const ParamInfo& p, int64_t begin, int64_t& count) {
+  const SliceSpec box = SliceSpec::box(p.global_shape, p.offset, p.box_shape);
+  count = std::max<int64_t>(0, std::min(begin + count, p.box_numel()) - begin);
+  if (begin == 0 && count == p.box_numel()) return box;
+  return box.flat_range(begin, begin + count);
 }
 
-ShardTensor piece_tensor(const std::string& name, const ParamInfo& p, const ZeroPiece& z, const Tensor& src) {
+ShardTensor piece_tensor(const std::string& name, const ParamInfo& p, const ZeroPiece& z, const std::vector<float>& host) {
   ShardTensor s;
   s.name = name;
   s.dtype = DType::F32;
-  s.slice = piece_slice(p, z.begin, z.count);
-  s.data.resize(size_t(z.count) * 4);
-  read_to_host(src, s.data.data());  // device tensors come back through one copy
+  int64_t count = z.count;
+  s.slice = piece_slice(p, z.begin, count);
+  s.data.resize(size_t(count) * 4);
+  std::memcpy(s.data.data(), host.data(), s.data.size());
   return s;
 }
 
@@ -34,7 +43,10 @@ SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt) {
   std::vector<std::pair<std::string, SliceSpec>> wanted;
   for (const ZeroPiece& z : opt.own_pieces()) {
     const ParamInfo& p = m.params[size_t(z.param)];
-    for (const char* kind : kKinds) wanted.emplace_back(kind + p.spec.name, piece_slice(p, z.begin, z.count));
+    int64_t count = z.count;
+    const SliceSpec slice = piece_slice(p, z.begin, count);
+    if (count == 0) continue;
+    for (const char* kind : kKinds) wanted.emplace_back(kind + p.spec.name, slice);
   }
   return overlapping(wanted);
 }
@@ -72,15 +84,25 @@ Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& o
   s.meta.optimizer_step = opt.optimizer_step();
   s.meta.config_yaml = config_to_yaml(cfg);
   s.meta.world_size = world_size;
-  s.meta.layout = layout_string(cfg, world_size);
+  s.meta.layout = layout_string(cfg, data_parallel_size(cfg, world_size));
   s.rank = rank;
+  std::vector<float> host;
   for (const ZeroPiece& z : opt.save_pieces()) {
     const ParamInfo& p = m.params[size_t(z.param)];
+    // One copy of replicas (tp rank 0's copy of a tensor tp does not cut,
+    // the first stage's of a tied table); nothing of pure padding.
+    int64_t count = z.count;
+    piece_slice(p, z.begin, count);
+    if (!m.placement[size_t(z.param)].saved || count == 0) continue;
     // fp32 always: the master copy under mixed precision, so a checkpoint
     // written on a GPU in bf16 resumes on a CPU (and back) without loss.
-    s.tensors.push_back(piece_tensor("model/" + p.spec.name, p, z, opt.fp32_weight(z)));
-    s.tensors.push_back(piece_tensor("optim/m/" + p.spec.name, p, z, opt.moment_m(z)));
-    s.tensors.push_back(piece_tensor("optim/v/" + p.spec.name, p, z, opt.moment_v(z)));
+    host.resize(size_t(z.count));
+    const std::pair<const char*, Tensor> kinds[] = {
+        {"model/", opt.fp32_weight(z)}, {"optim/m/", opt.moment_m(z)}, {"optim/v/", opt.moment_v(z)}};
+    for (const auto& [kind, src] : kinds) {
+      read_to_host(src, host.data());  // device tensors come back through one copy
+      s.tensors.push_back(piece_tensor(kind + p.spec.name, p, z, host));
+    }
   }
   return s;
 }
@@ -89,7 +111,10 @@ void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt
   const SliceAssembler saved(ck);
   auto read = [&](const std::string& what, int param, int64_t begin, int64_t count, float* dst) {
     const ParamInfo& p = m.params[size_t(param)];
-    saved.fill(what + "/" + p.spec.name, DType::F32, piece_slice(p, begin, count), dst);
+    int64_t inside = count;
+    const SliceSpec slice = piece_slice(p, begin, inside);
+    if (inside > 0) saved.fill(what + "/" + p.spec.name, DType::F32, slice, dst);
+    std::fill(dst + inside, dst + count, 0.f);  // vocabulary padding stays zero
   };
   opt.load(read, true);
   opt.set_optimizer_step(ck.meta.optimizer_step);

@@ -63,12 +63,15 @@ void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params
 // The validation batches are the same at every evaluation (read once).
 // Each rank evaluates its share of the validation batches (split like a
 // training step), so the loss does not depend on dp or the micro-batch size.
-double evaluate(const HostBatch& hb, Model& m, Communicator& host, int dp) {
+// The tensor-parallel ranks of a replica compute the same losses; one of
+// them (`counts`) adds them to the sum over all ranks.
+double evaluate(const HostBatch& hb, Model& m, Communicator& host, int dp, bool counts) {
   double sum = 0;
   for (int64_t i = 0; i < hb.micro_steps; ++i) {
     load_prefetched(hb, m, i, 0);
     sum += model_forward(m, 0.f).loss_sum;
   }
+  if (!counts) sum = 0;
   host.all_reduce(Tensor(&sum, DType::F64, {1}));
   return sum / double(hb.micro_steps * m.dims.N() * dp);
 }
@@ -108,7 +111,8 @@ void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, cons
         if (u.name == t.name && u.slice == t.slice && u.data == t.data) ++same;
     Model m2;
     build_model(m2, plan, model_device(m), zero_model_storage(opt.stage()));
-    ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.dp_host(), adamw_config(cfg));
+    m2.tp = m.tp;
+    ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.host(), adamw_config(cfg));
     m2.hooks = &opt2;
     restore_checkpoint(ck, m2, opt2);
     ops::copy(m2.acts.ids, m.acts.ids);
@@ -125,7 +129,7 @@ void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, cons
     sum.roundtrip_detail = e.what();
   }
   double failed = ok ? 0 : 1;
-  dist.dp_host().all_reduce(Tensor(&failed, DType::F64, {1}));
+  dist.host().all_reduce(Tensor(&failed, DType::F64, {1}));
   sum.roundtrip_ok = failed == 0;
   if (ok && failed > 0) sum.roundtrip_detail += "; but it failed on " + std::to_string(int64_t(failed)) + " other rank(s)";
 }
@@ -143,6 +147,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     throw ConfigError("--dump-reference runs in one process");
   DistributedRun dist(cfg, opt.launch, dev.device);
   const int dp = dist.dp(), dp_rank = dist.dp_rank();
+  const MeshShape& mesh = dist.mesh();
+  // Every tp rank of a replica computes the same loss; one of them counts it.
+  const bool counts_loss = dist.coords().tp == 0;
   Watchdog* watchdog = dist.watchdog();  // multi-process runs: heartbeats, and a stuck collective ends the run
   if (!opt.dump_reference_dir.empty() && stage > 0)
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
@@ -157,8 +164,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   }
   const int threads = omp_get_max_threads();
   if (lead)
-    std::printf("%s, %d thread%s, storage %s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
+    std::printf("%s, %d thread%s, storage %s%s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
                 dtype_name(storage),
+                mesh.tp > 1 ? (", tensor parallel " + std::to_string(mesh.tp) + (cfg.parallel.sp ? " with sp" : ""))
+                                  .c_str()
+                            : "",
                 dp > 1 || stage > 0
                     ? (", data parallel " + std::to_string(dp) + ", ZeRO stage " + std::to_string(stage)).c_str()
                     : "");
@@ -169,11 +179,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const ModelDims dims = make_dims(cfg, micro, T, storage);
 
   TrainSummary summary;
-  const MemoryPlan plan = plan_memory(cfg, storage, dp, stage);
+  const MemoryPlan plan = plan_memory(cfg, storage, mesh, dist.coords(), stage);
   summary.planned_bytes = plan.total();
   summary.device_bytes = dev.memory_bytes;
   if (lead) std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
-  if (lead && dp > 1) std::printf("%s", format_zero_stages(cfg, storage, dp, stage).c_str());
+  if (lead && dp > 1) std::printf("%s", format_zero_stages(cfg, storage, mesh, dist.coords(), stage).c_str());
   if (dev.memory_bytes > 0 && plan.total() > dev.memory_bytes)
     throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +
                              format_bytes(double(dev.memory_bytes)) +
@@ -213,12 +223,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   // The one layout of this rank (model/sharding.h): storage, optimizer and
   // checkpoints all follow it.
-  const ShardingPlan sharding = single_plan(dims, cfg.model.init_std, stage, dp, dp_rank);
+  const ShardingPlan sharding =
+      make_sharding_plan(dims, cfg.model.init_std, mesh, dist.coords(), stage, cfg.parallel.sp);
   Model model;
   build_model(model, sharding, dev.device, zero_model_storage(stage));
+  model.tp = &dist.tp_group();
   Communicator& dp_group = dist.dp_group();
-  Communicator& dp_host = dist.dp_host();
-  ZeroOptimizer zero(model, stage, dp_group, dp_host, adamw_config(cfg));
+  Communicator& host = dist.host();
+  ZeroOptimizer zero(model, stage, dp_group, host, adamw_config(cfg));
   model.hooks = &zero;
   initialise_weights(zero, model.params, cfg.run.seed);
   summary.optimizer_bytes = zero.optimizer_bytes();
@@ -232,7 +244,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   const std::string ckpt_root = checkpoint_root(cfg);
   int64_t start_step = 0, tokens = 0;
-  if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, model, zero, dp_host, lead)) {
+  if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, model, zero, host, lead)) {
     restore_checkpoint(*ck, model, zero);
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;
@@ -295,8 +307,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
       zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
       if (dist.launched()) {
-        double sums[2] = {loss_sum, aux_sum};
-        dp_host.all_reduce(Tensor(sums, DType::F64, {2}));
+        double sums[2] = {counts_loss ? loss_sum : 0, counts_loss ? aux_sum : 0};
+        host.all_reduce(Tensor(sums, DType::F64, {2}));
         loss_sum = sums[0];
         aux_sum = sums[1];
       }
@@ -386,7 +398,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
       if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
         if (watchdog) watchdog->progress(step + 1, "evaluation");
-        const double vl = evaluate(*valid_batch, model, dp_host, dp);
+        const double vl = evaluate(*valid_batch, model, host, dp, counts_loss);
         summary.val_losses.push_back(vl);
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);
@@ -409,11 +421,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   // The smoke test judges the pace of the job: a step takes as long as its
   // slowest rank, and every rank must reach the same verdict.
   if (opt.smoke && dist.launched() && !summary.step_ms.empty())
-    dp_host.all_reduce(Tensor(summary.step_ms.data(), DType::F64, {int64_t(summary.step_ms.size())}), ReduceOp::Max);
+    host.all_reduce(Tensor(summary.step_ms.data(), DType::F64, {int64_t(summary.step_ms.size())}), ReduceOp::Max);
 
   std::vector<std::vector<float>> final_weights;
   const bool sample = cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke;
-  if (sample) final_weights = zero.gather_fp32_weights();  // collective
+  if (sample) final_weights = zero.gather_fp32_weights(single_plan(dims, cfg.model.init_std).params);  // collective
   dist.finish();
   if (sample && lead) {
     std::vector<int32_t> prompt;

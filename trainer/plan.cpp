@@ -10,9 +10,19 @@
 namespace trainer {
 
 MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
-  const ModelDims d = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
-  const ShardingPlan plan = single_plan(d, c.model.init_std, zero_stage, dp);
+  MeshShape mesh;
+  mesh.dp = dp;
+  return plan_memory(c, storage, mesh, Coords{}, zero_stage);
+}
+
+MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage) {
+  const ModelDims g = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
+  const ShardingPlan plan = make_sharding_plan(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp);
+  const ModelDims& d = plan.local;
+  const int dp = mesh.dp * mesh.cp;
   MemoryPlan p;
+  p.tp = mesh.tp;
+  p.sp = plan.sp;
   p.parameters = parameter_count(plan.params);
   const ZeroBytes z = zero_bytes(plan, zero_stage);
   p.param_bytes = z.params;
@@ -51,17 +61,20 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 "  parameters   %12s  (%s%s)\n"
                 "  gradients    %12s  (%s%s)\n"
                 "  optimizer    %12s  (AdamW m, v%s, F32%s)\n"
-                "  activations  %12s  (one micro-batch, saved for backward)\n"
+                "  activations  %12s  (one micro-batch, saved for backward%s)\n"
                 "  workspace    %12s  (backward scratch)\n"
                 "  total        %12s\n",
                 device_label.c_str(),
-                p.dp > 1 || p.zero_stage > 0
-                    ? (", data parallel " + std::to_string(p.dp) + ", ZeRO stage " + std::to_string(p.zero_stage)).c_str()
-                    : "",
+                ((p.tp > 1 ? ", tensor parallel " + std::to_string(p.tp) + (p.sp ? " + sp" : "") : std::string()) +
+                 (p.dp > 1 || p.zero_stage > 0
+                      ? ", data parallel " + std::to_string(p.dp) + ", ZeRO stage " + std::to_string(p.zero_stage)
+                      : std::string()))
+                    .c_str(),
                 double(p.parameters) / 1e6, format_bytes(double(p.param_bytes)).c_str(), st, pshard.c_str(),
                 format_bytes(double(p.grad_bytes)).c_str(), st, gshard.c_str(),
                 format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "", oshard.c_str(),
                 format_bytes(double(p.activation_bytes)).c_str(),
+                p.sp ? "; residual stream 1/tp under sp" : "",
                 format_bytes(double(p.workspace_bytes)).c_str(),
                 format_bytes(double(p.total())).c_str());
   return buf;
@@ -72,10 +85,17 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
 namespace trainer {
 
 std::string format_zero_stages(const Config& c, DType storage, int dp, int this_stage) {
-  std::string line = "  by ZeRO stage at dp " + std::to_string(dp) + ":";
+  MeshShape mesh;
+  mesh.dp = dp;
+  return format_zero_stages(c, storage, mesh, Coords{}, this_stage);
+}
+
+std::string format_zero_stages(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
+                               int this_stage) {
+  std::string line = "  by ZeRO stage at dp " + std::to_string(mesh.dp * mesh.cp) + ":";
   for (int stage = 0; stage <= 3; ++stage)
     line += std::string(stage ? " |" : "") + " " + std::to_string(stage) + ": " +
-            format_bytes(double(plan_memory(c, storage, dp, stage).total()));
+            format_bytes(double(plan_memory(c, storage, mesh, at, stage).total()));
   return line + " (this run: " + std::to_string(this_stage) + ")\n";
 }
 

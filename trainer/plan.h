@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/mesh.h"
 #include "core/tensor.h"
 #include "config/config.h"
 
@@ -17,6 +18,8 @@ struct MemoryPlan {
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   size_t activation_bytes = 0, workspace_bytes = 0;
   int dp = 1, zero_stage = 0;  // the per-rank share below is for this layout
+  int tp = 1;
+  bool sp = false;
   size_t total() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }
@@ -27,11 +30,17 @@ struct MemoryPlan {
 // dp, zero_stage: parameters, gradients and optimizer state per rank under
 // that data-parallel layout (optim/zero.h).
 MemoryPlan plan_memory(const Config& c, DType storage = DType::F32, int dp = 1, int zero_stage = 0);
+// The rank at `at` of the whole mesh (tensor parallelism divides weights,
+// gradients and optimizer state by tp, and with sp the residual stream's
+// activations).
+MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage);
 std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage = DType::F32);
 std::string format_bytes(double bytes);  // "12.3 MiB"
 // One line comparing the per-rank total of every ZeRO stage at this dp, so
 // that the choice of stage is made on numbers:
 //   "  by ZeRO stage at dp 4: 0: 1.1 GiB | 1: 812 MiB | 2: 640 MiB | 3: 410 MiB (this run: 2)"
 std::string format_zero_stages(const Config& c, DType storage, int dp, int this_stage);
+std::string format_zero_stages(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
+                               int this_stage);
 
 }  // namespace trainer
