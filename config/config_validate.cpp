@@ -73,14 +73,30 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
     ck.require(c.model.n_heads % p.tp == 0,
                kv("model.n_heads", c.model.n_heads) + " must be divisible by " + kv("parallel.tp", p.tp) +
                    " (each tensor-parallel rank holds whole heads)");
-    ck.require(c.kv_heads() % p.tp == 0,
-               "key/value heads (model.n_kv_heads, 0 = n_heads) = " + std::to_string(c.kv_heads()) +
-                   " must be divisible by " + kv("parallel.tp", p.tp));
+    ck.require(c.kv_heads() % p.tp == 0 || p.tp % c.kv_heads() == 0,
+               "key/value heads (model.n_kv_heads, 0 = n_heads) = " + std::to_string(c.kv_heads()) + " and " +
+                   kv("parallel.tp", p.tp) +
+                   ": one must divide the other (tp splits the key/value heads, or replicates each on "
+                   "tp / n_kv_heads ranks)");
+    bool any_dense = false;
+    for (int64_t i = 0; i < c.model.n_layers; ++i)
+      any_dense |= c.model.moe.num_experts == 0 || (i + 1) % c.model.moe.every != 0;
+    if (any_dense)
+      ck.require(c.d_ff() % p.tp == 0,
+                 "model.d_ff=" + std::to_string(c.d_ff()) + " (0 = the architecture's default) must be divisible by " +
+                     kv("parallel.tp", p.tp) + " (each tensor-parallel rank holds d_ff / tp FFN columns)");
+    if (c.model.moe.num_experts > 0)
+      ck.require(c.moe_d_ff() % p.tp == 0,
+                 "model.moe.d_ff=" + std::to_string(c.moe_d_ff()) + " (0 = model.d_ff) must be divisible by " +
+                     kv("parallel.tp", p.tp) + " (each expert's FFN columns are split like the dense FFN's)");
     if (p.sp)
       ck.require(c.train.seq_len % p.tp == 0,
                  kv("train.seq_len", c.train.seq_len) + " must be divisible by " + kv("parallel.tp", p.tp) +
                      " when parallel.sp=true (the sequence is split across the tensor-parallel group)");
   }
+  ck.require(!p.sp || p.tp > 1,
+             "parallel.sp=true splits the sequence inside a tensor-parallel group, but " + kv("parallel.tp", p.tp) +
+                 ": set parallel.tp > 1 or parallel.sp=false");
   if (p.pp > 1)
     ck.require(c.model.n_layers >= p.pp,
                kv("parallel.pp", p.pp) + " needs at least one layer per stage, but " +

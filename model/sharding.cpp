@@ -23,6 +23,17 @@ void need_divisible(int64_t n, int parts, const std::string& what, const std::st
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The key/value projections (and their biases): the rows of the kv heads.
+bool is_kv(const std::string& name) {
+  for (const char* t : {"attn.wk.weight", "attn.wv.weight", "attn.wk.bias", "attn.wv.bias"})
+    if (ends_with(name, t)) return true;
+  return false;
+}
+
 }  // namespace
 
 int ShardingPlan::group_size(GradGroup g) const { return g == GradGroup::DpCp ? mesh.dp * mesh.cp : mesh.edp(); }
@@ -59,7 +70,14 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
   // The model must divide over the mesh.
   const int tp = mesh.tp, ep = mesh.ep;
   need_divisible(global.Hq, tp, "model.n_heads", "parallel.tp");
-  need_divisible(global.Hkv, tp, "model.n_kv_heads", "parallel.tp");
+  // Key/value heads: split when tp divides them; with fewer kv heads than tp
+  // ranks (grouped-query attention) each kv head is replicated on the
+  // tp / n_kv_heads ranks whose query heads read it.
+  const int kv_rep = global.Hkv % tp == 0 ? 1 : tp % global.Hkv == 0 ? int(tp / global.Hkv) : 0;
+  if (kv_rep == 0)
+    throw ConfigError("model.n_kv_heads=" + str(global.Hkv) + " and parallel.tp=" + str(tp) +
+                      ": one must divide the other (tp splits the key/value heads, or replicates each on tp / "
+                      "n_kv_heads ranks); change one of them");
   // The vocabulary need not divide: it is padded to a multiple of tp (below).
   bool any_dense = false;
   for (int64_t i = 0; i < global.L; ++i) any_dense |= !global.moe_layer(i);
@@ -87,7 +105,7 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
   ModelDims& d = plan.local;
   d = global;
   d.Hq /= tp;
-  d.Hkv /= tp;
+  d.Hkv = kv_rep > 1 ? 1 : global.Hkv / tp;
   d.F /= tp;
   d.tp = tp;
   d.sp = plan.sp;
@@ -122,6 +140,11 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
       p.global_shape[k] = shape[k] * parts;
       p.offset[k] = shape[k] * index;
       p.box_shape[k] = shape[k];
+    }
+    // A replicated kv head: rank r holds kv head r / kv_rep.
+    if (kv_rep > 1 && is_kv(p.spec.name)) {
+      p.global_shape[0] = shape[0] * global.Hkv;
+      p.offset[0] = shape[0] * (at.tp / kv_rep);
     }
     // Vocabulary rows: the real vocabulary, of which this rank holds V_valid.
     if (p.spec.name == "tok_embed.weight" || p.spec.name == "lm_head.weight") {
@@ -158,10 +181,11 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
     else
       pl.stages = {last};
     pl.tie_sum = pl.stages.size() > 1;
+    pl.kv_replicas = kv_rep > 1 && is_kv(name) ? kv_rep : 1;
     // One copy of identical replicas is saved and counted in the gradient
     // norm: the first stage's copy of a tied table, tp rank 0's copy of a
     // tensor tp does not cut.
-    pl.saved = pl.stages.front() == at.pp && (p.tp_split() || at.tp == 0);
+    pl.saved = pl.stages.front() == at.pp && (p.tp_split() ? at.tp % pl.kv_replicas == 0 : at.tp == 0);
   }
   return plan;
 }

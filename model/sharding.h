@@ -37,9 +37,14 @@ struct ParamPlacement {
   GradGroup group = GradGroup::DpCp;
   bool tp_sum = false;     // also summed over tp (sequence parallelism: the norms)
   bool tie_sum = false;    // also summed with the other pipeline end (tied embedding)
+  // > 1: a key/value projection replicated on this many consecutive tp ranks
+  // (fewer kv heads than tp ranks); each holds a partial gradient (its query
+  // heads' part), summed over those ranks.
+  int kv_replicas = 1;
   // This copy is the one of its identical replicas that goes into
   // checkpoints and counts in the gradient norm (the first stage's copy of a
-  // tied table, tp rank 0's copy of a tensor tp does not cut).
+  // tied table, tp rank 0's copy of a tensor tp does not cut, the first
+  // rank's of a replicated kv head).
   bool saved = true;
   std::vector<int> stages; // pipeline stages holding a copy
   int unit = 0;            // ZeRO unit (model/units.h)

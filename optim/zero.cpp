@@ -339,16 +339,32 @@ void ZeroOptimizer::backward_begin(Model&, int unit, const MicroBatch&) {
     for (int u : need) open_grads(u);
 }
 
-// Sequence parallelism leaves the norms' gradients partial over tp: summed
+// Gradients that are partial sums over tensor-parallel ranks are completed
 // before the data-parallel reduction, at the same point of the step on every
-// tp rank (units come in backward order everywhere).
+// tp rank (units come in backward order everywhere): the norms under
+// sequence parallelism (over all of tp), and a kv head replicated on several
+// tp ranks (over those ranks: an all-gather of every rank's part, summed in
+// rank order, so that the replicas stay bit for bit equal).
 void ZeroOptimizer::sum_over_tp(int unit, bool bound) {
   const UnitLayout& u = units_[size_t(unit)];
   for (int p = u.first; p < u.end; ++p) {
-    if (!m_.placement[size_t(p)].tp_sum) continue;
+    const ParamPlacement& pl = m_.placement[size_t(p)];
+    if (!pl.tp_sum && pl.kv_replicas == 1) continue;
     if (!m_.tp) throw std::logic_error("ZeRO: '" + m_.params[size_t(p)].spec.name + "' is summed over tp, the model has no tp group");
     const Tensor g = bound ? *g_slots_[size_t(p)].front() : m_.grad_tensors[size_t(p)];
-    m_.tp->all_reduce(g);
+    if (pl.tp_sum) {
+      m_.tp->all_reduce(g);
+      continue;
+    }
+    const int tp = m_.tp->size(), first = m_.tp->rank() / pl.kv_replicas * pl.kv_replicas;
+    const int64_t n = g.numel();
+    if (kv_scratch_.capacity() < size_t(tp * n) * elem_)
+      kv_scratch_ = Arena("kv gradient gather", size_t(tp * n) * elem_, model_device(m_));
+    const Tensor all = flat(base_of(kv_scratch_), m_.dims.act, 0, tp * n);
+    m_.tp->all_gather(all, g);
+    ops::copy(g, flat(base_of(kv_scratch_), m_.dims.act, first * n, n));
+    for (int r = first + 1; r < first + pl.kv_replicas; ++r)
+      ops::add_inplace(g, flat(base_of(kv_scratch_), m_.dims.act, r * n, n));
   }
 }
 

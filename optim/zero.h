@@ -127,7 +127,7 @@ class ZeroOptimizer final : public UnitHooks {
   void open_grads(int unit);
   void close_grads(int unit);
   void land(Slot& s);
-  void sum_over_tp(int unit, bool bound);  // sequence parallelism: the norms' gradients
+  void sum_over_tp(int unit, bool bound);  // partial gradients over tp ranks (sp norms, replicated kv heads)
 
   Communicator& comm(int unit) const;
   int shards(int unit) const { return units_[size_t(unit)].shards; }
@@ -150,6 +150,7 @@ class ZeroOptimizer final : public UnitHooks {
   Arena opt_arena_;                       // m | v | master, F32
   Arena param_shard_, grad_shard_;        // stage 3 / stages 2-3
   Arena pool_arena_;
+  Arena kv_scratch_;                      // replicated kv heads: every tp rank's gradient part
   std::vector<Slot> wslots_, gslots_;
   std::vector<std::unique_ptr<Work>> pending_;  // stage 0/1 reductions
   std::vector<std::vector<Tensor*>> w_slots_, g_slots_;

@@ -456,7 +456,23 @@ TEST_CASE("config: validate_config with several processes", "[config]") {
   c.train.global_batch_size = 16;
   c.model.n_heads = 2;
   c.model.n_kv_heads = 1;
-  CHECK(contains(error_of([&] { validate_config(c, 2); }), "parallel.tp=2"));
+  CHECK_NOTHROW(validate_config(c, 2));  // the one kv head is replicated on both tp ranks
+  c.model.d_model = 48;
+  c.model.n_heads = 6;
+  c.model.n_kv_heads = 3;
+  CHECK(contains(error_of([&] { validate_config(c, 2); }), "model.n_kv_heads) = 3 and parallel.tp=2"));
+  c.model.n_kv_heads = 6;
+  c.parallel.sp = true;
+  c.parallel.tp = 1;
+  CHECK(contains(error_of([&] { validate_config(c, 1); }), "parallel.sp=true splits the sequence"));
+  c.parallel.tp = 2;
+  c.train.seq_len = 33;
+  CHECK(contains(error_of([&] { validate_config(c, 2); }), "train.seq_len=33 must be divisible by parallel.tp=2"));
+  c.train.seq_len = 32;
+  c.parallel.sp = false;
+  c.model.d_ff = 33;
+  CHECK(contains(error_of([&] { validate_config(c, 2); }), "model.d_ff=33"));
+  c.model.d_ff = 64;
   // Built by hand and never resolved: "auto" placeholders are still valid.
   Config raw;
   raw.data.train = {"t.bin"};

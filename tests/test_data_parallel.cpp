@@ -6,9 +6,6 @@
 // uninterrupted loss curve; optimizer memory per rank falls as 1/DP.
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +19,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "e2e_util.h"
 #include "config/config.h"
 #include "trainer/plan.h"
 
@@ -30,78 +28,11 @@ using namespace trainer;
 
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-int run(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-// The values of one key ("loss", "val_loss") in metrics.jsonl, in order.
-std::vector<double> metric(const fs::path& metrics, const std::string& key) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  const std::string tag = "\"" + key + "\": ";
-  while (std::getline(in, line)) {
-    const auto k = line.find(tag);
-    if (k != std::string::npos) out.push_back(std::stod(line.substr(k + tag.size())));
-  }
-  return out;
-}
-
-std::vector<double> losses(const fs::path& metrics) { return metric(metrics, "loss"); }
-
-// Every "model/" tensor of a checkpoint as one flat vector, assembled from
-// its pieces: whole tensors, or flat ranges of them written by ZeRO shards.
-std::map<std::string, std::vector<float>> model_tensors(const fs::path& dir) {
-  const LoadedCheckpoint ck = load_checkpoint(dir.string());
-  std::map<std::string, std::vector<float>> out;
-  for (const ShardTensor& t : ck.tensors) {
-    if (t.name.rfind("model/", 0) != 0) continue;
-    const SliceSpec whole = SliceSpec::whole(t.slice.global_shape);
-    std::vector<float>& v = out[t.name];
-    v.resize(size_t(whole.numel()), std::nanf(""));
-    copy_overlap(t, whole, v.data());
-  }
-  return out;
-}
-
-// Largest |a - b| / max|b| over every model tensor of two checkpoints; a
-// hole in either (an element no rank saved) stays NaN and fails the check.
-double weight_diff(const fs::path& a, const fs::path& b) {
-  const auto ta = model_tensors(a), tb = model_tensors(b);
-  REQUIRE(ta.size() == tb.size());
-  double worst = 0;
-  for (const auto& [name, x] : ta) {
-    REQUIRE(tb.count(name) == 1);
-    const std::vector<float>& y = tb.at(name);
-    REQUIRE(x.size() == y.size());
-    double num = 0, den = 1e-12;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double d = std::fabs(double(x[i]) - double(y[i]));
-      num = std::isnan(d) ? INFINITY : std::max(num, d);
-      den = std::max(den, double(std::fabs(y[i])));
-    }
-    worst = std::max(worst, num / den);
-  }
-  return worst;
-}
+using e2e::free_port;
+using e2e::losses;
+using e2e::metric;
+using e2e::run;
+using e2e::weight_diff;
 
 struct Setup {
   fs::path dir;
@@ -113,13 +44,7 @@ Setup make_setup(const std::string& name, const std::string& model_extra) {
   s.dir = fs::temp_directory_path() / ("trainer_dp_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(s.dir);
   fs::create_directories(s.dir);
-  std::vector<uint16_t> toks;
-  std::ifstream in("/usr/share/common-licenses/GPL-3", std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  for (unsigned char c : text) toks.push_back(c);
-  const fs::path tokens = s.dir / "tokens.bin";
-  std::ofstream(tokens, std::ios::binary)
-      .write(reinterpret_cast<const char*>(toks.data()), std::streamsize(toks.size() * 2));
+  const fs::path tokens = e2e::write_byte_tokens(s.dir);
   s.cfg = (s.dir / "cfg.yaml").string();
   // 8 sequences a step in micro-batches of 2: 4 micro-batches in one process,
   // 2 per rank at DP 2, 1 per rank at DP 4.
@@ -136,34 +61,9 @@ Setup make_setup(const std::string& name, const std::string& model_extra) {
   return s;
 }
 
-// Starts `world` copies of the binary with the variables torchrun sets;
-// returns 0 when all succeeded. `codes`, when given, gets each rank's exit code.
 int run_by_hand(const Setup& s, int world, const std::string& run_dir, std::string* out,
                 const std::string& extra = "", std::vector<int>* codes = nullptr) {
-  const int port = free_port();  // the store takes MASTER_PORT + 1 under torchrun variables
-  std::string cmd = "(pids=''; ";
-  for (int r = 0; r < world; ++r)
-    cmd += "RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) + " LOCAL_RANK=" +
-           std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(world) +
-           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port - 1) + " " + TRAINER_BIN +
-           " --config " + s.cfg + " --set run.dir=" + run_dir + " " + extra + " > " + run_dir + ".rank" + std::to_string(r) +
-           ".log 2>&1 & pids=\"$pids $!\"; ";
-  cmd += "fail=0; r=0; for p in $pids; do wait $p; c=$?; echo \"rank $r exit $c\"; [ $c = 0 ] || fail=1; "
-         "r=$((r+1)); done; exit $fail)";
-  const int rc = run(cmd, out);
-  if (codes) {
-    codes->assign(size_t(world), -1);
-    for (int r = 0; r < world; ++r) {
-      const std::string tag = "rank " + std::to_string(r) + " exit ";
-      const auto k = out->find(tag);
-      if (k != std::string::npos) (*codes)[size_t(r)] = std::stoi(out->substr(k + tag.size()));
-    }
-  }
-  for (int r = 0; r < world; ++r) {
-    std::ifstream in(run_dir + ".rank" + std::to_string(r) + ".log");
-    out->append(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-  }
-  return rc;
+  return e2e::run_by_hand(s.cfg, world, run_dir, out, extra, codes);
 }
 
 void expect_same_run(const Setup& s, const std::string& label, const std::string& run_dir) {

@@ -33,7 +33,8 @@ struct TestModel {
 // are valid; the others must be refused naming the key.
 const TestModel kModels[] = {
     {"llama GQA", "{arch: llama, vocab_size: 64, d_model: 32, n_layers: 4, n_heads: 8, n_kv_heads: 4, d_ff: 64}"},
-    {"gpt2 tied", "{arch: gpt2, vocab_size: 64, d_model: 32, n_layers: 3, n_heads: 4, tie_embeddings: true}"},
+    // A prime vocabulary: every tp > 1 pads it (the last rank's trailing rows).
+    {"gpt2 tied", "{arch: gpt2, vocab_size: 61, d_model: 32, n_layers: 3, n_heads: 4, tie_embeddings: true}"},
     {"llama MoE",
      "{arch: llama, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64, moe: {num_experts: 4, top_k: 2, "
      "every: 2, d_ff: 32}}"},
@@ -83,11 +84,11 @@ const GroupRule kRules[] = {
     {R"(layers\.\d+\.(attn|mlp)_norm\.(weight|bias))", GradGroup::DpCp, true},
     {R"(layers\.\d+\.attn\.w[qkv]\.(weight|bias))", GradGroup::DpCp, false},
     {R"(layers\.\d+\.attn\.wo\.weight)", GradGroup::DpCp, false},
-    {R"(layers\.\d+\.attn\.wo\.bias)", GradGroup::DpCp, true},
+    {R"(layers\.\d+\.attn\.wo\.bias)", GradGroup::DpCp, false},
     {R"(layers\.\d+\.mlp\.w_(gate|up|down|fc|proj)\.weight)", GradGroup::DpCp, false},
     {R"(layers\.\d+\.mlp\.w_fc\.bias)", GradGroup::DpCp, false},
-    {R"(layers\.\d+\.mlp\.w_proj\.bias)", GradGroup::DpCp, true},
-    {R"(layers\.\d+\.moe\.router\.weight)", GradGroup::DpCp, true},
+    {R"(layers\.\d+\.mlp\.w_proj\.bias)", GradGroup::DpCp, false},
+    {R"(layers\.\d+\.moe\.router\.weight)", GradGroup::DpCp, false},
     {R"(layers\.\d+\.moe\.w_(gate|up|down|fc|proj))", GradGroup::Edp, false},
     {R"(final_norm\.(weight|bias))", GradGroup::DpCp, true},
     {R"(lm_head\.weight)", GradGroup::DpCp, false},
@@ -115,12 +116,14 @@ int64_t numel(const std::vector<int64_t>& s) {
 }
 
 // fn(global index of the row's first element, local index of it, length)
-// for every row (last dimension) of p's slice: rows are contiguous in both.
+// for every row (last dimension) of p's slice inside the global tensor
+// (padding rows of a vocabulary tp does not divide are left out): rows are
+// contiguous in both.
 template <typename Fn>
 void for_each_row(const ParamInfo& p, Fn fn) {
   const auto& s = p.spec.shape;
   const size_t nd = s.size();
-  const int64_t row = s[nd - 1], rows = p.spec.numel() / row;
+  const int64_t row = s[nd - 1], rows = p.box_numel() / row;
   std::vector<int64_t> idx(nd, 0);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t g = 0;
@@ -197,8 +200,11 @@ TEST_CASE("sharding plan: every layout up to 16 ranks covers each tensor once pe
             }
             // Copies: the gradient group's members, both pipeline ends of a
             // tied table, and every tp rank for a tensor tp does not cut.
-            const bool tp_whole = std::find(p.cuts.begin(), p.cuts.end(), Cut::TP) == p.cuts.end();
-            const int copies = int(where.stages.size()) * (tp_whole ? l.mesh.tp : 1);
+            const bool tp_whole = !p.tp_split();
+            // Of identical replicas, one is saved (and counted in the norm).
+            CHECK(where.saved == (where.stages.front() == pl.at.pp &&
+                                  (tp_whole ? pl.at.tp == 0 : pl.at.tp % where.kv_replicas == 0)));
+            const int copies = int(where.stages.size()) * (tp_whole ? l.mesh.tp : where.kv_replicas);
             const int want = pl.group_size(where.group) * copies;
             auto [it, fresh] = expected.emplace(p.spec.name, want);
             CHECK(it->second == want);
@@ -233,6 +239,8 @@ TEST_CASE("sharding plan: every layout up to 16 ranks covers each tensor once pe
               for_each_row(p, [&](int64_t g0, int64_t j0, int64_t n) {
                 diff += std::memcmp(&local[size_t(j0)], &ref[size_t(g0)], size_t(n) * 4) != 0;
               });
+              // Padding rows start (and stay) zero.
+              for (int64_t e = p.box_numel(); e < p.spec.numel(); ++e) diff += local[size_t(e)] != 0.f;
               CHECK(diff == 0);
               ++init_slices;
             }
@@ -301,6 +309,26 @@ TEST_CASE("sharding plan: local dims, pipeline stages, refusals name the key", "
   CHECK(even_stage_layers(7, 3) == std::vector<int64_t>{3, 2, 2});
   CHECK(make_sharding_plan(g, 0.02, mesh, at, 0, false, {1, 3}).local.first_layer == 1);
 
+  // A vocabulary tp does not divide is padded: 61 ids over tp 4 are 16 rows
+  // per rank, the last rank's final 3 rows padding.
+  {
+    MeshShape m4;
+    m4.tp = 4;
+    Coords last;
+    last.tp = 3;
+    const ShardingPlan v = make_sharding_plan(dims_of(kModels[1].yaml), 0.02, m4, last, 0);
+    CHECK(v.local.V == 16);
+    CHECK(v.local.V_offset == 48);
+    CHECK(v.local.V_valid() == 13);
+    CHECK(v.local.vocab() == 61);
+    const ParamInfo& emb = v.params.front();
+    REQUIRE(emb.spec.name == "tok_embed.weight");
+    CHECK(emb.spec.shape == std::vector<int64_t>{16, 32});
+    CHECK(emb.global_shape == std::vector<int64_t>{61, 32});
+    CHECK(emb.offset == std::vector<int64_t>{48, 0});
+    CHECK(emb.box_shape == std::vector<int64_t>{13, 32});
+  }
+
   auto refused = [&](MeshShape m, const std::string& key) {
     try {
       make_sharding_plan(g, 0.02, m, Coords{}, 0);
@@ -315,8 +343,37 @@ TEST_CASE("sharding plan: local dims, pipeline stages, refusals name the key", "
   MeshShape m;
   m.tp = 3;
   refused(m, "model.n_heads");
+  // 8 tp ranks over 4 kv heads: each kv head on 2 ranks (no refusal).
   m.tp = 8;
-  refused(m, "model.n_kv_heads");
+  {
+    Coords r5;
+    r5.tp = 5;
+    const ShardingPlan kv = make_sharding_plan(g, 0.02, m, r5, 0);
+    CHECK(kv.local.Hkv == 1);
+    CHECK(kv.local.Hq == 1);
+    for (size_t i = 0; i < kv.params.size(); ++i)
+      if (kv.params[i].spec.name == "layers.0.attn.wk.weight") {
+        CHECK(kv.params[i].offset[0] == 2 * g.D);  // kv head 5 / 2 = 2
+        CHECK(kv.placement[i].kv_replicas == 2);
+        CHECK_FALSE(kv.placement[i].saved);      // rank 4 saves kv head 2
+      }
+  }
+  {
+    // Neither divides the other: refused naming both keys.
+    ModelDims odd = g;
+    odd.Hq = 12;
+    odd.Hkv = 6;
+    MeshShape m4;
+    m4.tp = 4;
+    try {
+      make_sharding_plan(odd, 0.02, m4, Coords{}, 0);
+      FAIL("6 kv heads over tp 4 accepted");
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK(msg.find("model.n_kv_heads=6 and parallel.tp=4") != std::string::npos);
+    }
+  }
   m = MeshShape{};
   m.pp = 5;
   refused(m, "model.n_layers");

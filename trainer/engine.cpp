@@ -16,6 +16,7 @@
 #include "comm/process_group.h"
 #include "core/device_memory.h"
 #include "kernels/ops.h"
+#include "model/tp_traffic.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/zero.h"
@@ -228,6 +229,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   Model model;
   build_model(model, sharding, dev.device, zero_model_storage(stage));
   model.tp = &dist.tp_group();
+  if (lead) std::printf("%s", format_tp_traffic(tp_traffic(sharding, M)).c_str());
   Communicator& dp_group = dist.dp_group();
   Communicator& host = dist.host();
   ZeroOptimizer zero(model, stage, dp_group, host, adamw_config(cfg));
