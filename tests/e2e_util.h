@@ -30,6 +30,13 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
 std::map<std::string, std::vector<float>> model_tensors(const std::filesystem::path& dir);
 // Largest |a - b| / max|b| over every model tensor of two checkpoints; a hole
 // in either fails (infinite).
+//
+// Except the attention key biases: adding a constant to every key of a
+// query leaves its softmax unchanged, so their gradient is zero in exact
+// arithmetic and rounding noise of order 1e-9 is all they get; AdamW
+// divides that noise by its own root mean square and moves them by about
+// the learning rate each step in a direction the summation order decides.
+// They never change the loss; every other tensor is compared.
 double weight_diff(const std::filesystem::path& a, const std::filesystem::path& b);
 
 // Starts `world` copies of the binary with the variables torchrun sets

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,7 +96,9 @@ struct Case {
 void run_cases(const Setup& s, const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     std::string out;
-    const std::string rd = (s.dir / c.label).string();
+    std::string dir_name = c.label;
+    std::replace(dir_name.begin(), dir_name.end(), ' ', '_');
+    const std::string rd = (s.dir / dir_name).string();
     const int rc = e2e::run_by_hand(s.cfg, c.world, rd, &out, c.set);
     INFO(c.label << "\n" << out);
     REQUIRE(rc == 0);
