@@ -34,11 +34,15 @@ const char* const kModels[][2] = {
     {"MoE", "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64, moe: {num_experts: 4, top_k: 2, d_ff: 32}}"},
 };
 
+// Loaded for one process, then given the layout (a loaded config is
+// validated against the process count it runs with).
 Config config_of(const char* model, int tp, bool sp) {
-  return load_config_text(std::string("model: ") + model + "\ndata: {train: [x.bin]}\n" +
-                              "train: {micro_batch_size: 2, seq_len: 16}\nparallel: {tp: " + std::to_string(tp) +
-                              ", sp: " + (sp ? "true" : "false") + "}\n",
-                          "<test>", {});
+  Config c = load_config_text(std::string("model: ") + model + "\ndata: {train: [x.bin]}\n" +
+                                  "train: {micro_batch_size: 2, seq_len: 16}\n",
+                              "<test>", {});
+  c.parallel.tp = tp;
+  c.parallel.sp = sp;
+  return c;
 }
 
 // Rank `rank` of a tensor-parallel group of `size` that moves nothing: it
