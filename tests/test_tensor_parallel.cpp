@@ -147,7 +147,11 @@ TEST_CASE("tensor parallel gpt2, tied embedding, vocabulary 259 padded: tp 2 (to
   INFO(out);
   REQUIRE(rc == 0);
   expect_same_run(s, "torchrun gpt2 tp2", rd);
-  run_cases(s, {{"gpt2 tp4 sp", 4, "--set parallel.tp=4 --set parallel.sp=true"}});
+  run_cases(s, {{"gpt2 tp4 sp", 4, "--set parallel.tp=4 --set parallel.sp=true --set log.sample_tokens=16"}});
+  // Sampling assembles the whole model from the tp shards on rank 0.
+  std::ifstream log0((s.dir / "gpt2_tp4_sp.rank0.log").string());
+  const std::string text((std::istreambuf_iterator<char>(log0)), std::istreambuf_iterator<char>());
+  CHECK(text.find("sample (temperature") != std::string::npos);
   fs::remove_all(s.dir);
 }
 
@@ -193,5 +197,29 @@ TEST_CASE("a checkpoint of tp 2 x dp 2 ZeRO-1 resumes at tp 4, then in one proce
               worst, w);
   CHECK(worst < 1e-5);
   CHECK(w < 1e-4);
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("the smoke test runs on every rank of a tp 2 x dp 2 job with sp and they agree", "[tp][smoke][e2e]") {
+  const Setup s = make_setup("smoke", kLlamaGqa);
+  std::string out;
+  const std::string rd = (s.dir / "smoke").string();
+  std::vector<int> code;
+  e2e::run_by_hand(s.cfg, 4, rd, &out,
+                   "--set parallel.tp=2 --set parallel.sp=true --set parallel.zero_stage=1 --set train.steps=40 "
+                   "--smoke-test",
+                   &code);
+  std::ifstream in(rd + ".rank0.log");
+  const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(out);
+  std::printf("[tp] smoke test, tp 2 x dp 2, sp: rank exits %d %d %d %d\n", code[0], code[1], code[2], code[3]);
+  REQUIRE(code[0] >= 0);
+  for (int r = 1; r < 4; ++r) CHECK(code[size_t(r)] == code[0]);  // one verdict for the job
+  CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
+  CHECK(log0.find("on 4 ranks") != std::string::npos);
+  for (const char* check : {"memory plan fits the device", "no NaN/Inf in loss or gradients", "loss falling",
+                            "checkpoint save -> load round trip"})
+    CHECK(log0.find(std::string("PASS  ") + check) != std::string::npos);
+  CHECK(log0.find("tensors identical after save -> load") != std::string::npos);
   fs::remove_all(s.dir);
 }
