@@ -11,7 +11,7 @@
 
 #include "comm/collective_trace.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_context.h"
+#include "core/compute_stream.h"
 
 namespace trainer {
 

@@ -8,7 +8,7 @@
 // the world calls for every split, in the same order.
 //
 // Streams: synchronous collectives are queued on the compute stream
-// (kernels/cuda/cuda_context.h), in order with the kernels around them; the
+// (core/compute_stream.h), in order with the kernels around them; the
 // host does not wait. Async ones run on the communicator's own stream after
 // the compute stream's queued work, and Work::wait makes the compute stream
 // wait for them. A synchronous collective issued after async ones of the

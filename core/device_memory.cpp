@@ -10,7 +10,7 @@
 
 #include <mutex>
 
-#include "kernels/cuda/cuda_context.h"
+#include "core/compute_stream.h"
 #endif
 
 namespace trainer {

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "config/config.h"
 #include "model/params.h"
 
 namespace trainer {
@@ -15,6 +16,9 @@ namespace trainer {
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
+
+// The optim.* keys of a run.
+AdamWConfig adamw_config(const Config& cfg);
 
 // True when the parameters are stored in BF16/F16: the optimizer then keeps
 // fp32 master weights next to m and v.

@@ -10,7 +10,6 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
 struct Context {
-  cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   int sms = 0;
@@ -20,7 +19,6 @@ Context& ctx() {
   static Context c;
   static std::once_flag once;
   std::call_once(once, [] {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "compute stream");
     CUBLAS_CHECK(cublasLtCreate(&c.lt), "cuBLASLt handle");
     CUDA_CHECK(cudaMalloc(&c.workspace, kWorkspaceBytes), "cuBLASLt workspace");
     int dev = 0;
@@ -31,11 +29,9 @@ Context& ctx() {
 }
 }  // namespace
 
-cudaStream_t stream() { return ctx().stream; }
 cublasLtHandle_t cublaslt() { return ctx().lt; }
 void* cublaslt_workspace() { return ctx().workspace; }
 size_t cublaslt_workspace_bytes() { return kWorkspaceBytes; }
 int sm_count() { return ctx().sms; }
-void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream()), "compute stream"); }
 
 }  // namespace trainer::cuda
