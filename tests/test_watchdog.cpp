@@ -243,9 +243,10 @@ TEST_CASE("watchdog: no progress for timeout + grace fires and names the stale p
 
 namespace {
 
-// Four ranks train; `victim` is stopped with SIGSTOP past step 5; every other
-// rank must exit with kDistributedFailureExitCode in time, saying why.
-void stop_one_rank(int victim) {
+// Four ranks train (dp 4, or tp 2 x dp 2); `victim` is stopped with SIGSTOP
+// past step 5; every other rank must exit with kDistributedFailureExitCode in
+// time, saying why.
+void stop_one_rank(int victim, int tp = 1) {
   const fs::path dir = fs::temp_directory_path() / ("trainer_watchdog_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -267,7 +268,7 @@ void stop_one_rank(int victim) {
                      << "data: {train: [" << (dir / "tokens.bin").string() << "]}\n"
                      << "checkpoint: {interval: 0}\n"
                      << "log: {interval: 1, progress: lines, jsonl: false}\n"
-                     << "parallel: {timeout_s: " << timeout << "}\n";
+                     << "parallel: {timeout_s: " << timeout << ", tp: " << tp << "}\n";
   const int port = free_port();  // the store: MASTER_PORT + 1 under torchrun's variables
   const std::string token = "watchdog-e2e-" + std::to_string(::getpid());
 
@@ -352,8 +353,9 @@ void stop_one_rank(int victim) {
   ::waitpid(kids.pids[victim], nullptr, 0);
   kids.pids[victim] = 0;
 
-  std::printf("[watchdog] SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.1f s\n", victim,
-              (long long)victim_step, timeout, window);
+  std::printf("[watchdog] tp %d: SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.1f s\n", tp,
+              victim, (long long)victim_step, timeout, window);
+  int named_tp = 0;
   for (int r = 0; r < world; ++r) {
     if (r == victim) continue;
     const std::string out = read_file(dir / ("rank" + std::to_string(r) + ".log"));
@@ -369,7 +371,9 @@ void stop_one_rank(int victim) {
     CHECK(code[r] == kDistributedFailureExitCode);
     // The collective, the group and the step.
     CHECK((contains(line, "all_reduce") || contains(line, "reduce_scatter") || contains(line, "all_gather")));
-    CHECK((contains(line, " on group dp") || contains(line, " on group world")));
+    CHECK((contains(line, " on group dp") || contains(line, " on group world") ||
+           (tp > 1 && contains(line, " on group tp"))));
+    named_tp += contains(line, " on group tp");
     CHECK(contains(line, "step "));
     if (victim == 0) {
       // The store went silent with rank 0: the watchdog line names the last
@@ -389,6 +393,9 @@ void stop_one_rank(int victim) {
       CHECK(contains(line, "(stale)"));
     }
   }
+  // The stopped rank's tensor-parallel peer waits on it inside the model:
+  // most collectives of a step are tp ones.
+  if (tp > 1) CHECK(named_tp > 0);
   fs::remove_all(dir);
 }
 
@@ -400,4 +407,9 @@ TEST_CASE("watchdog: a rank stopped with SIGSTOP ends the run on every other ran
 
 TEST_CASE("watchdog: stopping rank 0, which serves the store, still ends every other rank", "[watchdog][e2e][serial]") {
   stop_one_rank(0);
+}
+
+TEST_CASE("watchdog: under tp 2 x dp 2 a stopped rank's peers name the tensor-parallel collective",
+          "[watchdog][tp][e2e][serial]") {
+  stop_one_rank(1, 2);
 }
