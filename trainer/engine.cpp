@@ -387,7 +387,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     std::vector<int32_t> prompt;
     if (cfg.model.vocab_size == 256)
       for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);
-    const auto ids = generate_tokens(model.dims, final_weights, T, prompt, cfg.log.sample_tokens,
+    const auto ids = generate_tokens(dims, final_weights, T, prompt, cfg.log.sample_tokens,
                                      float(cfg.log.sample_temperature), cfg.run.seed);
     summary.sample = (cfg.model.vocab_size == 256 ? cfg.log.sample_prompt : std::string()) +
                      tokens_to_text(ids, cfg.model.vocab_size);
