@@ -52,9 +52,12 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
   const bool mixed = storage != DType::F32;
   // What each rank keeps of the three states that ZeRO shards.
   const std::string part = p.dp > 1 ? ", 1/" + std::to_string(p.dp) + " shard" : "";
-  const std::string pshard = p.zero_stage >= 3 ? part + " + unit gather buffers" : "";
-  const std::string gshard = p.zero_stage >= 2 ? part + " + unit reduce buffers" : "";
-  const std::string oshard = p.zero_stage >= 1 ? part : "";
+  // Tensor parallelism splits every matrix; norms (and row biases, the
+  // router) stay whole on each tp rank.
+  const std::string split = p.tp > 1 ? ", matrices 1/" + std::to_string(p.tp) : "";
+  const std::string pshard = split + (p.zero_stage >= 3 ? part + " + unit gather buffers" : "");
+  const std::string gshard = split + (p.zero_stage >= 2 ? part + " + unit reduce buffers" : "");
+  const std::string oshard = split + (p.zero_stage >= 1 ? part : "");
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "memory plan per rank (%s%s), %.3fM parameters:\n"
@@ -97,6 +100,20 @@ std::string format_zero_stages(const Config& c, DType storage, const MeshShape& 
     line += std::string(stage ? " |" : "") + " " + std::to_string(stage) + ": " +
             format_bytes(double(plan_memory(c, storage, mesh, at, stage).total()));
   return line + " (this run: " + std::to_string(this_stage) + ")\n";
+}
+
+std::string format_sp_activations(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
+                                  int stage) {
+  if (mesh.tp <= 1) return "";
+  Config with = c, without = c;
+  with.parallel.sp = true;
+  without.parallel.sp = false;
+  const bool divides = c.train.seq_len % mesh.tp == 0;
+  const std::string sp = divides ? format_bytes(double(plan_memory(with, storage, mesh, at, stage).activation_bytes))
+                                 : "n/a (train.seq_len not divisible by tp)";
+  return "  activations with sp: " + sp + " | without: " +
+         format_bytes(double(plan_memory(without, storage, mesh, at, stage).activation_bytes)) + " (this run: " +
+         (c.parallel.sp ? "sp" : "no sp") + ")\n";
 }
 
 }  // namespace trainer

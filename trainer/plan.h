@@ -42,5 +42,10 @@ std::string format_bytes(double bytes);  // "12.3 MiB"
 std::string format_zero_stages(const Config& c, DType storage, int dp, int this_stage);
 std::string format_zero_stages(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
                                int this_stage);
+// Under tensor parallelism, one line with the activation bytes per rank
+// with and without sequence parallelism (the rest of the plan is the same):
+//   "  activations with sp: 1.2 MiB | without: 2.0 MiB (this run: sp)"
+std::string format_sp_activations(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
+                                  int stage);
 
 }  // namespace trainer
