@@ -1,0 +1,111 @@
+// Pipeline schedules as data (pipeline/schedule.h) checked by the simulator
+// (pipeline/simulate.h): every generated schedule of up to 8 stages and 16
+// micro-batches is complete and deadlock-free; with unit costs the bubble of
+// GPipe and 1F1B is (p - 1) / (m + p - 1) of the step; GPipe holds m
+// micro-batches of activations at its peak and 1F1B p - r on rank r;
+// broken schedules are rejected naming the rank and the action.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "pipeline/simulate.h"
+
+using namespace trainer;
+
+TEST_CASE("pipeline schedules: complete, deadlock-free, bubble (p-1)/(m+p-1), peak activations", "[pipeline]") {
+  int checked = 0;
+  double worst = 0;
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 16; ++m) {
+        const Schedule s = make_schedule(kind, p, m);
+        ActionCosts unit;
+        unit.forward = 1;
+        unit.backward = 2;
+        const Simulation sim = simulate(s, {unit});
+        INFO(schedule_name(kind) << " p " << p << " m " << m << ": " << sim.error);
+        REQUIRE(sim.ok);
+        // Every rank computes m forwards and m backwards: 3m units.
+        for (double b : sim.busy) CHECK(b == Approx(3.0 * m));
+        const double want = theoretical_bubble(p, m);
+        worst = std::max(worst, std::fabs(sim.bubble() - want));
+        CHECK(sim.bubble() == Approx(want).margin(1e-12));
+        CHECK(sim.step_time == Approx(3.0 * (m + p - 1)));
+        for (int r = 0; r < p; ++r)
+          CHECK(sim.peak_in_flight[size_t(r)] == (kind == ScheduleKind::GPipe ? m : std::min(m, p - r)));
+        ++checked;
+      }
+  std::printf("[pipeline] %d schedules (gpipe, 1f1b; p <= 8, m <= 16) simulated: bubble = (p-1)/(m+p-1) within %.1e; "
+              "peak activations gpipe m, 1f1b min(m, p - r)\n",
+              checked, worst);
+  // The picture `trainer schedule` prints.
+  const Simulation sim = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8));
+  const std::string pic = format_timeline(sim);
+  std::printf("[pipeline] 1f1b, p 4, m 8 (F = 1, B = 2), bubble %.3f:\n%s", sim.bubble(), pic.c_str());
+  CHECK(pic.find("rank 3 | .| .| .|F0|B0|B0|F1|B1|B1|") != std::string::npos);
+}
+
+TEST_CASE("pipeline simulator: broken schedules are rejected naming the rank and the action", "[pipeline]") {
+  auto rejected = [](Schedule s, const std::string& want) {
+    const Simulation sim = simulate(s);
+    INFO(sim.error);
+    CHECK_FALSE(sim.ok);
+    CHECK(sim.error.find(want) != std::string::npos);
+  };
+  const Schedule good = make_schedule(ScheduleKind::OneFOneB, 3, 4);
+  REQUIRE(simulate(good).ok);
+  {
+    // A missing backward (one stage: no transfers to trip over first).
+    Schedule s = make_schedule(ScheduleKind::OneFOneB, 1, 4);
+    auto& acts = s.ranks[0];
+    for (size_t i = 0; i < acts.size(); ++i)
+      if (acts[i].kind == ActionKind::Backward && acts[i].mb == 2) {
+        acts.erase(acts.begin() + long(i));
+        break;
+      }
+    rejected(s, "rank 0: micro-batch 2 of chunk 0 has no complete backward");
+  }
+  {
+    // Rank 1 receives micro-batch 1 before micro-batch 0, which rank 0 sends
+    // first: messages between two ranks pair up in order.
+    Schedule s = make_schedule(ScheduleKind::GPipe, 2, 2);
+    for (Action& a : s.ranks[1])
+      if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::Forward) a.mb = 1 - a.mb;
+    rejected(s, "rank 0 action 1 send-act(mb 0, chunk 0) -> rank 1 meets rank 1 action 0 recv-act(mb 1, chunk 0) <- rank 0");
+  }
+  {
+    // Both neighbours wait to receive before they send: a deadlock.
+    Schedule s = make_schedule(ScheduleKind::GPipe, 2, 2);
+    // Rank 0 first waits for a gradient that rank 1 can only send after
+    // rank 0's activations arrive.
+    auto& r0 = s.ranks[0];
+    Action recv = {};
+    for (size_t i = 0; i < r0.size(); ++i)
+      if (r0[i].kind == ActionKind::RecvGradient) {
+        recv = r0[i];
+        r0.erase(r0.begin() + long(i));
+        break;
+      }
+    // Keep the data dependency valid (recv before its backward) but move the
+    // receive to the very front, and give micro-batch 0 its backward first.
+    r0.insert(r0.begin(), recv);
+    rejected(s, "the schedule deadlocks: rank 0 action 0 recv-grad(mb 0, chunk 0) <- rank 1 waits");
+  }
+  {
+    // A send to the wrong rank.
+    Schedule s = good;
+    for (Action& a : s.ranks[0])
+      if (a.kind == ActionKind::SendActivation) a.peer = 2;
+    rejected(s, "rank 0 action 1 send-act(mb 0, chunk 0) -> rank 2: virtual stage 1 lives on rank 1");
+  }
+  {
+    // A forward before its input arrived.
+    Schedule s = good;
+    auto& a = s.ranks[1];
+    std::swap(a[0], a[1]);
+    rejected(s, "rank 1 action 0 F(mb 0, chunk 0): runs before its input activation is received");
+  }
+  CHECK_THROWS_WITH(parse_schedule("zigzag"), "unknown pipeline schedule 'zigzag' (gpipe | 1f1b)");
+}
