@@ -54,13 +54,29 @@ TRAINER_OP(device, double, sum_squares, (Tensor x), (x))
 TRAINER_OP(device, double, sum, (Tensor x), (x))
 
 // ---- embedding --------------------------------------------------------------
-// out[n,:] (= or +=) table[ids[n],:]. ids [N] (or [B,T]) I32, table [V,C],
-// out [..., C] with N*C elements.
-TRAINER_OP(device, void, embedding_forward, (Tensor out, Tensor ids, Tensor table, bool accumulate),
-           (out, ids, table, accumulate))
-// dtable[ids[n],:] += dout[n,:]
-TRAINER_OP(device, void, embedding_backward, (Tensor dtable, Tensor ids, Tensor dout),
-           (dtable, ids, dout))
+// A vocabulary-parallel table (tensor parallelism): `table` holds the rows of
+// ids [row_offset, row_offset + table.dim(0)) of a vocabulary of vocab_size
+// ids; the last rank's table may end in padding rows that no valid id reaches.
+// row_offset = 0, vocab_size = table.dim(0) is the whole table. row_offset
+// >= 0, vocab_size >= 1; every id must lie in [0, vocab_size) (the CPU
+// refuses the call before writing anything; CUDA writes NaN rows in the
+// forward and skips the id in the backward).
+//
+// out[n,:] (= or +=) table[ids[n] - row_offset,:] for the ids this table
+// holds; for the others out[n,:] = 0 (accumulate = false) or is left as it
+// is (accumulate = true), so the sum over the ranks is the whole lookup.
+// ids [N] (or [B,T]) I32, table [rows,C], out [..., C] with N*C elements.
+TRAINER_OP(device, void, embedding_forward,
+           (Tensor out, Tensor ids, Tensor table, bool accumulate, int64_t row_offset,
+            int64_t vocab_size),
+           (out, ids, table, accumulate, row_offset, vocab_size))
+// dtable[ids[n] - row_offset,:] += dout[n,:] for the ids this table holds
+// (the others are skipped); each row sums its tokens in token order (CUDA
+// too: deterministic), so a rank's rows equal those rows of the whole
+// table's backward bit for bit.
+TRAINER_OP(device, void, embedding_backward,
+           (Tensor dtable, Tensor ids, Tensor dout, int64_t row_offset, int64_t vocab_size),
+           (dtable, ids, dout, row_offset, vocab_size))
 
 // ---- normalization ----------------------------------------------------------
 // out = x * rstd * weight, rstd[n] = 1/sqrt(mean(x[n]^2) + eps). x,out [N,C],

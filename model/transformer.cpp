@@ -142,8 +142,8 @@ void embedding_forward(Model& m, const MicroBatch& mb) {
   if (u < 0) throw std::logic_error("embedding_forward: this pipeline stage holds no embedding");
   if (m.hooks) m.hooks->forward_begin(m, u, mb);
   const Tensor x0 = stage_input(m, mb.id);
-  ops::embedding_forward(x0, a.ids, m.w.tok_embed, false);
-  if (!d.llama) ops::embedding_forward(x0, a.pos_ids, m.w.pos_embed, true);
+  ops::embedding_forward(x0, a.ids, m.w.tok_embed, false, 0, d.V);
+  if (!d.llama) ops::embedding_forward(x0, a.pos_ids, m.w.pos_embed, true, 0, m.w.pos_embed.dim(0));
 }
 
 double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t count) {
@@ -226,8 +226,8 @@ void embedding_backward(Model& m, const MicroBatch& mb) {
   const int u = m.unit_index.embedding;
   if (u < 0) throw std::logic_error("embedding_backward: this pipeline stage holds no embedding");
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
-  ops::embedding_backward(m.gw.tok_embed, s.acts.ids, s.dx);
-  if (!d.llama) ops::embedding_backward(m.gw.pos_embed, s.acts.pos_ids, s.dx);
+  ops::embedding_backward(m.gw.tok_embed, s.acts.ids, s.dx, 0, d.V);
+  if (!d.llama) ops::embedding_backward(m.gw.pos_embed, s.acts.pos_ids, s.dx, 0, m.gw.pos_embed.dim(0));
   if (m.hooks) m.hooks->backward_end(m, u, mb);
 }
 

@@ -311,15 +311,15 @@ TEST_CASE("gpu embedding forward (= and +=) and backward: repeated ids, determin
                    out({N, C}, dt);
 
       poison(out);
-      ops::embedding_forward(out, d_ids, d_table, false);
+      ops::embedding_forward(out, d_ids, d_table, false, 0, V);
       sync("embedding_forward");
       std::vector<float> ref(static_cast<size_t>(N * C));
-      cpu::embedding_forward(host(ref, {N, C}), host_i32(ids, {N}), host(table, {V, C}), false);
+      cpu::embedding_forward(host(ref, {N, C}), host_i32(ids, {N}), host(table, {V, C}), false, 0, V);
       same_values("embedding_forward " + tag, download(out), ref);
 
       const std::vector<float> base = randn(static_cast<size_t>(N * C), seed(33), 1.f, dt);
       write(out, base);
-      ops::embedding_forward(out, d_ids, d_table, true);
+      ops::embedding_forward(out, d_ids, d_table, true, 0, V);
       sync("embedding_forward accumulate");
       std::vector<float> acc(static_cast<size_t>(N * C));
       for (size_t i = 0; i < acc.size(); ++i) acc[i] = round_to(dt, base[i] + ref[i]);
@@ -328,18 +328,100 @@ TEST_CASE("gpu embedding forward (= and +=) and backward: repeated ids, determin
       const std::vector<float> dtable0 = randn(static_cast<size_t>(V * C), seed(34), 1.f, dt);
       const std::vector<float> dout = randn(static_cast<size_t>(N * C), seed(35), 1.f, dt);
       DeviceTensor d_dtable = upload(dtable0, {V, C}, dt), d_dout = upload(dout, {N, C}, dt);
-      ops::embedding_backward(d_dtable, d_ids, d_dout);
+      ops::embedding_backward(d_dtable, d_ids, d_dout, 0, V);
       sync("embedding_backward");
       const std::vector<uint8_t> run1 = download_bytes(d_dtable);
       std::vector<float> ref_dt = dtable0;
-      cpu::embedding_backward(host(ref_dt, {V, C}), host_i32(ids, {N}), host(dout, {N, C}));
+      cpu::embedding_backward(host(ref_dt, {V, C}), host_i32(ids, {N}), host(dout, {N, C}), 0, V);
       compare("embedding_backward dtable (+=) " + tag, decode(run1, dt), ref_dt, tol(dt));
 
       write(d_dtable, dtable0);
-      ops::embedding_backward(d_dtable, d_ids, d_dout);
+      ops::embedding_backward(d_dtable, d_ids, d_dout, 0, V);
       sync("embedding_backward again");
       same_bits("embedding_backward run twice (determinism) " + tag, download_bytes(d_dtable), run1,
                 dtype_size(dt));
+    });
+  }
+}
+
+TEST_CASE("gpu vocab-parallel embedding: a table split over 3 ranks, each rank against its CPU twin "
+          "and against the whole table's rows",
+          "[gpu][embedding]") {
+  // V = 1000 over P = 3: 334 rows a rank, the last one with 2 padding rows
+  // (NaN in the forward table: a lookup that reached one would show).
+  const int64_t V = 1000, C = 768, N = 4096, P = 3, rows = (V + P - 1) / P;
+  std::vector<int32_t> ids = rand_ints(static_cast<size_t>(N), seed(40), 0, int(V));
+  {
+    // Hot ids on both sides of each rank boundary and at both ends.
+    const int32_t hot[] = {0, int32_t(rows - 1), int32_t(rows), int32_t(2 * rows), int32_t(V - 1)};
+    std::mt19937_64 g(seed(41));
+    for (int64_t i = 0; i < N; ++i)
+      if (g() % 2 != 0) ids[size_t(i)] = hot[g() % 5];
+  }
+  for (DType dt : kAll) {
+    const std::string tag = fmt("%s V=%lld P=%lld C=%lld N=%lld", dn(dt), (long long)V,
+                                (long long)P, (long long)C, (long long)N);
+    run_case(tag, [&] {
+      const std::vector<float> table = randn(static_cast<size_t>(V * C), seed(42), 1.f, dt);
+      const std::vector<float> dtable0 = randn(static_cast<size_t>(V * C), seed(43), 1.f, dt);
+      const std::vector<float> dout = randn(static_cast<size_t>(N * C), seed(44), 1.f, dt);
+      const std::vector<float> base = randn(static_cast<size_t>(N * C), seed(45), 1.f, dt);
+      DeviceTensor d_ids = upload_i32(ids, {N}), d_dout = upload(dout, {N, C}, dt);
+
+      // The whole table's backward on the device: each rank's rows must be
+      // these bit for bit (the same additions in the same order).
+      DeviceTensor d_whole = upload(dtable0, {V, C}, dt);
+      ops::embedding_backward(d_whole, d_ids, d_dout, 0, V);
+      sync("embedding_backward whole table");
+      const std::vector<uint8_t> whole_bytes = download_bytes(d_whole);
+      const size_t row_bytes = size_t(C) * dtype_size(dt);
+
+      std::vector<float> whole_ref(static_cast<size_t>(N * C));
+      cpu::embedding_forward(host(whole_ref, {N, C}), host_i32(ids, {N}), host(table, {V, C}), false,
+                             0, V);
+      DeviceTensor acc = upload(base, {N, C}, dt);
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t off = p * rows, valid = std::min(rows, V - off);
+        const std::string rtag = fmt("rank %lld [%lld, %lld) ", (long long)p, (long long)off,
+                                     (long long)(off + rows)) + tag;
+        std::vector<float> tab(static_cast<size_t>(rows * C), kNaN), dtab(static_cast<size_t>(rows * C), 3.f);
+        std::copy(table.begin() + off * C, table.begin() + (off + valid) * C, tab.begin());
+        std::copy(dtable0.begin() + off * C, dtable0.begin() + (off + valid) * C, dtab.begin());
+        DeviceTensor d_tab = upload(tab, {rows, C}, dt), out({N, C}, dt);
+
+        poison(out);
+        ops::embedding_forward(out, d_ids, d_tab, false, off, V);
+        sync("embedding_forward vocab-parallel");
+        std::vector<float> ref(static_cast<size_t>(N * C));
+        cpu::embedding_forward(host(ref, {N, C}), host_i32(ids, {N}), host(tab, {rows, C}), false,
+                               off, V);
+        same_values("embedding_forward " + rtag, download(out), ref);
+        ops::embedding_forward(acc, d_ids, d_tab, true, off, V);
+        sync("embedding_forward vocab-parallel accumulate");
+
+        DeviceTensor d_dtab = upload(dtab, {rows, C}, dt);
+        ops::embedding_backward(d_dtab, d_ids, d_dout, off, V);
+        sync("embedding_backward vocab-parallel");
+        const std::vector<uint8_t> got = download_bytes(d_dtab);
+        std::vector<float> ref_dt = dtab;
+        cpu::embedding_backward(host(ref_dt, {rows, C}), host_i32(ids, {N}), host(dout, {N, C}), off, V);
+        compare("embedding_backward dtable (+=) " + rtag, decode(got, dt), ref_dt, tol(dt));
+        same_bits("embedding_backward rows = whole table's rows " + rtag,
+                  std::vector<uint8_t>(got.begin(), got.begin() + valid * row_bytes),
+                  std::vector<uint8_t>(whole_bytes.begin() + off * row_bytes,
+                                       whole_bytes.begin() + (off + valid) * row_bytes),
+                  dtype_size(dt));
+        if (valid < rows)  // padding rows: never written
+          same_bits("embedding_backward padding rows untouched " + rtag,
+                    std::vector<uint8_t>(got.begin() + valid * row_bytes, got.end()),
+                    encode(std::vector<float>(static_cast<size_t>((rows - valid) * C), 3.f), dt),
+                    dtype_size(dt));
+      }
+      // Each token is added by exactly one rank: base + table[id], rounded once.
+      std::vector<float> acc_ref(static_cast<size_t>(N * C));
+      for (size_t i = 0; i < acc_ref.size(); ++i) acc_ref[i] = round_to(dt, base[i] + whole_ref[i]);
+      same_values("embedding_forward accumulate over the ranks = whole table " + tag, download(acc),
+                  acc_ref);
     });
   }
 }
