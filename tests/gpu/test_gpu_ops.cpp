@@ -1006,6 +1006,112 @@ TEST_CASE("gpu cross-entropy V=50257: losses, dlogits, ignored targets, losses o
   }
 }
 
+TEST_CASE("gpu vocab-parallel cross-entropy: partial stats and combine per rank against the CPU "
+          "twins, the assembled result against the fused op, in place, losses only",
+          "[gpu][loss]") {
+  struct Config {
+    int64_t N, V, P;
+  };
+  // 50257 over 4: 12565 columns a rank (odd: misaligned rows), the last with
+  // 3 padding columns. 13 over 6: 3 columns a rank, the last padding only.
+  for (const Config cfg : {Config{48, 50257, 4}, Config{7, 13, 6}}) {
+    const int64_t N = cfg.N, V = cfg.V, P = cfg.P, cols = (V + P - 1) / P;
+    const float grad_scale = 1.f / 37.f;
+    std::vector<int32_t> targets = rand_ints(static_cast<size_t>(N), seed(120), 0, int(V));
+    targets[0] = 0;
+    targets[1] = int32_t(V - 1);
+    targets[2] = -1;  // ignored
+    for (DType dt : kAll) {
+      const std::string tag = fmt("%s N=%lld V=%lld P=%lld", dn(dt), (long long)N, (long long)V,
+                                  (long long)P);
+      run_case(tag, [&] {
+        std::vector<float> logits = randn(static_cast<size_t>(N * V), seed(121), 2.f);
+        for (int64_t j = 0; j < V; ++j) logits[size_t(3 * V + j)] += 100.f;  // exp overflows without the max
+        logits[size_t(4 * V + targets[4])] = 25.f;  // a confident, correct row
+        logits = rounded(dt, logits);
+        std::vector<float> r_loss(static_cast<size_t>(N)), r_dl(static_cast<size_t>(N * V));
+        cpu::cross_entropy_forward_backward(host(r_loss, {N}), host(r_dl, {N, V}), host(logits, {N, V}),
+                                            host_i32(targets, {N}), grad_scale);
+        DeviceTensor d_t = upload_i32(targets, {N});
+
+        // Step 1 on every rank; the stats gathered on the host in rank order.
+        std::vector<std::vector<float>> locals;
+        std::vector<float> all(static_cast<size_t>(P * N * 3));
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t off = p * cols, valid = std::clamp<int64_t>(V - off, 0, cols);
+          const std::string rtag = fmt("rank %lld valid=%lld ", (long long)p, (long long)valid) + tag;
+          std::vector<float> local(static_cast<size_t>(N * cols), kNaN);  // padding: never read
+          for (int64_t n = 0; n < N; ++n)
+            std::copy(logits.begin() + n * V + off, logits.begin() + n * V + off + valid,
+                      local.begin() + n * cols);
+          DeviceTensor d_local = upload(local, {N, cols}, dt), d_stats({N, 3}, F32);
+          poison(d_stats);
+          ops::cross_entropy_partial_stats(d_stats, d_local, d_t, off, valid, V);
+          sync("cross_entropy_partial_stats");
+          const std::vector<float> g = download(d_stats);
+          std::vector<float> r(static_cast<size_t>(N * 3));
+          cpu::cross_entropy_partial_stats(host(r, {N, 3}), host(local, {N, cols}),
+                                           host_i32(targets, {N}), off, valid, V);
+          auto column = [&](const std::vector<float>& v, int k) {
+            std::vector<float> c(static_cast<size_t>(N));
+            for (int64_t n = 0; n < N; ++n) c[size_t(n)] = v[size_t(3 * n + k)];
+            return c;
+          };
+          same_values("partial_stats max m " + rtag, column(g, 0), column(r, 0));
+          compare("partial_stats sum s " + rtag, column(g, 1), column(r, 1), kTolF32);
+          same_values("partial_stats target logit t " + rtag, column(g, 2), column(r, 2));
+          std::copy(g.begin(), g.end(), all.begin() + p * N * 3);
+          locals.push_back(std::move(local));
+        }
+
+        // Step 2 on every rank, from the device's stats.
+        DeviceTensor d_all = upload(all, {P, N, 3}, F32), losses({N}, F32);
+        std::vector<float> cat_dl(static_cast<size_t>(N * V), kNaN), padding;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t off = p * cols, valid = std::clamp<int64_t>(V - off, 0, cols);
+          const std::string rtag = fmt("rank %lld valid=%lld ", (long long)p, (long long)valid) + tag;
+          const std::vector<float>& local = locals[size_t(p)];
+          std::vector<float> r_l(static_cast<size_t>(N)), r_d(static_cast<size_t>(N * cols));
+          cpu::cross_entropy_vocab_parallel(host(r_l, {N}), host(r_d, {N, cols}), host(local, {N, cols}),
+                                            host_i32(targets, {N}), host(all, {P, N, 3}), off, valid,
+                                            grad_scale);
+          DeviceTensor d_local = upload(local, {N, cols}, dt), dl({N, cols}, dt);
+          poison(losses);
+          poison(dl);
+          ops::cross_entropy_vocab_parallel(losses, dl, d_local, d_t, d_all, off, valid, grad_scale);
+          sync("cross_entropy_vocab_parallel");
+          const std::vector<float> g_l = download(losses), g_d = download(dl);
+          compare("vocab_parallel losses " + rtag, g_l, r_l, kTolF32);
+          compare("vocab_parallel dlogits " + rtag, g_d, r_d, tol(dt));
+          all_zero("vocab_parallel ignored row dlogits " + rtag, g_d, size_t(2 * cols),
+                   size_t(3 * cols));
+          for (int64_t n = 0; n < N; ++n) {
+            std::copy(g_d.begin() + n * cols, g_d.begin() + n * cols + valid, cat_dl.begin() + n * V + off);
+            padding.insert(padding.end(), g_d.begin() + n * cols + valid, g_d.begin() + (n + 1) * cols);
+          }
+          if (p == 0) {
+            compare("vocab_parallel losses vs the fused op " + tag, g_l, r_loss, kTolF32);
+            all_zero("vocab_parallel ignored row loss " + tag, g_l, 2, 3);
+          }
+
+          poison(losses);
+          ops::cross_entropy_vocab_parallel(losses, Tensor(), d_local, d_t, d_all, off, valid, grad_scale);
+          sync("cross_entropy_vocab_parallel losses only");
+          compare("vocab_parallel losses only " + rtag, download(losses), r_l, kTolF32);
+
+          poison(losses);
+          ops::cross_entropy_vocab_parallel(losses, d_local, d_local, d_t, d_all, off, valid, grad_scale);
+          sync("cross_entropy_vocab_parallel in place");
+          compare("vocab_parallel in place losses " + rtag, download(losses), r_l, kTolF32);
+          compare("vocab_parallel in place dlogits " + rtag, download(d_local), r_d, tol(dt));
+        }
+        all_zero("vocab_parallel padding columns " + tag, padding, 0, padding.size());
+        compare("vocab_parallel dlogits assembled vs the fused op " + tag, cat_dl, r_dl, tol(dt));
+      });
+    }
+  }
+}
+
 // ---- AdamW --------------------------------------------------------------------------
 
 namespace {
