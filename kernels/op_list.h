@@ -54,13 +54,29 @@ TRAINER_OP(device, double, sum_squares, (Tensor x), (x))
 TRAINER_OP(device, double, sum, (Tensor x), (x))
 
 // ---- embedding --------------------------------------------------------------
-// out[n,:] (= or +=) table[ids[n],:]. ids [N] (or [B,T]) I32, table [V,C],
-// out [..., C] with N*C elements.
-TRAINER_OP(device, void, embedding_forward, (Tensor out, Tensor ids, Tensor table, bool accumulate),
-           (out, ids, table, accumulate))
-// dtable[ids[n],:] += dout[n,:]
-TRAINER_OP(device, void, embedding_backward, (Tensor dtable, Tensor ids, Tensor dout),
-           (dtable, ids, dout))
+// A vocabulary-parallel table (tensor parallelism): `table` holds the rows of
+// ids [row_offset, row_offset + table.dim(0)) of a vocabulary of vocab_size
+// ids; the last rank's table may end in padding rows that no valid id reaches.
+// row_offset = 0, vocab_size = table.dim(0) is the whole table. row_offset
+// >= 0, vocab_size >= 1; every id must lie in [0, vocab_size) (the CPU
+// refuses the call before writing anything; CUDA writes NaN rows in the
+// forward and skips the id in the backward).
+//
+// out[n,:] (= or +=) table[ids[n] - row_offset,:] for the ids this table
+// holds; for the others out[n,:] = 0 (accumulate = false) or is left as it
+// is (accumulate = true), so the sum over the ranks is the whole lookup.
+// ids [N] (or [B,T]) I32, table [rows,C], out [..., C] with N*C elements.
+TRAINER_OP(device, void, embedding_forward,
+           (Tensor out, Tensor ids, Tensor table, bool accumulate, int64_t row_offset,
+            int64_t vocab_size),
+           (out, ids, table, accumulate, row_offset, vocab_size))
+// dtable[ids[n] - row_offset,:] += dout[n,:] for the ids this table holds
+// (the others are skipped); each row sums its tokens in token order (CUDA
+// too: deterministic), so a rank's rows equal those rows of the whole
+// table's backward bit for bit.
+TRAINER_OP(device, void, embedding_backward,
+           (Tensor dtable, Tensor ids, Tensor dout, int64_t row_offset, int64_t vocab_size),
+           (dtable, ids, dout, row_offset, vocab_size))
 
 // ---- normalization ----------------------------------------------------------
 // out = x * rstd * weight, rstd[n] = 1/sqrt(mean(x[n]^2) + eps). x,out [N,C],
@@ -141,6 +157,44 @@ TRAINER_OP(device, void, swiglu_backward,
 TRAINER_OP(device, void, cross_entropy_forward_backward,
            (Tensor losses, Tensor dlogits, Tensor logits, Tensor targets, float grad_scale),
            (losses, dlogits, logits, targets, grad_scale))
+
+// Vocabulary-parallel cross-entropy (Megatron style), in two steps around an
+// all-gather of [N, 3] statistics per rank instead of [N, V] logits.
+//
+// Step 1, on every rank: logits [N, Vl] hold the columns of vocabulary ids
+// [vocab_offset, vocab_offset + Vl), of which only the first valid_cols
+// (0 <= valid_cols <= Vl) are real; the rest is padding and never read.
+// stats [N, 3] F32, per row:
+//   m = max of the valid logits (-inf when valid_cols == 0),
+//   s = sum over the valid logits of exp(logit - m) (0 when none, or when
+//       every valid logit is -inf),
+//   t = logit[target - vocab_offset] if this rank holds the target, else 0.
+// targets [N] I32: target < 0 is ignored (t = 0); every target must be
+// < vocab_size (the CPU refuses the call; CUDA sets t = NaN, so the loss is
+// NaN). vocab_offset >= 0; real columns are vocabulary ids (vocab_offset +
+// valid_cols <= vocab_size when valid_cols > 0; a padding-only rank may
+// start past the vocabulary).
+TRAINER_OP(device, void, cross_entropy_partial_stats,
+           (Tensor stats, Tensor logits, Tensor targets, int64_t vocab_offset, int64_t valid_cols,
+            int64_t vocab_size),
+           (stats, logits, targets, vocab_offset, valid_cols, vocab_size))
+// Step 2, on every rank, with all_stats [P, N, 3] F32 = the stats of the P
+// ranks in rank order (P >= 1). Per row, in double:
+//   M = max_p m_p, lse = M + log(sum_p s_p exp(m_p - M)) (ranks with s_p = 0
+//   left out), target logit = sum_p t_p,
+//   losses[n] = lse - target logit (0 for ignored targets), losses [N] F32.
+// If dlogits is non-empty ([N, Vl], like logits): dlogits = (softmax -
+// onehot(target)) * grad_scale over this rank's valid columns, the target
+// column (if held here) as (exp(target logit - lse) - 1) * grad_scale in
+// double; padding columns and ignored rows 0. dlogits may alias logits (the
+// very same tensor). No probability in any rank (every logit -inf) or a NaN
+// target logit gives a NaN loss and gradient row. With P = 1, vocab_offset =
+// 0, valid_cols = V the pair is cross_entropy_forward_backward up to float
+// rounding (s is stored in fp32).
+TRAINER_OP(device, void, cross_entropy_vocab_parallel,
+           (Tensor losses, Tensor dlogits, Tensor logits, Tensor targets, Tensor all_stats,
+            int64_t vocab_offset, int64_t valid_cols, float grad_scale),
+           (losses, dlogits, logits, targets, all_stats, vocab_offset, valid_cols, grad_scale))
 
 // ---- mixture of experts: routing -------------------------------------------
 // Router: probs = softmax(logits) [N,E] F32; topk_idx [N,K] I32 = the K

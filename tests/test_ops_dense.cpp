@@ -158,13 +158,13 @@ TEST_CASE("embedding forward (= and +=) and backward", "[ops][dense]") {
     return r;
   };
 
-  cpu::embedding_forward(out, ids, table, false);
+  cpu::embedding_forward(out, ids, table, false, 0, V);
   REQUIRE(fwd_err("embedding_forward", out.f, twin()) == 0.0);
 
   Owned base({N, C});
   fill_normal(base.f, 12);
   out.f = base.f;
-  cpu::embedding_forward(out, ids, table, true);
+  cpu::embedding_forward(out, ids, table, true, 0, V);
   Ref acc = twin();
   for (size_t i = 0; i < acc.size(); ++i) acc[i] += double(base.f[i]);
   REQUIRE(fwd_err("embedding_forward accumulate", out.f, acc) < kFwdTol);
@@ -172,13 +172,13 @@ TEST_CASE("embedding forward (= and +=) and backward", "[ops][dense]") {
   Owned dtable({V, C});
   fill_normal(dtable.f, 13);
   const std::vector<float> d0 = dtable.f;
-  cpu::embedding_backward(dtable, ids, R);
+  cpu::embedding_backward(dtable, ids, R, 0, V);
   REQUIRE(fd_check("embedding_backward dtable (+=)", table.f, minus(dtable.f, d0), twin, R.f) <
           kGradTol);
 
   ids.i[4] = int32_t(V);
-  REQUIRE_THROWS_WITH(ops::embedding_forward(out, ids, table, false),
-                      "embedding_forward: id 10 at position 4 is outside the table [0, 10)");
+  REQUIRE_THROWS_WITH(ops::embedding_forward(out, ids, table, false, 0, V),
+                      "embedding_forward: id 10 at position 4 is outside the vocabulary [0, 10)");
 }
 
 // ---- norms ------------------------------------------------------------------

@@ -1,6 +1,7 @@
-// Fused softmax cross-entropy of the CPU backend (see kernels/op_list.h): one pass
-// over each row for the log-sum-exp, one more to write the gradient, and no
-// [N, V] probability tensor, so dlogits can overwrite logits in place.
+// Softmax cross-entropy of the CPU backend (see kernels/op_list.h), fused and
+// vocabulary-parallel: one pass over each row for the log-sum-exp, one more
+// to write the gradient, and no [N, V] probability tensor, so dlogits can
+// overwrite logits in place.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -57,6 +58,89 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
       // the digits that matter when the model is confident.
       drow[t] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
     }
+  }
+}
+
+void cross_entropy_partial_stats(Tensor stats, Tensor logits, Tensor targets, int64_t vocab_offset,
+                                 int64_t valid_cols, int64_t vocab_size) {
+  const char* op = "cross_entropy_partial_stats";
+  need_f32(op, {{"logits", &logits}});
+  const int64_t N = targets.numel(), Vl = logits.dim(-1);
+  const int32_t* tg = targets.i32();
+  // Up front, as in the fused op: no half-written stats on a bad target.
+  for (int64_t n = 0; n < N; ++n)
+    if (tg[n] >= vocab_size)
+      checks::fail(op, "target " + std::to_string(tg[n]) + " at row " + std::to_string(n) +
+                   " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+
+  const float* x = logits.f32();
+  float* st = stats.f32();
+#pragma omp parallel for schedule(static) if (N * valid_cols >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = x + n * Vl;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < valid_cols; ++j) mx = std::max(mx, row[j]);
+    // Logits that are all -inf carry no probability (s = 0, as for no
+    // columns; the other ranks' columns still count), not the NaN of
+    // exp(-inf - -inf); measured from 0 then, a NaN logit still makes s NaN.
+    const double ref = mx == -std::numeric_limits<float>::infinity() ? 0.0 : double(mx);
+    double sum = 0;
+    for (int64_t j = 0; j < valid_cols; ++j) sum += std::exp(double(row[j]) - ref);
+    const int64_t local = int64_t(tg[n]) - vocab_offset;
+    const bool held = tg[n] >= 0 && local >= 0 && local < valid_cols;
+    st[3 * n + 0] = mx;
+    st[3 * n + 1] = float(sum);
+    st[3 * n + 2] = held ? row[local] : 0.f;
+  }
+}
+
+void cross_entropy_vocab_parallel(Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
+                                  Tensor all_stats, int64_t vocab_offset, int64_t valid_cols,
+                                  float grad_scale) {
+  const char* op = "cross_entropy_vocab_parallel";
+  need_f32(op, {{"logits", &logits}, {"dlogits", &dlogits}});
+  const int64_t N = targets.numel(), Vl = logits.dim(-1), P = all_stats.dim(0);
+  const int32_t* tg = targets.i32();
+  const float* x = logits.f32();
+  const float* st = all_stats.f32();
+  float* loss = losses.f32();
+  float* dx = dlogits.empty() ? nullptr : dlogits.f32();
+#pragma omp parallel for schedule(static) if (N * std::max<int64_t>(Vl, P) >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = x + n * Vl;
+    float* drow = dx ? dx + n * Vl : nullptr;
+    const int32_t t = tg[n];
+    if (t < 0) {
+      loss[n] = 0.f;
+      if (drow) std::fill(drow, drow + Vl, 0.f);
+      continue;
+    }
+    double M = -std::numeric_limits<double>::infinity();
+    for (int64_t p = 0; p < P; ++p) M = std::max(M, double(st[(p * N + n) * 3]));
+    double sum = 0, target_logit = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      const float* sp = st + (p * N + n) * 3;
+      // A rank without valid columns has m = -inf, s = 0: exp(-inf - M)
+      // would be NaN when M is -inf too.
+      if (sp[1] != 0.f) sum += double(sp[1]) * std::exp(double(sp[0]) - M);
+      target_logit += sp[2];
+    }
+    // No probability anywhere (every logit -inf) is NaN, as in the fused op;
+    // so is a NaN target logit (CUDA's mark of a target outside the
+    // vocabulary), which must reach the gradient row too.
+    const double lse = sum > 0 && !std::isnan(target_logit)
+                           ? M + std::log(sum)
+                           : std::numeric_limits<double>::quiet_NaN();
+    loss[n] = float(lse - target_logit);
+    if (!drow) continue;
+    for (int64_t j = 0; j < valid_cols; ++j)
+      drow[j] = float(std::exp(double(row[j]) - lse) * grad_scale);
+    std::fill(drow + valid_cols, drow + Vl, 0.f);
+    const int64_t local = int64_t(t) - vocab_offset;
+    // In double, as in the fused op: p_t - 1 rounded after the scaling
+    // would lose the digits that matter when the model is confident.
+    if (local >= 0 && local < valid_cols)
+      drow[local] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
   }
 }
 

@@ -311,15 +311,15 @@ TEST_CASE("gpu embedding forward (= and +=) and backward: repeated ids, determin
                    out({N, C}, dt);
 
       poison(out);
-      ops::embedding_forward(out, d_ids, d_table, false);
+      ops::embedding_forward(out, d_ids, d_table, false, 0, V);
       sync("embedding_forward");
       std::vector<float> ref(static_cast<size_t>(N * C));
-      cpu::embedding_forward(host(ref, {N, C}), host_i32(ids, {N}), host(table, {V, C}), false);
+      cpu::embedding_forward(host(ref, {N, C}), host_i32(ids, {N}), host(table, {V, C}), false, 0, V);
       same_values("embedding_forward " + tag, download(out), ref);
 
       const std::vector<float> base = randn(static_cast<size_t>(N * C), seed(33), 1.f, dt);
       write(out, base);
-      ops::embedding_forward(out, d_ids, d_table, true);
+      ops::embedding_forward(out, d_ids, d_table, true, 0, V);
       sync("embedding_forward accumulate");
       std::vector<float> acc(static_cast<size_t>(N * C));
       for (size_t i = 0; i < acc.size(); ++i) acc[i] = round_to(dt, base[i] + ref[i]);
@@ -328,18 +328,100 @@ TEST_CASE("gpu embedding forward (= and +=) and backward: repeated ids, determin
       const std::vector<float> dtable0 = randn(static_cast<size_t>(V * C), seed(34), 1.f, dt);
       const std::vector<float> dout = randn(static_cast<size_t>(N * C), seed(35), 1.f, dt);
       DeviceTensor d_dtable = upload(dtable0, {V, C}, dt), d_dout = upload(dout, {N, C}, dt);
-      ops::embedding_backward(d_dtable, d_ids, d_dout);
+      ops::embedding_backward(d_dtable, d_ids, d_dout, 0, V);
       sync("embedding_backward");
       const std::vector<uint8_t> run1 = download_bytes(d_dtable);
       std::vector<float> ref_dt = dtable0;
-      cpu::embedding_backward(host(ref_dt, {V, C}), host_i32(ids, {N}), host(dout, {N, C}));
+      cpu::embedding_backward(host(ref_dt, {V, C}), host_i32(ids, {N}), host(dout, {N, C}), 0, V);
       compare("embedding_backward dtable (+=) " + tag, decode(run1, dt), ref_dt, tol(dt));
 
       write(d_dtable, dtable0);
-      ops::embedding_backward(d_dtable, d_ids, d_dout);
+      ops::embedding_backward(d_dtable, d_ids, d_dout, 0, V);
       sync("embedding_backward again");
       same_bits("embedding_backward run twice (determinism) " + tag, download_bytes(d_dtable), run1,
                 dtype_size(dt));
+    });
+  }
+}
+
+TEST_CASE("gpu vocab-parallel embedding: a table split over 3 ranks, each rank against its CPU twin "
+          "and against the whole table's rows",
+          "[gpu][embedding]") {
+  // V = 1000 over P = 3: 334 rows a rank, the last one with 2 padding rows
+  // (NaN in the forward table: a lookup that reached one would show).
+  const int64_t V = 1000, C = 768, N = 4096, P = 3, rows = (V + P - 1) / P;
+  std::vector<int32_t> ids = rand_ints(static_cast<size_t>(N), seed(40), 0, int(V));
+  {
+    // Hot ids on both sides of each rank boundary and at both ends.
+    const int32_t hot[] = {0, int32_t(rows - 1), int32_t(rows), int32_t(2 * rows), int32_t(V - 1)};
+    std::mt19937_64 g(seed(41));
+    for (int64_t i = 0; i < N; ++i)
+      if (g() % 2 != 0) ids[size_t(i)] = hot[g() % 5];
+  }
+  for (DType dt : kAll) {
+    const std::string tag = fmt("%s V=%lld P=%lld C=%lld N=%lld", dn(dt), (long long)V,
+                                (long long)P, (long long)C, (long long)N);
+    run_case(tag, [&] {
+      const std::vector<float> table = randn(static_cast<size_t>(V * C), seed(42), 1.f, dt);
+      const std::vector<float> dtable0 = randn(static_cast<size_t>(V * C), seed(43), 1.f, dt);
+      const std::vector<float> dout = randn(static_cast<size_t>(N * C), seed(44), 1.f, dt);
+      const std::vector<float> base = randn(static_cast<size_t>(N * C), seed(45), 1.f, dt);
+      DeviceTensor d_ids = upload_i32(ids, {N}), d_dout = upload(dout, {N, C}, dt);
+
+      // The whole table's backward on the device: each rank's rows must be
+      // these bit for bit (the same additions in the same order).
+      DeviceTensor d_whole = upload(dtable0, {V, C}, dt);
+      ops::embedding_backward(d_whole, d_ids, d_dout, 0, V);
+      sync("embedding_backward whole table");
+      const std::vector<uint8_t> whole_bytes = download_bytes(d_whole);
+      const size_t row_bytes = size_t(C) * dtype_size(dt);
+
+      std::vector<float> whole_ref(static_cast<size_t>(N * C));
+      cpu::embedding_forward(host(whole_ref, {N, C}), host_i32(ids, {N}), host(table, {V, C}), false,
+                             0, V);
+      DeviceTensor acc = upload(base, {N, C}, dt);
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t off = p * rows, valid = std::min(rows, V - off);
+        const std::string rtag = fmt("rank %lld [%lld, %lld) ", (long long)p, (long long)off,
+                                     (long long)(off + rows)) + tag;
+        std::vector<float> tab(static_cast<size_t>(rows * C), kNaN), dtab(static_cast<size_t>(rows * C), 3.f);
+        std::copy(table.begin() + off * C, table.begin() + (off + valid) * C, tab.begin());
+        std::copy(dtable0.begin() + off * C, dtable0.begin() + (off + valid) * C, dtab.begin());
+        DeviceTensor d_tab = upload(tab, {rows, C}, dt), out({N, C}, dt);
+
+        poison(out);
+        ops::embedding_forward(out, d_ids, d_tab, false, off, V);
+        sync("embedding_forward vocab-parallel");
+        std::vector<float> ref(static_cast<size_t>(N * C));
+        cpu::embedding_forward(host(ref, {N, C}), host_i32(ids, {N}), host(tab, {rows, C}), false,
+                               off, V);
+        same_values("embedding_forward " + rtag, download(out), ref);
+        ops::embedding_forward(acc, d_ids, d_tab, true, off, V);
+        sync("embedding_forward vocab-parallel accumulate");
+
+        DeviceTensor d_dtab = upload(dtab, {rows, C}, dt);
+        ops::embedding_backward(d_dtab, d_ids, d_dout, off, V);
+        sync("embedding_backward vocab-parallel");
+        const std::vector<uint8_t> got = download_bytes(d_dtab);
+        std::vector<float> ref_dt = dtab;
+        cpu::embedding_backward(host(ref_dt, {rows, C}), host_i32(ids, {N}), host(dout, {N, C}), off, V);
+        compare("embedding_backward dtable (+=) " + rtag, decode(got, dt), ref_dt, tol(dt));
+        same_bits("embedding_backward rows = whole table's rows " + rtag,
+                  std::vector<uint8_t>(got.begin(), got.begin() + valid * row_bytes),
+                  std::vector<uint8_t>(whole_bytes.begin() + off * row_bytes,
+                                       whole_bytes.begin() + (off + valid) * row_bytes),
+                  dtype_size(dt));
+        if (valid < rows)  // padding rows: never written
+          same_bits("embedding_backward padding rows untouched " + rtag,
+                    std::vector<uint8_t>(got.begin() + valid * row_bytes, got.end()),
+                    encode(std::vector<float>(static_cast<size_t>((rows - valid) * C), 3.f), dt),
+                    dtype_size(dt));
+      }
+      // Each token is added by exactly one rank: base + table[id], rounded once.
+      std::vector<float> acc_ref(static_cast<size_t>(N * C));
+      for (size_t i = 0; i < acc_ref.size(); ++i) acc_ref[i] = round_to(dt, base[i] + whole_ref[i]);
+      same_values("embedding_forward accumulate over the ranks = whole table " + tag, download(acc),
+                  acc_ref);
     });
   }
 }
@@ -921,6 +1003,112 @@ TEST_CASE("gpu cross-entropy V=50257: losses, dlogits, ignored targets, losses o
       compare("cross_entropy in place dlogits " + tag, g_dl3, r_dl, tol(dt));
       check_ignored("cross_entropy in place", g_loss3, &g_dl3);
     });
+  }
+}
+
+TEST_CASE("gpu vocab-parallel cross-entropy: partial stats and combine per rank against the CPU "
+          "twins, the assembled result against the fused op, in place, losses only",
+          "[gpu][loss]") {
+  struct Config {
+    int64_t N, V, P;
+  };
+  // 50257 over 4: 12565 columns a rank (odd: misaligned rows), the last with
+  // 3 padding columns. 13 over 6: 3 columns a rank, the last padding only.
+  for (const Config cfg : {Config{48, 50257, 4}, Config{7, 13, 6}}) {
+    const int64_t N = cfg.N, V = cfg.V, P = cfg.P, cols = (V + P - 1) / P;
+    const float grad_scale = 1.f / 37.f;
+    std::vector<int32_t> targets = rand_ints(static_cast<size_t>(N), seed(120), 0, int(V));
+    targets[0] = 0;
+    targets[1] = int32_t(V - 1);
+    targets[2] = -1;  // ignored
+    for (DType dt : kAll) {
+      const std::string tag = fmt("%s N=%lld V=%lld P=%lld", dn(dt), (long long)N, (long long)V,
+                                  (long long)P);
+      run_case(tag, [&] {
+        std::vector<float> logits = randn(static_cast<size_t>(N * V), seed(121), 2.f);
+        for (int64_t j = 0; j < V; ++j) logits[size_t(3 * V + j)] += 100.f;  // exp overflows without the max
+        logits[size_t(4 * V + targets[4])] = 25.f;  // a confident, correct row
+        logits = rounded(dt, logits);
+        std::vector<float> r_loss(static_cast<size_t>(N)), r_dl(static_cast<size_t>(N * V));
+        cpu::cross_entropy_forward_backward(host(r_loss, {N}), host(r_dl, {N, V}), host(logits, {N, V}),
+                                            host_i32(targets, {N}), grad_scale);
+        DeviceTensor d_t = upload_i32(targets, {N});
+
+        // Step 1 on every rank; the stats gathered on the host in rank order.
+        std::vector<std::vector<float>> locals;
+        std::vector<float> all(static_cast<size_t>(P * N * 3));
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t off = p * cols, valid = std::clamp<int64_t>(V - off, 0, cols);
+          const std::string rtag = fmt("rank %lld valid=%lld ", (long long)p, (long long)valid) + tag;
+          std::vector<float> local(static_cast<size_t>(N * cols), kNaN);  // padding: never read
+          for (int64_t n = 0; n < N; ++n)
+            std::copy(logits.begin() + n * V + off, logits.begin() + n * V + off + valid,
+                      local.begin() + n * cols);
+          DeviceTensor d_local = upload(local, {N, cols}, dt), d_stats({N, 3}, F32);
+          poison(d_stats);
+          ops::cross_entropy_partial_stats(d_stats, d_local, d_t, off, valid, V);
+          sync("cross_entropy_partial_stats");
+          const std::vector<float> g = download(d_stats);
+          std::vector<float> r(static_cast<size_t>(N * 3));
+          cpu::cross_entropy_partial_stats(host(r, {N, 3}), host(local, {N, cols}),
+                                           host_i32(targets, {N}), off, valid, V);
+          auto column = [&](const std::vector<float>& v, int k) {
+            std::vector<float> c(static_cast<size_t>(N));
+            for (int64_t n = 0; n < N; ++n) c[size_t(n)] = v[size_t(3 * n + k)];
+            return c;
+          };
+          same_values("partial_stats max m " + rtag, column(g, 0), column(r, 0));
+          compare("partial_stats sum s " + rtag, column(g, 1), column(r, 1), kTolF32);
+          same_values("partial_stats target logit t " + rtag, column(g, 2), column(r, 2));
+          std::copy(g.begin(), g.end(), all.begin() + p * N * 3);
+          locals.push_back(std::move(local));
+        }
+
+        // Step 2 on every rank, from the device's stats.
+        DeviceTensor d_all = upload(all, {P, N, 3}, F32), losses({N}, F32);
+        std::vector<float> cat_dl(static_cast<size_t>(N * V), kNaN), padding;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t off = p * cols, valid = std::clamp<int64_t>(V - off, 0, cols);
+          const std::string rtag = fmt("rank %lld valid=%lld ", (long long)p, (long long)valid) + tag;
+          const std::vector<float>& local = locals[size_t(p)];
+          std::vector<float> r_l(static_cast<size_t>(N)), r_d(static_cast<size_t>(N * cols));
+          cpu::cross_entropy_vocab_parallel(host(r_l, {N}), host(r_d, {N, cols}), host(local, {N, cols}),
+                                            host_i32(targets, {N}), host(all, {P, N, 3}), off, valid,
+                                            grad_scale);
+          DeviceTensor d_local = upload(local, {N, cols}, dt), dl({N, cols}, dt);
+          poison(losses);
+          poison(dl);
+          ops::cross_entropy_vocab_parallel(losses, dl, d_local, d_t, d_all, off, valid, grad_scale);
+          sync("cross_entropy_vocab_parallel");
+          const std::vector<float> g_l = download(losses), g_d = download(dl);
+          compare("vocab_parallel losses " + rtag, g_l, r_l, kTolF32);
+          compare("vocab_parallel dlogits " + rtag, g_d, r_d, tol(dt));
+          all_zero("vocab_parallel ignored row dlogits " + rtag, g_d, size_t(2 * cols),
+                   size_t(3 * cols));
+          for (int64_t n = 0; n < N; ++n) {
+            std::copy(g_d.begin() + n * cols, g_d.begin() + n * cols + valid, cat_dl.begin() + n * V + off);
+            padding.insert(padding.end(), g_d.begin() + n * cols + valid, g_d.begin() + (n + 1) * cols);
+          }
+          if (p == 0) {
+            compare("vocab_parallel losses vs the fused op " + tag, g_l, r_loss, kTolF32);
+            all_zero("vocab_parallel ignored row loss " + tag, g_l, 2, 3);
+          }
+
+          poison(losses);
+          ops::cross_entropy_vocab_parallel(losses, Tensor(), d_local, d_t, d_all, off, valid, grad_scale);
+          sync("cross_entropy_vocab_parallel losses only");
+          compare("vocab_parallel losses only " + rtag, download(losses), r_l, kTolF32);
+
+          poison(losses);
+          ops::cross_entropy_vocab_parallel(losses, d_local, d_local, d_t, d_all, off, valid, grad_scale);
+          sync("cross_entropy_vocab_parallel in place");
+          compare("vocab_parallel in place losses " + rtag, download(losses), r_l, kTolF32);
+          compare("vocab_parallel in place dlogits " + rtag, download(d_local), r_d, tol(dt));
+        }
+        all_zero("vocab_parallel padding columns " + tag, padding, 0, padding.size());
+        compare("vocab_parallel dlogits assembled vs the fused op " + tag, cat_dl, r_dl, tol(dt));
+      });
+    }
   }
 }
 
