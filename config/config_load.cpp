@@ -252,6 +252,23 @@ class Loader {
         std::get<std::vector<std::string>& (*)(Config&)>(k.field)(c_) = xs;
         break;
       }
+      case KeyType::IntList: {
+        std::vector<int> xs;
+        if (v.IsSequence()) {
+          for (size_t i = 0; i < v.size(); ++i) {
+            const YAML::Node item = v[i];
+            int x = 0;
+            if (!item.IsScalar() || parse_integer(item.Scalar(), x) != IntResult::Ok)
+              fail(mark_known(item.Mark()) && !item.IsNull() ? item.Mark() : vm,
+                   key + "[" + std::to_string(i) + "]: expected an integer, got " + node_kind(item));
+            xs.push_back(x);
+          }
+        } else if (!v.IsNull()) {
+          type_error(v, vm);
+        }
+        std::get<std::vector<int>& (*)(Config&)>(k.field)(c_) = xs;
+        break;
+      }
     }
     if (auto problem = check_key_value(k, c_)) fail(vm, *problem);
   }

@@ -98,6 +98,11 @@ std::vector<KeySpec> build_schema() {
           .aka("expert_parallel expert_model_parallel_size ep_size"),
       Row("parallel.dp", FIELD(parallel.dp), "data-parallel size; 0: world / (tp*pp*cp)").at_least(0)
           .aka("data_parallel data_parallel_size dp_size"),
+      Row("parallel.pp_schedule", FIELD(parallel.pp_schedule), "pipeline schedule").one_of("1f1b|gpipe")
+          .aka("pipeline_schedule schedule_kind"),
+      Row("parallel.pp_layers", FIELD(parallel.pp_layers),
+          "layers per pipeline stage, e.g. [3, 5, 5, 7]; empty: balanced by the cost model")
+          .at_least(1).aka("pipeline_layers layers_per_stage"),
       Row("parallel.sp", FIELD(parallel.sp), "sequence parallelism inside tensor-parallel groups")
           .aka("sequence_parallel"),
       Row("parallel.zero_stage", FIELD(parallel.zero_stage), "ZeRO stage: 0 none, 1 optimizer state, 2 +grads, 3 +params")
@@ -356,6 +361,7 @@ std::string type_phrase(KeyType t) {
     case KeyType::Bool: return "true or false";
     case KeyType::String: return "a string";
     case KeyType::StringList: return "a string or a list of strings";
+    case KeyType::IntList: return "a list of integers";
   }
   return "a value";
 }
@@ -376,6 +382,14 @@ std::string value_yaml(const KeySpec& k, const Config& c) {
       for (const auto& s : std::get<std::vector<std::string>& (*)(Config&)>(k.field)(m)) e << s;
       e << YAML::EndSeq;
       return e.c_str();
+    }
+    case KeyType::IntList: {
+      std::string out = "[";
+      for (int x : std::get<std::vector<int>& (*)(Config&)>(k.field)(m)) {
+        if (out.size() > 1) out += ", ";
+        out += std::to_string(x);
+      }
+      return out + "]";
     }
   }
   return "";
@@ -409,6 +423,12 @@ std::optional<std::string> check_key_value(const KeySpec& k, const Config& c) {
     return key + ": must be one of " + allowed_phrase(k) + ", got '" + v + "'";
   }
   if (k.type == KeyType::Bool || k.type == KeyType::StringList) return std::nullopt;
+  if (k.type == KeyType::IntList) {
+    for (int x : std::get<std::vector<int>& (*)(Config&)>(k.field)(m))
+      if (!std::isnan(k.min) && x < k.min)
+        return key + ": every entry must be >= " + format_bound(k, k.min) + ", got " + value_yaml(k, c);
+    return std::nullopt;
+  }
 
   const double v = numeric_value(k, m);
   const std::string shown = value_yaml(k, c);

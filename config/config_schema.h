@@ -14,7 +14,7 @@
 
 namespace trainer {
 
-enum class KeyType { Int, Int64, UInt64, Double, Bool, String, StringList };
+enum class KeyType { Int, Int64, UInt64, Double, Bool, String, StringList, IntList };
 
 // A plain pointer-to-member cannot reach model.moe.top_k (two levels deep), so
 // each row holds a captureless function returning a reference to its field;
@@ -22,7 +22,7 @@ enum class KeyType { Int, Int64, UInt64, Double, Bool, String, StringList };
 using FieldRef = std::variant<int& (*)(Config&), int64_t& (*)(Config&), uint64_t& (*)(Config&),
                               double& (*)(Config&), bool& (*)(Config&),
                               std::string& (*)(Config&),
-                              std::vector<std::string>& (*)(Config&)>;
+                              std::vector<std::string>& (*)(Config&), std::vector<int>& (*)(Config&)>;
 
 struct KeySpec {
   std::string_view path;     // "model.moe.top_k"

@@ -101,6 +101,27 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
     ck.require(c.model.n_layers >= p.pp,
                kv("parallel.pp", p.pp) + " needs at least one layer per stage, but " +
                    kv("model.n_layers", c.model.n_layers));
+  if (p.pp > 1)
+    ck.require(p.zero_stage <= 1,
+               kv("parallel.zero_stage", p.zero_stage) + " with " + kv("parallel.pp", p.pp) +
+                   ": ZeRO-2/3 reduce (and ZeRO-3 gathers) every micro-batch, and a pipeline keeps many "
+                   "micro-batches in flight, so the gradient traffic would grow with them (DeepSpeed refuses it "
+                   "too); use parallel.zero_stage 0 or 1 with pipeline parallelism");
+  ck.require(p.pp == 1 || p.pp_schedule == "1f1b" || p.pp_schedule == "gpipe",
+             "parallel.pp_schedule='" + p.pp_schedule + "': gpipe | 1f1b");
+  if (!p.pp_layers.empty()) {
+    int64_t sum = 0;
+    std::string list;
+    for (int n : p.pp_layers) {
+      sum += n;
+      list += (list.empty() ? "" : ", ") + std::to_string(n);
+    }
+    ck.require(int(p.pp_layers.size()) == p.pp,
+               "parallel.pp_layers=[" + list + "] has " + std::to_string(p.pp_layers.size()) +
+                   " entries, one per pipeline stage is needed (" + kv("parallel.pp", p.pp) + ")");
+    ck.require(sum == c.model.n_layers, "parallel.pp_layers=[" + list + "] sums to " + std::to_string(sum) +
+                                            " layers, " + kv("model.n_layers", c.model.n_layers));
+  }
   if (p.cp > 1)
     ck.require(c.train.seq_len % p.cp == 0,
                kv("train.seq_len", c.train.seq_len) + " must be divisible by " + kv("parallel.cp", p.cp) +

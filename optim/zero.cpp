@@ -368,19 +368,45 @@ void ZeroOptimizer::sum_over_tp(int unit, bool bound) {
   }
 }
 
+void ZeroOptimizer::set_pipeline(Communicator* pp) {
+  pp_ = pp;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (has_tied(int(u)) && stage_ >= 2)
+      throw std::logic_error("ZeRO-" + std::to_string(stage_) +
+                             " reduces gradients every micro-batch; a tied embedding split over pipeline stages is "
+                             "summed once per step (use ZeRO 0 or 1 with pipeline parallelism)");
+}
+
+bool ZeroOptimizer::has_tied(int unit) const {
+  const UnitLayout& u = units_[size_t(unit)];
+  for (int p = u.first; p < u.end; ++p)
+    if (m_.placement[size_t(p)].tie_sum) return true;
+  return false;
+}
+
+void ZeroOptimizer::issue_reduction(int unit) {
+  if (shards(unit) == 1 || units_[size_t(unit)].bytes == 0) return;
+  if (stage_ == 0)
+    pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));
+  else
+    pending_.push_back(comm(unit).reduce_scatter_async(own_shard(m_.grad_arena, unit), unit_range(m_.grad_arena, unit)));
+}
+
 void ZeroOptimizer::backward_end(Model&, int unit, const MicroBatch& mb) {
   if (stage_ >= 2) {
     sum_over_tp(unit, true);
     close_grads(unit);
     return;
   }
-  if (mb.last) sum_over_tp(unit, false);
-  if (shards(unit) == 1 || !mb.last || units_[size_t(unit)].bytes == 0) return;
-  // Gradient accumulation synchronises only on the last micro-batch.
-  if (stage_ == 0)
-    pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));
-  else
-    pending_.push_back(comm(unit).reduce_scatter_async(own_shard(m_.grad_arena, unit), unit_range(m_.grad_arena, unit)));
+  if (!mb.last) return;  // gradient accumulation synchronises only on the last micro-batch
+  sum_over_tp(unit, false);
+  // The other pipeline end may still be computing: its copy of the tied
+  // table is added in finish_backward, after every backward of the step.
+  if (pp_ && pp_->size() > 1 && has_tied(unit)) {
+    tied_units_.push_back(unit);
+    return;
+  }
+  issue_reduction(unit);
 }
 
 void ZeroOptimizer::land(Slot& s) {
@@ -431,6 +457,23 @@ void ZeroOptimizer::close_grads(int unit) {
 }
 
 void ZeroOptimizer::finish_backward() {
+  // A tied table on the first and the last pipeline stage: both copies get
+  // the sum of the two gradients (a + b on one end, b + a on the other: the
+  // same bits), then the data-parallel reduction.
+  for (int unit : tied_units_) {
+    const UnitLayout& u = units_[size_t(unit)];
+    for (int p = u.first; p < u.end; ++p) {
+      if (!m_.placement[size_t(p)].tie_sum) continue;
+      const Tensor g = m_.grad_tensors[size_t(p)];
+      if (tie_scratch_.capacity() < g.nbytes()) tie_scratch_ = Arena("tied embedding gradient", g.nbytes(), model_device(m_));
+      const Tensor other = flat(base_of(tie_scratch_), g.dtype, 0, g.numel());
+      const int peer = pp_->rank() == 0 ? pp_->size() - 1 : 0;
+      pp_->batch_send_recv({{true, g, peer}, {false, other, peer}});
+      ops::add_inplace(g, other);
+    }
+    issue_reduction(unit);
+  }
+  tied_units_.clear();
   for (auto& w : pending_) w->wait();
   pending_.clear();
   std::vector<Slot*> inflight;

@@ -61,6 +61,13 @@ class ZeroOptimizer final : public UnitHooks {
       : ZeroOptimizer(m, stage, dp, dp, host, cfg) {}
   ~ZeroOptimizer() override;
 
+  // Pipeline parallelism with a tied embedding: the first and the last
+  // stage each hold a copy of the table, whose gradients are summed between
+  // the two (over `pp`, the pipeline group) before the data-parallel
+  // reduction, once all of this step's backwards ran (finish_backward).
+  // Stages 0-1 only: ZeRO-2/3 reduce every micro-batch.
+  void set_pipeline(Communicator* pp);
+
   int stage() const { return stage_; }
   int64_t optimizer_step() const { return step_; }
   void set_optimizer_step(int64_t s) { step_ = s; }
@@ -128,6 +135,8 @@ class ZeroOptimizer final : public UnitHooks {
   void close_grads(int unit);
   void land(Slot& s);
   void sum_over_tp(int unit, bool bound);  // partial gradients over tp ranks (sp norms, replicated kv heads)
+  bool has_tied(int unit) const;           // holds a copy of a tied table summed over the pipeline ends
+  void issue_reduction(int unit);          // stages 0-1: the unit's data-parallel reduction
 
   Communicator& comm(int unit) const;
   int shards(int unit) const { return units_[size_t(unit)].shards; }
@@ -151,6 +160,9 @@ class ZeroOptimizer final : public UnitHooks {
   Arena param_shard_, grad_shard_;        // stage 3 / stages 2-3
   Arena pool_arena_;
   Arena kv_scratch_;                      // replicated kv heads: every tp rank's gradient part
+  Communicator* pp_ = nullptr;            // pipeline group (tied embedding across stages)
+  std::vector<int> tied_units_;           // this step's units waiting for the tied sum
+  Arena tie_scratch_;                     // the other pipeline end's gradient of the tied table
   std::vector<Slot> wslots_, gslots_;
   std::vector<std::unique_ptr<Work>> pending_;  // stage 0/1 reductions
   std::vector<std::vector<Tensor*>> w_slots_, g_slots_;

@@ -11,14 +11,16 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
                         "torchrun, mpirun or srun");
     solo_ = std::make_unique<SingleRankCommunicator>("dp", 0, device);
     solo_tp_ = std::make_unique<SingleRankCommunicator>("tp", 0, device);
+    solo_pp_ = std::make_unique<SingleRankCommunicator>("pp", 0, device);
     dp_group_ = host_ = solo_.get();
     tp_group_ = solo_tp_.get();
+    pp_group_ = solo_pp_.get();
     return;
   }
   const MeshShape mesh = resolve_mesh(cfg.parallel, launch.world_size, launch.local_world_size);
-  if (mesh.pp > 1 || mesh.cp > 1 || mesh.ep > 1)
-    throw ConfigError(describe(mesh) + ": pipeline, context and expert parallelism are not wired into training yet "
-                      "(set parallel.pp, cp and ep to 1; tensor and data parallelism run)");
+  if (mesh.cp > 1 || mesh.ep > 1)
+    throw ConfigError(describe(mesh) + ": context and expert parallelism are not wired into training yet "
+                      "(set parallel.cp and ep to 1; tensor, pipeline and data parallelism run)");
   ProcessGroupOptions po;
   po.timeout_s = cfg.parallel.timeout_s;
   po.host_world = device == Device::CUDA;
@@ -33,6 +35,7 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
   // communicator of one on a GPU); the DP axis of a one-rank mesh is a copy.
   dp_group_ = mesh.world() == 1 ? &groups_->world() : &groups_->group(Axis::DP_CP);
   tp_group_ = &groups_->group(Axis::TP);
+  pp_group_ = &groups_->group(Axis::PP);
   host_ = &groups_->host_world();
 }
 

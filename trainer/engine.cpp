@@ -17,6 +17,9 @@
 #include "core/device_memory.h"
 #include "kernels/ops.h"
 #include "model/tp_traffic.h"
+#include "pipeline/executor.h"
+#include "pipeline/pipeline_plan.h"
+#include "trainer/pipeline_report.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/zero.h"
@@ -43,9 +46,9 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// Into the activation slot of micro-batch `slot_id` (acquired here).
-void load_prefetched(const HostBatch& hb, Model& m, int64_t micro, int64_t slot_id) {
-  Activations& a = acquire_activations(m, slot_id);
+// Micro-batch `micro` of a batch into its activation slot (held by then).
+void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
+  Activations& a = activations_of(m, micro);
   write_from_host(a.ids, hb.inputs_of(micro));
   write_from_host(a.targets, hb.targets_of(micro));
 }
@@ -63,12 +66,9 @@ void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params
 // training step), so the loss does not depend on dp or the micro-batch size.
 // The tensor-parallel ranks of a replica compute the same losses; one of
 // them (`counts`) adds them to the sum over all ranks.
-double evaluate(const HostBatch& hb, Model& m, Communicator& host, int dp, bool counts) {
-  double sum = 0;
-  for (int64_t i = 0; i < hb.micro_steps; ++i) {
-    load_prefetched(hb, m, i, 0);
-    sum += model_forward(m, 0.f).loss_sum;
-  }
+double evaluate(const HostBatch& hb, Model& m, Communicator& pp, Communicator& host, int dp, bool counts) {
+  double sum =
+      run_pipeline_forward(m, pp, hb.micro_steps, [&](int64_t mb) { load_prefetched(hb, m, mb); }).loss_sum;
   if (!counts) sum = 0;
   host.all_reduce(Tensor(&sum, DType::F64, {1}));
   return sum / double(hb.micro_steps * m.dims.N() * dp);
@@ -105,6 +105,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const MeshShape& mesh = dist.mesh();
   // Every tp rank of a replica computes the same loss; one of them counts it.
   const bool counts_loss = dist.coords().tp == 0;
+  const int pp_stage = dist.coords().pp;
   Watchdog* watchdog = dist.watchdog();  // multi-process runs: heartbeats, and a stuck collective ends the run
   if (!opt.dump_reference_dir.empty() && stage > 0)
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
@@ -132,6 +133,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const int64_t M = cfg.train.global_batch_size / (micro * dp);
   const int64_t T = cfg.train.seq_len;
   const ModelDims dims = make_dims(cfg, micro, T, storage);
+  // The pipeline: layers per stage and this step's schedule, checked by the
+  // simulator before anything runs (pipeline/).
+  const std::vector<int64_t> stage_layers = stage_layers_for(cfg, dims, mesh.pp);
+  const Schedule schedule = make_schedule(parse_schedule(cfg.parallel.pp_schedule), mesh.pp, int(M));
+  const Simulation simulated = simulate(schedule, stage_action_costs(dims, stage_layers));
+  if (!simulated.ok) throw std::logic_error("pipeline schedule: " + simulated.error);
 
   TrainSummary summary;
   const MemoryPlan plan = plan_memory(cfg, storage, mesh, dist.coords(), stage);
@@ -180,14 +187,18 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   // The one layout of this rank (model/sharding.h): storage, optimizer and
   // checkpoints all follow it.
   const ShardingPlan sharding =
-      make_sharding_plan(dims, cfg.model.init_std, mesh, dist.coords(), stage, cfg.parallel.sp);
+      make_sharding_plan(dims, cfg.model.init_std, mesh, dist.coords(), stage, cfg.parallel.sp, stage_layers);
   Model model;
   build_model(model, sharding, dev.device, zero_model_storage(stage));
   model.tp = &dist.tp_group();
+  reserve_activation_slots(model, simulated.peak_in_flight[size_t(pp_stage)]);
+  Communicator& pp_group = dist.pp_group();
+  if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(sharding, M)).c_str());
   Communicator& dp_group = dist.dp_group();
   Communicator& host = dist.host();
   ZeroOptimizer zero(model, stage, dp_group, host, adamw_config(cfg));
+  zero.set_pipeline(&pp_group);
   model.hooks = &zero;
   initialise_weights(zero, model.params, cfg.run.seed);
   summary.optimizer_bytes = zero.optimizer_bytes();
@@ -237,6 +248,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const int64_t end_step = opt.stop_after > 0 ? std::min(opt.stop_after, cfg.train.steps) : cfg.train.steps;
   auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
+  double window_wait_s = 0;  // time this rank waited for pipeline neighbours
 
   // A failed collective ends the run on every rank naming the step, the
   // phase and the heartbeats (runtime/watchdog.h).
@@ -248,19 +260,17 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
-      double loss_sum = 0, aux_sum = 0;
       const HostBatch& batch = prefetch.get(step);
-      for (int64_t mb = 0; mb < M; ++mb) {
-        if (watchdog) watchdog->progress(step + 1, "forward/backward");
-        // One micro-batch in flight at a time; the last one completes the gradients.
-        const MicroBatch micro_batch{mb, mb + 1 == M};
-        load_prefetched(batch, model, mb, mb);
-        if (dump) dump->before_forward(step, mb);
-        ForwardResult fr = model_forward(model, ce_scale, micro_batch);
-        loss_sum += fr.loss_sum;
-        aux_sum += fr.aux_sum;
-        model_backward(model, aux_grad, micro_batch);
-      }
+      // This rank's actions of the schedule (one process: 1F1B of one stage,
+      // micro-batch after micro-batch); the schedule says which backward is
+      // the last of the step.
+      const PipelineStepResult pr = run_pipeline_step(model, pp_group, schedule.ranks[size_t(pp_stage)], ce_scale,
+                                                      aux_grad, [&](int64_t mb) {
+                                                        load_prefetched(batch, model, mb);
+                                                        if (dump) dump->before_forward(step, mb);
+                                                      });
+      double loss_sum = pr.loss_sum, aux_sum = pr.aux_sum;
+      window_wait_s += pr.wait_s;
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
       zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
       if (dist.launched()) {
@@ -333,6 +343,15 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       sm.ms_per_step = 1e3 * secs / double(window_steps);
       if ((step + 1) % cfg.log.interval == 0 || last) {
         log.step(sm, !opt.quiet);
+        // Theory against reality: the share of the window each stage spent
+        // waiting for its neighbours, next to the simulator's bubble.
+        if (mesh.pp > 1) {
+          const double mine = window_wait_s / secs;
+          std::vector<double> idle(size_t(opt.launch.world_size), 0);
+          host.all_gather(Tensor(idle.data(), DType::F64, {int64_t(idle.size())}), Tensor(const_cast<double*>(&mine), DType::F64, {1}));
+          if (lead && !opt.quiet) std::printf("%s", format_pipeline_idle(mesh, idle, simulated).c_str());
+        }
+        window_wait_s = 0;
         window_start = clock_type::now();
         window_tokens = window_steps = 0;
       } else if (!opt.quiet) {
@@ -355,7 +374,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
       if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
         if (watchdog) watchdog->progress(step + 1, "evaluation");
-        const double vl = evaluate(*valid_batch, model, host, dp, counts_loss);
+        const double vl = evaluate(*valid_batch, model, pp_group, host, dp, counts_loss);
         summary.val_losses.push_back(vl);
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);

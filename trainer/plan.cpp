@@ -1,11 +1,15 @@
 #include "trainer/plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "model/activations.h"
 #include "model/params.h"
 #include "model/sharding.h"
 #include "optim/zero.h"
+#include "pipeline/pipeline_plan.h"
+#include "pipeline/schedule.h"
+#include "pipeline/simulate.h"
 
 namespace trainer {
 
@@ -17,7 +21,13 @@ MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
 
 MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage) {
   const ModelDims g = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
-  const ShardingPlan plan = make_sharding_plan(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp);
+  const std::vector<int64_t> layers = stage_layers_for(c, g, mesh.pp);
+  const ShardingPlan plan = make_sharding_plan(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp, layers);
+  // A pipeline stage holds the activations of every micro-batch in flight
+  // at its schedule's peak (1 without a pipeline).
+  const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp * mesh.cp));
+  const Simulation sim = simulate(make_schedule(parse_schedule(c.parallel.pp_schedule), mesh.pp, int(m)));
+  const int slots = sim.ok ? sim.peak_in_flight[size_t(at.pp)] : 1;
   const ModelDims& d = plan.local;
   const int dp = mesh.dp * mesh.cp;
   MemoryPlan p;
@@ -30,7 +40,8 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
   p.optimizer_bytes = z.optimizer;
   p.dp = dp;
   p.zero_stage = zero_stage;
-  p.activation_bytes = arena_bytes(activation_specs(d));
+  p.activation_bytes = arena_bytes(activation_specs(d)) * size_t(slots);
+  p.activation_slots = slots;
   p.workspace_bytes = arena_bytes(grad_scratch_specs(d));
   return p;
 }
@@ -64,7 +75,7 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 "  parameters   %12s  (%s%s)\n"
                 "  gradients    %12s  (%s%s)\n"
                 "  optimizer    %12s  (AdamW m, v%s, F32%s)\n"
-                "  activations  %12s  (one micro-batch, saved for backward%s)\n"
+                "  activations  %12s  (%s, saved for backward%s)\n"
                 "  workspace    %12s  (backward scratch)\n"
                 "  total        %12s\n",
                 device_label.c_str(),
@@ -77,6 +88,8 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 format_bytes(double(p.grad_bytes)).c_str(), st, gshard.c_str(),
                 format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "", oshard.c_str(),
                 format_bytes(double(p.activation_bytes)).c_str(),
+                p.activation_slots == 1 ? "one micro-batch"
+                                        : (std::to_string(p.activation_slots) + " micro-batches in flight").c_str(),
                 p.sp ? "; residual stream 1/tp under sp" : "",
                 format_bytes(double(p.workspace_bytes)).c_str(),
                 format_bytes(double(p.total())).c_str());

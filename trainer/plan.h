@@ -20,6 +20,7 @@ struct MemoryPlan {
   int dp = 1, zero_stage = 0;  // the per-rank share below is for this layout
   int tp = 1;
   bool sp = false;
+  int activation_slots = 1;  // micro-batches whose activations a pipeline stage holds at once
   size_t total() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }

@@ -2,9 +2,12 @@
 
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "core/device_memory.h"
 #include "kernels/ops.h"
+#include "pipeline/executor.h"
 #include "optim/adamw.h"
 #include "trainer/checkpointing.h"
 
@@ -15,13 +18,16 @@ void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, cons
                      const std::string& root, const LaunchInfo& launch, DistributedRun& dist, TrainSummary& sum) {
   sum.roundtrip_checked = true;
   bool ok = false;
+  size_t same = 0, total = 0;
+  double losses[2] = {0, 0};  // before and after the restore
+  std::string error;
   try {
     CheckpointWriter w(root, 0, false,
                        CheckpointGroup{dist.store(), launch.rank, launch.world_size, cfg.parallel.timeout_s});
     Snapshot snap = take_snapshot(cfg, m, opt, step, tokens, launch.rank, launch.world_size);
     w.save(snap);
     const LoadedCheckpoint ck = load_checkpoint(w.last_completed(), shard_filter(m, opt));
-    size_t same = 0;
+    total = snap.tensors.size();
     for (const ShardTensor& t : snap.tensors)
       for (const ShardTensor& u : ck.tensors)
         if (u.name == t.name && u.slice == t.slice && u.data == t.data) ++same;
@@ -31,22 +37,38 @@ void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, cons
     ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.host(), adamw_config(cfg));
     m2.hooks = &opt2;
     restore_checkpoint(ck, m2, opt2);
-    ops::copy(m2.acts.ids, m.acts.ids);
-    ops::copy(m2.acts.targets, m.acts.targets);
-    const double n = double(m.dims.N());
-    const double l1 = model_forward(m, 0.f).loss_sum / n, l2 = model_forward(m2, 0.f).loss_sum / n;
-    ok = same == snap.tensors.size() && l1 == l2 && opt2.optimizer_step() == opt.optimizer_step();
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore%s",
-                  same, snap.tensors.size(), l1, l2,
-                  launch.world_size > 1 ? (" (rank " + std::to_string(launch.rank) + ")").c_str() : "");
-    sum.roundtrip_detail = buf;
+    // The same micro-batch through both models' pipelines (the last one
+    // trained on), compared on the stage that holds the loss.
+    std::vector<int32_t> ids(size_t(m.acts.ids.numel())), targets(size_t(m.acts.targets.numel()));
+    read_to_host(m.acts.ids, ids.data());
+    read_to_host(m.acts.targets, targets.data());
+    auto forward = [&](Model& model) {
+      return run_pipeline_forward(model, dist.pp_group(), 1, [&](int64_t mb) {
+               write_from_host(activations_of(model, mb).ids, ids.data());
+               write_from_host(activations_of(model, mb).targets, targets.data());
+             }).loss_sum /
+             double(m.dims.N());
+    };
+    losses[0] = forward(m);
+    losses[1] = forward(m2);
+    ok = same == total && losses[0] == losses[1] && opt2.optimizer_step() == opt.optimizer_step();
   } catch (const std::exception& e) {
-    sum.roundtrip_detail = e.what();
+    error = e.what();
   }
   double failed = ok ? 0 : 1;
   dist.host().all_reduce(Tensor(&failed, DType::F64, {1}));
+  // Stages without the head compute no loss: the detail shows the last stage's.
+  dist.host().all_reduce(Tensor(losses, DType::F64, {2}), ReduceOp::Max);
   sum.roundtrip_ok = failed == 0;
+  if (!error.empty()) {
+    sum.roundtrip_detail = error;
+    return;
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%zu/%zu tensors identical after save -> load, loss %.6f vs %.6f after restore%s",
+                same, total, losses[0], losses[1],
+                launch.world_size > 1 ? (" (rank " + std::to_string(launch.rank) + ")").c_str() : "");
+  sum.roundtrip_detail = buf;
   if (ok && failed > 0) sum.roundtrip_detail += "; but it failed on " + std::to_string(int64_t(failed)) + " other rank(s)";
 }
 

@@ -1,0 +1,41 @@
+// Runs this rank's actions of a pipeline schedule (pipeline/schedule.h) on
+// the model's stage pieces (model/transformer.h): forwards and backwards of
+// micro-batches in the schedule's order, each micro-batch's activations in
+// its own slot from the first time the rank touches it (its forward, or the
+// receive of its input) until its input gradient has been sent (or its
+// backward ran, on the first stage); the transfers of consecutive actions
+// in one batch_send_recv over the pipeline group. One process is a pipeline
+// of one stage, which runs the same code.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/transformer.h"
+#include "pipeline/schedule.h"
+
+namespace trainer {
+
+struct PipelineStepResult {
+  double loss_sum = 0;  // this rank's (the last stage's) cross-entropy sum
+  double aux_sum = 0;   // load-balancing loss of this rank's MoE layers
+  double wait_s = 0;    // time spent in transfers: waiting for the neighbours
+};
+
+// Loads micro-batch mb's tokens into its (already acquired) activation slot.
+using MicroBatchLoader = std::function<void(int64_t mb)>;
+
+// One training step: this rank's actions, with the gradients scaled as the
+// engine says (ce_scale into the logit gradient, aux_grad per MoE layer).
+// `pp` is the pipeline group (rank = stage). Parameter gradients accumulate;
+// the unit hooks learn from MicroBatch::last which backward completes them.
+PipelineStepResult run_pipeline_step(Model& m, Communicator& pp, const std::vector<Action>& actions,
+                                     float ce_scale, float aux_grad, const MicroBatchLoader& load);
+
+// Forwards only (evaluation): micro-batches 0..n-1 through this rank's
+// pieces in order, activations passed to the next stage.
+PipelineStepResult run_pipeline_forward(Model& m, Communicator& pp, int64_t microbatches, const MicroBatchLoader& load);
+
+}  // namespace trainer
