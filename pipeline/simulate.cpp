@@ -225,12 +225,47 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
   }
   sim.step_time = *std::max_element(t.begin(), t.end());
   sim.peak_in_flight.assign(size_t(p), 0);
+  sim.peak_slots.assign(size_t(p), 0);
   for (int r = 0; r < p; ++r) {
-    int held = 0;
-    for (const Action& a : s.ranks[size_t(r)]) {
-      if (a.kind == ActionKind::Forward) held += 1;
-      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) held -= 1;
+    const auto& acts = s.ranks[size_t(r)];
+    int held = 0, slots = 0;
+    std::map<std::pair<int, int>, bool> holding;
+    auto take = [&](const Action& a) {
+      if (!holding[{a.mb, a.chunk}]) {
+        holding[{a.mb, a.chunk}] = true;
+        ++slots;
+      }
+    };
+    auto give = [&](const Action& a) {
+      if (holding[{a.mb, a.chunk}]) {
+        holding[{a.mb, a.chunk}] = false;
+        --slots;
+      }
+    };
+    for (size_t i = 0; i < acts.size();) {
+      const Action& a = acts[i];
+      if (is_transfer(a.kind)) {
+        size_t e = i;
+        while (e < acts.size() && is_transfer(acts[e].kind)) ++e;
+        for (size_t j = i; j < e; ++j)
+          if (acts[j].kind == ActionKind::RecvActivation) take(acts[j]);
+        sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
+        for (size_t j = i; j < e; ++j)
+          if (acts[j].kind == ActionKind::SendGradient) give(acts[j]);
+        i = e;
+        continue;
+      }
+      if (a.kind == ActionKind::Forward) {
+        held += 1;
+        take(a);
+      }
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) {
+        held -= 1;
+        if (a.chunk * p + r == 0) give(a);  // the first virtual stage sends no gradient
+      }
       sim.peak_in_flight[size_t(r)] = std::max(sim.peak_in_flight[size_t(r)], held);
+      sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
+      ++i;
     }
   }
   sim.ok = true;

@@ -32,7 +32,13 @@ struct Simulation {
   std::string error;                          // rank, action and why, when !ok
   double step_time = 0;                       // when the last rank finishes
   std::vector<double> busy;                   // per rank: time computing
-  std::vector<int> peak_in_flight;            // per rank: (micro-batch, chunk) activations held at once
+  std::vector<int> peak_in_flight;            // per rank: (micro-batch, chunk) between forward and backward at once
+  // Per rank: activation slots the executor holds at once. A micro-batch
+  // takes its slot when the rank first touches it (the receive of its input,
+  // or its forward) and gives it back when its input gradient has been sent
+  // (or after its backward on the first virtual stage); a batch that sends
+  // one micro-batch's gradient and receives the next one's input holds both.
+  std::vector<int> peak_slots;
   std::vector<std::vector<TimedAction>> timeline;  // per rank: compute actions with their times
   // Idle share of the step: mean over ranks of (step_time - busy) / step_time.
   double bubble() const;

@@ -33,8 +33,13 @@ TEST_CASE("pipeline schedules: complete, deadlock-free, bubble (p-1)/(m+p-1), pe
         worst = std::max(worst, std::fabs(sim.bubble() - want));
         CHECK(sim.bubble() == Approx(want).margin(1e-12));
         CHECK(sim.step_time == Approx(3.0 * (m + p - 1)));
-        for (int r = 0; r < p; ++r)
+        for (int r = 0; r < p; ++r) {
           CHECK(sim.peak_in_flight[size_t(r)] == (kind == ScheduleKind::GPipe ? m : std::min(m, p - r)));
+          // The executor's slots: one more where a batch sends one
+          // micro-batch's gradient and receives the next one's input.
+          CHECK(sim.peak_slots[size_t(r)] >= sim.peak_in_flight[size_t(r)]);
+          CHECK(sim.peak_slots[size_t(r)] <= sim.peak_in_flight[size_t(r)] + 1);
+        }
         ++checked;
       }
   std::printf("[pipeline] %d schedules (gpipe, 1f1b; p <= 8, m <= 16) simulated: bubble = (p-1)/(m+p-1) within %.1e; "

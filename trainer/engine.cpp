@@ -191,7 +191,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   Model model;
   build_model(model, sharding, dev.device, zero_model_storage(stage));
   model.tp = &dist.tp_group();
-  reserve_activation_slots(model, simulated.peak_in_flight[size_t(pp_stage)]);
+  reserve_activation_slots(model, simulated.peak_slots[size_t(pp_stage)]);
   Communicator& pp_group = dist.pp_group();
   if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(sharding, M)).c_str());

@@ -26,7 +26,7 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
                   "  stage %d: layers %lld-%lld%s%s, %.1f%% of the forward FLOPs, %d micro-batch%s in flight, %s per rank\n",
                   st, (long long)first, (long long)(first + layers[size_t(st)] - 1), st == 0 ? " + embedding" : "",
                   st + 1 == s.stages ? " + head and loss" : "", 100.0 * flops[size_t(st)] / total,
-                  sim.peak_in_flight[size_t(st)], sim.peak_in_flight[size_t(st)] == 1 ? "" : "es",
+                  sim.peak_slots[size_t(st)], sim.peak_slots[size_t(st)] == 1 ? "" : "es",
                   format_bytes(double(mp.total())).c_str());
     out += buf;
     first += layers[size_t(st)];

@@ -27,7 +27,7 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
   // at its schedule's peak (1 without a pipeline).
   const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp * mesh.cp));
   const Simulation sim = simulate(make_schedule(parse_schedule(c.parallel.pp_schedule), mesh.pp, int(m)));
-  const int slots = sim.ok ? sim.peak_in_flight[size_t(at.pp)] : 1;
+  const int slots = sim.ok ? sim.peak_slots[size_t(at.pp)] : 1;
   const ModelDims& d = plan.local;
   const int dp = mesh.dp * mesh.cp;
   MemoryPlan p;
