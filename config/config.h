@@ -143,7 +143,8 @@ struct ConfigError : std::runtime_error {
 // Parse YAML text / file into a Config (defaults for absent keys), apply
 // "key.path=value" overrides in order, then validate. Throws ConfigError.
 // world_size: processes of the launch (validation checks the parallel layout
-// and the global batch against it).
+// and the global batch against it); 0: tp x pp x cp x max(dp, 1) of the
+// configuration itself (tools that launch nothing).
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides,
                         int world_size = 1);
 Config load_config_text(const std::string& yaml, const std::string& source,

@@ -360,6 +360,11 @@ Config load_config_text(const std::string& yaml, const std::string& source,
   try {
     apply_text(c, yaml, source);
     for (const auto& o : overrides) apply_override(c, o);
+    // 0: the layout the configuration itself describes (tools that launch nothing).
+    if (world_size == 0) {
+      const auto& p = c.parallel;
+      world_size = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
+    }
     resolve_config(c, world_size);
     validate_config(c, world_size);
   } catch (const ConfigError&) {

@@ -114,3 +114,24 @@ TEST_CASE("pipeline simulator: broken schedules are rejected naming the rank and
   }
   CHECK_THROWS_WITH(parse_schedule("zigzag"), "unknown pipeline schedule 'zigzag' (gpipe | 1f1b)");
 }
+
+TEST_CASE("trainer schedule prints the timeline, both bubbles and the activation memory per stage", "[pipeline][cli]") {
+  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";
+  std::string out;
+  FILE* p = ::popen((std::string(TRAINER_BIN) + " schedule --config " + cfg +
+                     " --set parallel.pp=4 --set model.n_layers=8 --set train.micro_batch_size=2 2>&1")
+                        .c_str(),
+                    "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  INFO(out);
+  CHECK(status == 0);
+  // 16 sequences in micro-batches of 2: m = 8 on 4 stages.
+  CHECK(out.find("pipeline: 4 stages, 1f1b, 8 micro-batches per step") != std::string::npos);
+  CHECK(out.find("bubble: (p-1)/(m+p-1) = 27.3% with equal stages") != std::string::npos);
+  CHECK(out.find("rank 3 | .| .| .|F0|B0|B0|F1|") != std::string::npos);
+  CHECK(out.find("stage 0: ") != std::string::npos);
+  CHECK(out.find("peak activation memory per rank") != std::string::npos);
+}

@@ -246,7 +246,7 @@ namespace {
 // Four ranks train (dp 4, or tp 2 x dp 2); `victim` is stopped with SIGSTOP
 // past step 5; every other rank must exit with kDistributedFailureExitCode in
 // time, saying why.
-void stop_one_rank(int victim, int tp = 1) {
+void stop_one_rank(int victim, int tp = 1, int pp = 1) {
   const fs::path dir = fs::temp_directory_path() / ("trainer_watchdog_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -268,7 +268,7 @@ void stop_one_rank(int victim, int tp = 1) {
                      << "data: {train: [" << (dir / "tokens.bin").string() << "]}\n"
                      << "checkpoint: {interval: 0}\n"
                      << "log: {interval: 1, progress: lines, jsonl: false}\n"
-                     << "parallel: {timeout_s: " << timeout << ", tp: " << tp << "}\n";
+                     << "parallel: {timeout_s: " << timeout << ", tp: " << tp << ", pp: " << pp << "}\n";
   const int port = free_port();  // the store: MASTER_PORT + 1 under torchrun's variables
   const std::string token = "watchdog-e2e-" + std::to_string(::getpid());
 
@@ -355,7 +355,7 @@ void stop_one_rank(int victim, int tp = 1) {
 
   std::printf("[watchdog] tp %d: SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.1f s\n", tp,
               victim, (long long)victim_step, timeout, window);
-  int named_tp = 0;
+  int named_tp = 0, named_pp = 0;
   for (int r = 0; r < world; ++r) {
     if (r == victim) continue;
     const std::string out = read_file(dir / ("rank" + std::to_string(r) + ".log"));
@@ -370,10 +370,14 @@ void stop_one_rank(int victim, int tp = 1) {
     CHECK(delay[r] <= window);
     CHECK(code[r] == kDistributedFailureExitCode);
     // The collective, the group and the step.
-    CHECK((contains(line, "all_reduce") || contains(line, "reduce_scatter") || contains(line, "all_gather")));
+    CHECK((contains(line, "all_reduce") || contains(line, "reduce_scatter") || contains(line, "all_gather") ||
+           (pp > 1 && contains(line, "batch_send_recv"))));
     CHECK((contains(line, " on group dp") || contains(line, " on group world") ||
-           (tp > 1 && contains(line, " on group tp"))));
+           (tp > 1 && contains(line, " on group tp")) || (pp > 1 && contains(line, " on group pp"))));
     named_tp += contains(line, " on group tp");
+    // A stuck pipeline transfer names the stage group and the peer.
+    named_pp += contains(line, "batch_send_recv on group pp") &&
+                (contains(line, "to rank " + std::to_string(victim)) || contains(line, "from rank " + std::to_string(victim)));
     CHECK(contains(line, "step "));
     if (victim == 0) {
       // The store went silent with rank 0: the watchdog line names the last
@@ -386,7 +390,11 @@ void stop_one_rank(int victim, int tp = 1) {
       // broke (a neighbour of the stopped rank may have finished); the
       // heartbeats name the one that stopped.
       CHECK(contains(line, "error: step "));
-      CHECK(contains(line, "never joined it"));
+      // A collective names who never joined; a transfer names its peer.
+      if (contains(line, "batch_send_recv"))
+        CHECK((contains(line, " to rank ") || contains(line, " from rank ")));
+      else
+        CHECK(contains(line, "never joined it"));
       // Another rank may be listed first (one step behind, still alive).
       CHECK(contains(line, "heartbeats: rank "));
       CHECK(contains(line, "rank " + std::to_string(victim) + " last at step "));
@@ -396,6 +404,7 @@ void stop_one_rank(int victim, int tp = 1) {
   // The stopped rank's tensor-parallel peer waits on it inside the model:
   // most collectives of a step are tp ones.
   if (tp > 1) CHECK(named_tp > 0);
+  if (pp > 1) CHECK(named_pp > 0);
   fs::remove_all(dir);
 }
 
@@ -412,4 +421,9 @@ TEST_CASE("watchdog: stopping rank 0, which serves the store, still ends every o
 TEST_CASE("watchdog: under tp 2 x dp 2 a stopped rank's peers name the tensor-parallel collective",
           "[watchdog][tp][e2e][serial]") {
   stop_one_rank(1, 2);
+}
+
+TEST_CASE("watchdog: under pp 2 x dp 2 the stopped stage's neighbour names the transfer and the peer",
+          "[watchdog][pp][e2e][serial]") {
+  stop_one_rank(2, 1, 2);
 }

@@ -3,6 +3,7 @@
 //   trainer --config run.yaml --smoke-test [--steps N]
 //   trainer --config run.yaml --resume CKPT_DIR
 //   trainer inspect CKPT_DIR
+//   trainer schedule --config run.yaml [--world N]
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration, 3 a distributed
 // failure: a collective or the store timed out or a rank went missing
@@ -10,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -20,6 +22,7 @@
 #include "config/config.h"
 #include "trainer/engine.h"
 #include "comm/launch.h"
+#include "trainer/schedule_command.h"
 #include "trainer/smoke.h"
 #include "runtime/watchdog.h"
 
@@ -60,6 +63,12 @@ int main(int argc, char** argv) {
   std::string inspect_dir;
   CLI::App* inspect = app.add_subcommand("inspect", "print what a checkpoint directory holds");
   inspect->add_option("dir", inspect_dir, "checkpoint directory (step_XXXXXXXX)")->required();
+  int schedule_world = 0;
+  CLI::App* schedule = app.add_subcommand(
+      "schedule", "print the pipeline schedule of --config: per-rank timeline, bubble, activation memory");
+  schedule->add_option("--world", schedule_world,
+                       "processes of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
+  schedule->fallthrough();  // --config and --set belong to the main command
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -79,6 +88,16 @@ int main(int argc, char** argv) {
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())
       throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
+    if (*schedule) {
+      if (config_path.empty()) throw trainer::ConfigError("trainer schedule needs --config FILE");
+      const trainer::Config cfg = trainer::load_config_file(config_path, overrides, std::max(schedule_world, 0));
+      if (schedule_world <= 0) {
+        const auto& p = cfg.parallel;
+        schedule_world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
+      }
+      std::fputs(trainer::describe_schedule(cfg, schedule_world).c_str(), stdout);
+      return 0;
+    }
     const trainer::LaunchInfo launch = trainer::detect_launch();
     trainer::Config cfg = trainer::load_config_file(config_path, overrides, launch.world_size);
     if (print_config) {

@@ -1,0 +1,43 @@
+#include "trainer/schedule_command.h"
+
+#include <cstdio>
+
+#include "comm/mesh.h"
+#include "config/config_schema.h"
+#include "pipeline/pipeline_plan.h"
+#include "pipeline/schedule.h"
+#include "pipeline/simulate.h"
+#include "trainer/pipeline_report.h"
+#include "trainer/plan.h"
+
+namespace trainer {
+
+std::string describe_schedule(const Config& c, int world_size) {
+  const MeshShape mesh = resolve_mesh(c.parallel, world_size, 0);
+  const ModelDims dims = make_dims(c, c.train.micro_batch_size, c.train.seq_len);
+  const std::vector<int64_t> layers = stage_layers_for(c, dims, mesh.pp);
+  const int64_t m = microbatches_per_step(c, mesh.dp * mesh.cp);
+  const Schedule s = make_schedule(parse_schedule(c.parallel.pp_schedule), mesh.pp, int(m));
+  const Simulation sim = simulate(s, stage_action_costs(dims, layers));
+  if (!sim.ok) throw std::logic_error("pipeline schedule: " + sim.error);
+  std::string out = describe(mesh) + "\n" + format_pipeline(c, dims, layers, s, sim, DType::F32, mesh);
+  // The picture with equal stages (F = 1, B = 2), where the textbook formula holds.
+  const Simulation unit = simulate(s);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "timeline with equal stages (F = 1, B = 2 time units; bubble %.1f%%):\n",
+                100.0 * unit.bubble());
+  out += buf;
+  out += format_timeline(unit);
+  out += "peak activation memory per rank (fp32, this stage's activation slots):\n";
+  for (int st = 0; st < mesh.pp; ++st) {
+    Coords at;
+    at.pp = st;
+    const MemoryPlan p = plan_memory(c, DType::F32, mesh, at, c.parallel.zero_stage);
+    std::snprintf(buf, sizeof buf, "  stage %d: %s (%d micro-batch%s)\n", st, format_bytes(double(p.activation_bytes)).c_str(),
+                  p.activation_slots, p.activation_slots == 1 ? "" : "es");
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace trainer
