@@ -630,6 +630,44 @@ TEST_CASE("comm: a rank that never joins a collective is named when the others t
   }
 }
 
+TEST_CASE("comm: a pipeline transfer whose peer never comes names the group, the direction and the peer", "[comm][pp]") {
+  // pp 2 x dp 2: rank 2 (stage 1 of replica 0) stops after start-up; its
+  // stage-0 neighbour, rank 0, waits to receive from it and to send to it.
+  Run run;
+  run.world = 4;
+  run.mesh.pp = 2;
+  run.mesh.dp = 2;
+  run.timeout_s = 2;
+  run.silent = {2};
+  const double timeout = run.timeout_s;
+  const auto results = run_ranks(run, [timeout](ProcessGroups& pg, std::string& note) {
+    const int me = pg.rank();
+    if (me == 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      return;
+    }
+    if (me != 0) return;
+    Communicator& pp = pg.group(Axis::PP);
+    std::vector<float> in(64), out(64, 1.f);
+    const auto t0 = Clock::now();
+    const std::string err = error_of([&] {
+      pp.batch_send_recv({{true, view(out, DType::F32), 1}, {false, view(in, DType::F32), 1}});
+    });
+    const double took = seconds_since(t0);
+    CHILD_CHECK(contains(err, "batch_send_recv on group pp[dp0] (ranks 0,2) timed out after 2 s"), "pp: " + err);
+    CHILD_CHECK((contains(err, "sending 256 bytes to rank 2") || contains(err, "receiving 256 bytes from rank 2")),
+                "pp: " + err);
+    CHILD_CHECK(took > 0.9 * timeout && took < timeout + 3.5, "pp timeout took " + std::to_string(took) + " s");
+    note = "pp: " + err;
+  });
+  for (int r : {0, 1, 3}) {
+    INFO("rank " << r << ": " << results[size_t(r)].report);
+    CHECK(results[size_t(r)].reported);
+    CHECK(results[size_t(r)].exit_code == 0);
+  }
+  std::printf("[comm] %s\n", results[0].report.c_str() + (results[0].report.empty() ? 0 : 1));
+}
+
 TEST_CASE("comm: a rank that dies mid-run gives the others an error, not SIGPIPE", "[comm]") {
   Run run;
   run.world = 3;
