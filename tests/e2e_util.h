@@ -47,3 +47,36 @@ int run_by_hand(const std::string& cfg, int world, const std::string& run_dir, s
                 const std::string& extra = "", std::vector<int>* codes = nullptr);
 
 }  // namespace trainer::e2e
+
+namespace trainer::e2e {
+
+// A 20-step run of `model` (a YAML flow map) on byte tokens, 8 sequences of
+// 32 tokens a step in micro-batches of 2, evaluated at steps 10 and 20 and
+// saved at 20, logged every step; the one-process reference run is made.
+struct Setup {
+  std::filesystem::path dir;
+  std::string cfg;
+  std::string single() const { return (dir / "single").string(); }
+};
+Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model);
+
+// Losses and validation losses within 1e-5 relative of the reference, final
+// weights (assembled from the checkpoints) within 1e-4; prints the errors
+// as "[tag] label ...".
+void expect_same_run(const Setup& s, const std::string& tag, const std::string& label, const std::string& run_dir);
+
+struct Case {
+  const char* label;
+  int world;
+  const char* set;  // --set arguments
+};
+// Each case through run_by_hand (run directory: the label, spaces as _),
+// its output must hold every string of `must_print`, then expect_same_run.
+void run_cases(const Setup& s, const std::string& tag, const std::vector<Case>& cases,
+               const std::vector<std::string>& must_print);
+
+// A smoke test on every rank of a job: one verdict (every rank's exit code
+// the same) and rank 0's checks passed.
+void check_smoke(const std::string& rank0_log, const std::vector<int>& codes);
+
+}  // namespace trainer::e2e

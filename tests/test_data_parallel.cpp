@@ -286,15 +286,9 @@ TEST_CASE("the smoke test runs on every rank of a data-parallel job and they agr
     const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     INFO(out);
     std::printf("[dp] smoke test, dp 2, zero %d: rank exits %d %d\n", stage, code[0], code[1]);
-    REQUIRE(code[0] >= 0);
-    CHECK(code[0] == code[1]);  // one verdict for the job
     CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
-    CHECK(log0.find("on 2 ranks") != std::string::npos);
-    for (const char* check : {"memory plan fits the device", "no NaN/Inf in loss or gradients", "loss falling",
-                              "checkpoint save -> load round trip"})
-      CHECK(log0.find(std::string("PASS  ") + check) != std::string::npos);
     // Throughput on a shared 2-core machine with two processes is not judged here.
-    CHECK(log0.find("tensors identical after save -> load") != std::string::npos);
+    e2e::check_smoke(log0, code);
   }
   fs::remove_all(s.dir);
 }
