@@ -37,6 +37,7 @@ const char* schedule_name(ScheduleKind k) {
   switch (k) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved";
   }
   return "?";
 }
@@ -44,46 +45,67 @@ const char* schedule_name(ScheduleKind k) {
 ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
-  throw std::invalid_argument("unknown pipeline schedule '" + name + "' (gpipe | 1f1b)");
+  if (name == "interleaved") return ScheduleKind::Interleaved;
+  throw std::invalid_argument("unknown pipeline schedule '" + name + "' (gpipe | 1f1b | interleaved)");
 }
 
 void add_transfers(Schedule& s) {
   const int p = s.stages, V = s.virtual_stages();
   for (int r = 0; r < p; ++r) {
+    const int prev = (r + p - 1) % p, next = (r + 1) % p;
+    auto before = [&](const Action& a, std::vector<Action>& out) {  // what a compute action receives first
+      const int vs = a.chunk * p + r;
+      if (a.kind == ActionKind::Forward && vs > 0) out.push_back({ActionKind::RecvActivation, a.mb, a.chunk, prev});
+      if ((a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) && vs + 1 < V)
+        out.push_back({ActionKind::RecvGradient, a.mb, a.chunk, next});
+    };
+    auto after = [&](const Action& a, std::vector<Action>& out) {  // what it sends when done
+      const int vs = a.chunk * p + r;
+      if (a.kind == ActionKind::Forward && vs + 1 < V) out.push_back({ActionKind::SendActivation, a.mb, a.chunk, next});
+      if ((a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) && vs > 0)
+        out.push_back({ActionKind::SendGradient, a.mb, a.chunk, prev});
+    };
+    const std::vector<Action> compute = s.ranks[size_t(r)];
     std::vector<Action> out;
-    for (const Action& a : s.ranks[size_t(r)]) {
-      const int vs = a.chunk * p + r;  // virtual stage
-      const int prev = (r + p - 1) % p, next = (r + 1) % p;
-      switch (a.kind) {
-        case ActionKind::Forward:
-          if (vs > 0) out.push_back({ActionKind::RecvActivation, a.mb, a.chunk, prev});
-          out.push_back(a);
-          if (vs + 1 < V) out.push_back({ActionKind::SendActivation, a.mb, a.chunk, next});
-          break;
-        case ActionKind::Backward:
-        case ActionKind::BackwardInput:
-          if (vs + 1 < V) out.push_back({ActionKind::RecvGradient, a.mb, a.chunk, next});
-          out.push_back(a);
-          if (vs > 0) out.push_back({ActionKind::SendGradient, a.mb, a.chunk, prev});
-          break;
-        default:
-          out.push_back(a);
+    for (size_t i = 0; i < compute.size(); ++i) {
+      const Action& a = compute[i];
+      // A forward followed by a backward runs as a pair: both inputs are
+      // received first and both outputs sent after, so the sends of one pair
+      // and the receives of the next share a batch (Megatron's
+      // send_forward_backward_recv_forward_backward).
+      if (a.paired && i + 1 < compute.size() && compute[i + 1].kind == ActionKind::Backward) {
+        before(a, out);
+        before(compute[i + 1], out);
+        out.push_back(a);
+        out.push_back(compute[i + 1]);
+        after(a, out);
+        after(compute[i + 1], out);
+        ++i;
+        continue;
       }
+      before(a, out);
+      out.push_back(a);
+      after(a, out);
     }
     s.ranks[size_t(r)] = std::move(out);
   }
 }
 
-Schedule make_schedule(ScheduleKind kind, int stages, int microbatches) {
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
   if (stages < 1) throw std::invalid_argument("make_schedule: stages must be >= 1");
   if (microbatches < 1) throw std::invalid_argument("make_schedule: micro-batches must be >= 1");
+  if (chunks < 1) throw std::invalid_argument("make_schedule: chunks must be >= 1");
+  if (chunks > 1 && kind != ScheduleKind::Interleaved)
+    throw std::invalid_argument(std::string("the ") + schedule_name(kind) + " schedule has one model chunk per rank");
   Schedule s;
   s.kind = kind;
   s.stages = stages;
+  s.chunks = chunks;
   s.microbatches = microbatches;
   for (int r = 0; r < stages; ++r)
-    s.ranks.push_back(kind == ScheduleKind::GPipe ? gpipe_order(stages, r, microbatches)
-                                                  : one_f_one_b_order(stages, r, microbatches));
+    s.ranks.push_back(kind == ScheduleKind::GPipe         ? gpipe_order(stages, r, microbatches)
+                      : kind == ScheduleKind::Interleaved ? interleaved_order(stages, r, chunks, microbatches)
+                                                          : one_f_one_b_order(stages, r, microbatches));
   add_transfers(s);
   return s;
 }

@@ -21,7 +21,8 @@
 //
 // Generators (one file each): GPipe (all forwards, then all backwards),
 // 1F1B (p - r - 1 warm-up forwards, then one forward one backward, p
-// micro-batches of activations in flight at most on rank 0).
+// micro-batches of activations in flight at most on rank 0), interleaved
+// 1F1B (v chunks per rank).
 #pragma once
 
 #include <cstdint>
@@ -48,13 +49,16 @@ struct Action {
   int mb = 0;
   int chunk = 0;
   int peer = -1;  // transfers: the pipeline rank on the other end
+  // A forward of the steady state that runs together with the backward after
+  // it (interleaved 1F1B): both receive first, both send after.
+  bool paired = false;
   bool operator==(const Action&) const = default;
 };
 std::string describe(const Action& a);  // "F(mb 3, chunk 1)", "send-act(mb 3, chunk 1) -> rank 2"
 
-enum class ScheduleKind { GPipe, OneFOneB };
-const char* schedule_name(ScheduleKind k);  // "gpipe", "1f1b"
-// "gpipe" | "1f1b"; throws std::invalid_argument naming the allowed values.
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
+const char* schedule_name(ScheduleKind k);  // "gpipe", "1f1b", "interleaved"
+// "gpipe" | "1f1b" | "interleaved"; throws std::invalid_argument naming the allowed values.
 ScheduleKind parse_schedule(const std::string& name);
 
 struct Schedule {
@@ -70,14 +74,19 @@ struct Schedule {
 // add_transfers. Generators (pipeline/gpipe.cpp, pipeline/one_f_one_b.cpp).
 std::vector<Action> gpipe_order(int stages, int rank, int microbatches);
 std::vector<Action> one_f_one_b_order(int stages, int rank, int microbatches);
+// pipeline/interleaved.cpp; throws std::invalid_argument unless stages divides microbatches.
+std::vector<Action> interleaved_order(int stages, int rank, int chunks, int microbatches);
 
 // Inserts the transfers around every compute action of every rank (see the
-// top of this file).
+// top of this file). A forward marked `paired` and the backward after it are
+// one unit: its two receives before it and its two sends after it.
 void add_transfers(Schedule& s);
 
-// The schedule of `kind` for p stages and m micro-batches, transfers
-// included. Throws std::invalid_argument when m < 1 or p < 1.
-Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
+// The schedule of `kind` for p stages, m micro-batches and (interleaved) v
+// chunks per rank, transfers included. Throws std::invalid_argument when m <
+// 1, p < 1, v < 1, v > 1 for a schedule without chunks, or an interleaved m
+// that p does not divide.
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks = 1);
 
 // The last backward of each micro-batch on a rank: ZeRO and gradient
 // reductions learn from it that the gradients of the step are complete.

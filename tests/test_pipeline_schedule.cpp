@@ -52,6 +52,33 @@ TEST_CASE("pipeline schedules: complete, deadlock-free, bubble (p-1)/(m+p-1), pe
   CHECK(pic.find("rank 3 | .| .| .|F0|B0|B0|F1|B1|B1|") != std::string::npos);
 }
 
+TEST_CASE("interleaved 1F1B: deadlock-free, the bubble divided by the chunks, (p-1)/(v m + p-1)", "[pipeline]") {
+  int checked = 0;
+  for (int p = 2; p <= 8; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = p; m <= 16; m += p) {
+        const Schedule s = make_schedule(ScheduleKind::Interleaved, p, m, v);
+        // A chunk is 1/v of a stage: forward 1/v, backward 2/v.
+        ActionCosts chunk;
+        chunk.forward = 1.0 / v;
+        chunk.backward = 2.0 / v;
+        const Simulation sim = simulate(s, {chunk});
+        INFO("interleaved p " << p << " v " << v << " m " << m << ": " << sim.error);
+        REQUIRE(sim.ok);
+        CHECK(sim.bubble() == Approx(double(p - 1) / double(v * m + p - 1)).margin(1e-12));
+        // Below 1F1B's at the same p and m.
+        CHECK(sim.bubble() < theoretical_bubble(p, m));
+        ++checked;
+      }
+  const Simulation sim = simulate(make_schedule(ScheduleKind::Interleaved, 4, 8, 2));
+  std::printf("[pipeline] %d interleaved schedules (p 2..8, v 2..4, m a multiple of p up to 16): bubble = "
+              "(p-1)/(v m + p-1); p 4, v 2, m 8 with F = 1, B = 2 per chunk:\n%s",
+              checked, format_timeline(sim).c_str());
+  CHECK_THROWS_WITH(make_schedule(ScheduleKind::Interleaved, 4, 6, 2),
+                    "interleaved 1F1B needs the micro-batches per step (6) to be a multiple of the pipeline stages (4)");
+  CHECK_THROWS_WITH(make_schedule(ScheduleKind::OneFOneB, 4, 8, 2), "the 1f1b schedule has one model chunk per rank");
+}
+
 TEST_CASE("pipeline simulator: broken schedules are rejected naming the rank and the action", "[pipeline]") {
   auto rejected = [](Schedule s, const std::string& want) {
     const Simulation sim = simulate(s);
@@ -112,7 +139,7 @@ TEST_CASE("pipeline simulator: broken schedules are rejected naming the rank and
     std::swap(a[0], a[1]);
     rejected(s, "rank 1 action 0 F(mb 0, chunk 0): runs before its input activation is received");
   }
-  CHECK_THROWS_WITH(parse_schedule("zigzag"), "unknown pipeline schedule 'zigzag' (gpipe | 1f1b)");
+  CHECK_THROWS_WITH(parse_schedule("zigzag"), "unknown pipeline schedule 'zigzag' (gpipe | 1f1b | interleaved)");
 }
 
 TEST_CASE("trainer schedule prints the timeline, both bubbles and the activation memory per stage", "[pipeline][cli]") {
