@@ -98,10 +98,14 @@ std::vector<KeySpec> build_schema() {
           .aka("expert_parallel expert_model_parallel_size ep_size"),
       Row("parallel.dp", FIELD(parallel.dp), "data-parallel size; 0: world / (tp*pp*cp)").at_least(0)
           .aka("data_parallel data_parallel_size dp_size"),
-      Row("parallel.pp_schedule", FIELD(parallel.pp_schedule), "pipeline schedule").one_of("1f1b|gpipe")
+      Row("parallel.pp_schedule", FIELD(parallel.pp_schedule), "pipeline schedule").one_of("1f1b|gpipe|interleaved")
           .aka("pipeline_schedule schedule_kind"),
+      Row("parallel.pp_virtual", FIELD(parallel.pp_virtual),
+          "model chunks per pipeline rank under the interleaved schedule (virtual stages = pp x this)")
+          .at_least(2).aka("virtual_pipeline_model_parallel_size num_model_chunks virtual_stages"),
       Row("parallel.pp_layers", FIELD(parallel.pp_layers),
-          "layers per pipeline stage, e.g. [3, 5, 5, 7]; empty: balanced by the cost model")
+          "layers per pipeline stage (per virtual stage when interleaved), e.g. [3, 5, 5, 7]; empty: balanced by "
+          "the cost model")
           .at_least(1).aka("pipeline_layers layers_per_stage"),
       Row("parallel.sp", FIELD(parallel.sp), "sequence parallelism inside tensor-parallel groups")
           .aka("sequence_parallel"),

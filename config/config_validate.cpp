@@ -107,8 +107,22 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
                    ": ZeRO-2/3 reduce (and ZeRO-3 gathers) every micro-batch, and a pipeline keeps many "
                    "micro-batches in flight, so the gradient traffic would grow with them (DeepSpeed refuses it "
                    "too); use parallel.zero_stage 0 or 1 with pipeline parallelism");
-  ck.require(p.pp == 1 || p.pp_schedule == "1f1b" || p.pp_schedule == "gpipe",
-             "parallel.pp_schedule='" + p.pp_schedule + "': gpipe | 1f1b");
+  // Interleaving: pp_virtual model chunks per rank, pp x pp_virtual virtual stages.
+  const bool interleaved = p.pp_schedule == "interleaved";
+  const int stages = interleaved ? p.pp * p.pp_virtual : p.pp;
+  if (interleaved) {
+    ck.require(p.pp > 1, "parallel.pp_schedule=interleaved needs " + kv("parallel.pp", p.pp) + " > 1");
+    ck.require(c.model.n_layers >= stages,
+               "parallel.pp_schedule=interleaved with " + kv("parallel.pp", p.pp) + " x " +
+                   kv("parallel.pp_virtual", p.pp_virtual) + " = " + std::to_string(stages) +
+                   " virtual stages needs a layer each, but " + kv("model.n_layers", c.model.n_layers));
+    const int64_t m = c.train.micro_batch_size > 0 ? c.train.global_batch_size / (int64_t(c.train.micro_batch_size) * dp * p.cp) : 0;
+    ck.require(m % p.pp == 0,
+               "parallel.pp_schedule=interleaved runs micro-batches in groups of " + kv("parallel.pp", p.pp) +
+                   ", but a step has " + std::to_string(m) +
+                   " (train.global_batch_size / (train.micro_batch_size x data parallel)); make it a multiple of pp "
+                   "or use parallel.pp_schedule=1f1b");
+  }
   if (!p.pp_layers.empty()) {
     int64_t sum = 0;
     std::string list;
@@ -116,9 +130,10 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
       sum += n;
       list += (list.empty() ? "" : ", ") + std::to_string(n);
     }
-    ck.require(int(p.pp_layers.size()) == p.pp,
-               "parallel.pp_layers=[" + list + "] has " + std::to_string(p.pp_layers.size()) +
-                   " entries, one per pipeline stage is needed (" + kv("parallel.pp", p.pp) + ")");
+    ck.require(int(p.pp_layers.size()) == stages,
+               "parallel.pp_layers=[" + list + "] has " + std::to_string(p.pp_layers.size()) + " entries, one per " +
+                   (interleaved ? "virtual stage is needed (parallel.pp x parallel.pp_virtual = " + std::to_string(stages) + ")"
+                                : "pipeline stage is needed (" + kv("parallel.pp", p.pp) + ")"));
     ck.require(sum == c.model.n_layers, "parallel.pp_layers=[" + list + "] sums to " + std::to_string(sum) +
                                             " layers, " + kv("model.n_layers", c.model.n_layers));
   }

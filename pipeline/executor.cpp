@@ -19,7 +19,14 @@ bool holds(Model& m, int64_t mb) {
 void touch(Model& m, int64_t mb, const MicroBatchLoader& load) {
   if (holds(m, mb)) return;
   acquire_activations(m, mb);
-  load(mb);
+  load(m, mb);
+}
+
+Model& chunk_of(const std::vector<Model*>& chunks, const Action& a) {
+  if (a.chunk < 0 || a.chunk >= int(chunks.size()))
+    throw std::logic_error("pipeline executor: " + describe(a) + " names a chunk this rank does not hold (" +
+                           std::to_string(chunks.size()) + " chunk(s))");
+  return *chunks[size_t(a.chunk)];
 }
 
 double forward(Model& m, int64_t mb, float ce_scale, double& loss) {
@@ -35,12 +42,12 @@ double forward(Model& m, int64_t mb, float ce_scale, double& loss) {
 }
 
 // The transfers actions[first, last) as one batch.
-double transfer(Model& m, Communicator& pp, const std::vector<Action>& actions, size_t first, size_t last,
-                const MicroBatchLoader& load) {
+double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::vector<Action>& actions, size_t first,
+                size_t last, const MicroBatchLoader& load) {
   std::vector<P2POp> ops;
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
-    if (a.chunk != 0) throw std::logic_error("pipeline executor: model chunks (interleaving) are not supported");
+    Model& m = chunk_of(chunks, a);
     switch (a.kind) {
       case ActionKind::RecvActivation:
         touch(m, a.mb, load);
@@ -62,28 +69,29 @@ double transfer(Model& m, Communicator& pp, const std::vector<Action>& actions, 
   const auto t0 = clock_type::now();
   pp.batch_send_recv(ops);
   const double waited = std::chrono::duration<double>(clock_type::now() - t0).count();
-  // A micro-batch whose input gradient left is done on this rank.
+  // A micro-batch whose input gradient left is done with this chunk.
   for (size_t i = first; i < last; ++i)
-    if (actions[i].kind == ActionKind::SendGradient) release_activations(m, actions[i].mb);
+    if (actions[i].kind == ActionKind::SendGradient) release_activations(chunk_of(chunks, actions[i]), actions[i].mb);
   return waited;
 }
 
 }  // namespace
 
-PipelineStepResult run_pipeline_step(Model& m, Communicator& pp, const std::vector<Action>& actions,
-                                     float ce_scale, float aux_grad, const MicroBatchLoader& load) {
-  const ModelDims& d = m.dims;
+PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
+                                     const std::vector<Action>& actions, float ce_scale, float aux_grad,
+                                     const MicroBatchLoader& load) {
   PipelineStepResult r;
   for (size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     if (is_transfer(a.kind)) {
       size_t j = i;
       while (j < actions.size() && is_transfer(actions[j].kind)) ++j;
-      r.wait_s += transfer(m, pp, actions, i, j, load);
+      r.wait_s += transfer(chunks, pp, actions, i, j, load);
       i = j;
       continue;
     }
-    if (a.chunk != 0) throw std::logic_error("pipeline executor: model chunks (interleaving) are not supported");
+    Model& m = chunk_of(chunks, a);
+    const ModelDims& d = m.dims;
     switch (a.kind) {
       case ActionKind::Forward:
         touch(m, a.mb, load);
@@ -95,7 +103,7 @@ PipelineStepResult run_pipeline_step(Model& m, Communicator& pp, const std::vect
         blocks_backward(m, micro, 0, d.L, aux_grad);
         if (d.has_embedding) {
           embedding_backward(m, micro);
-          release_activations(m, a.mb);  // the first stage sends no gradient on
+          release_activations(m, a.mb);  // the first virtual stage sends no gradient on
         }
         break;
       }
@@ -107,24 +115,25 @@ PipelineStepResult run_pipeline_step(Model& m, Communicator& pp, const std::vect
   return r;
 }
 
-PipelineStepResult run_pipeline_forward(Model& m, Communicator& pp, int64_t microbatches, const MicroBatchLoader& load) {
-  const int stage = pp.rank(), stages = pp.size();
+PipelineStepResult run_pipeline_forward(const std::vector<Model*>& chunks, Communicator& pp, int64_t microbatches,
+                                        const MicroBatchLoader& load) {
+  const int stage = pp.rank(), stages = pp.size(), V = stages * int(chunks.size());
   PipelineStepResult r;
-  for (int64_t mb = 0; mb < microbatches; ++mb) {
-    touch(m, mb, load);
-    if (stage > 0) {
-      const auto t0 = clock_type::now();
-      pp.batch_send_recv({{false, stage_input(m, mb), stage - 1}});
-      r.wait_s += std::chrono::duration<double>(clock_type::now() - t0).count();
+  auto timed = [&](const std::vector<P2POp>& ops) {
+    const auto t0 = clock_type::now();
+    pp.batch_send_recv(ops);
+    r.wait_s += std::chrono::duration<double>(clock_type::now() - t0).count();
+  };
+  for (int64_t mb = 0; mb < microbatches; ++mb)
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      Model& m = *chunks[c];
+      const int vs = int(c) * stages + stage;
+      touch(m, mb, load);
+      if (vs > 0) timed({{false, stage_input(m, mb), (stage + stages - 1) % stages}});
+      r.aux_sum += forward(m, mb, 0.f, r.loss_sum);
+      if (vs + 1 < V) timed({{true, stage_output(m, mb), (stage + 1) % stages}});
+      release_activations(m, mb);
     }
-    r.aux_sum += forward(m, mb, 0.f, r.loss_sum);
-    if (stage + 1 < stages) {
-      const auto t0 = clock_type::now();
-      pp.batch_send_recv({{true, stage_output(m, mb), stage + 1}});
-      r.wait_s += std::chrono::duration<double>(clock_type::now() - t0).count();
-    }
-    release_activations(m, mb);
-  }
   return r;
 }
 

@@ -24,18 +24,22 @@ struct PipelineStepResult {
   double wait_s = 0;    // time spent in transfers: waiting for the neighbours
 };
 
-// Loads micro-batch mb's tokens into its (already acquired) activation slot.
-using MicroBatchLoader = std::function<void(int64_t mb)>;
+// Loads micro-batch mb's tokens into its (already acquired) activation slot
+// of a chunk's model.
+using MicroBatchLoader = std::function<void(Model& chunk, int64_t mb)>;
 
 // One training step: this rank's actions, with the gradients scaled as the
 // engine says (ce_scale into the logit gradient, aux_grad per MoE layer).
-// `pp` is the pipeline group (rank = stage). Parameter gradients accumulate;
-// the unit hooks learn from MicroBatch::last which backward completes them.
-PipelineStepResult run_pipeline_step(Model& m, Communicator& pp, const std::vector<Action>& actions,
-                                     float ce_scale, float aux_grad, const MicroBatchLoader& load);
+// `pp` is the pipeline group (rank = stage); chunks[c] is this rank's model
+// chunk c (one without interleaving). Parameter gradients accumulate; the
+// unit hooks learn from MicroBatch::last which backward completes them.
+PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
+                                     const std::vector<Action>& actions, float ce_scale, float aux_grad,
+                                     const MicroBatchLoader& load);
 
-// Forwards only (evaluation): micro-batches 0..n-1 through this rank's
-// pieces in order, activations passed to the next stage.
-PipelineStepResult run_pipeline_forward(Model& m, Communicator& pp, int64_t microbatches, const MicroBatchLoader& load);
+// Forwards only (evaluation): micro-batches 0..n-1, each through the
+// virtual stages in order, activations passed to the next one.
+PipelineStepResult run_pipeline_forward(const std::vector<Model*>& chunks, Communicator& pp, int64_t microbatches,
+                                        const MicroBatchLoader& load);
 
 }  // namespace trainer

@@ -226,20 +226,26 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
   sim.step_time = *std::max_element(t.begin(), t.end());
   sim.peak_in_flight.assign(size_t(p), 0);
   sim.peak_slots.assign(size_t(p), 0);
+  sim.peak_chunk_slots.assign(size_t(p), std::vector<int>(size_t(s.chunks), 0));
   for (int r = 0; r < p; ++r) {
     const auto& acts = s.ranks[size_t(r)];
     int held = 0, slots = 0;
+    std::vector<int> per_chunk(size_t(s.chunks), 0);
     std::map<std::pair<int, int>, bool> holding;
     auto take = [&](const Action& a) {
       if (!holding[{a.mb, a.chunk}]) {
         holding[{a.mb, a.chunk}] = true;
         ++slots;
+        int& n = per_chunk[size_t(a.chunk)];
+        n += 1;
+        sim.peak_chunk_slots[size_t(r)][size_t(a.chunk)] = std::max(sim.peak_chunk_slots[size_t(r)][size_t(a.chunk)], n);
       }
     };
     auto give = [&](const Action& a) {
       if (holding[{a.mb, a.chunk}]) {
         holding[{a.mb, a.chunk}] = false;
         --slots;
+        per_chunk[size_t(a.chunk)] -= 1;
       }
     };
     for (size_t i = 0; i < acts.size();) {

@@ -39,6 +39,7 @@ struct Simulation {
   // (or after its backward on the first virtual stage); a batch that sends
   // one micro-batch's gradient and receives the next one's input holds both.
   std::vector<int> peak_slots;
+  std::vector<std::vector<int>> peak_chunk_slots;  // per rank and model chunk
   std::vector<std::vector<TimedAction>> timeline;  // per rank: compute actions with their times
   // Idle share of the step: mean over ranks of (step_time - busy) / step_time.
   double bubble() const;

@@ -49,7 +49,7 @@ void run_cases(const Setup& s, const std::vector<e2e::Case>& cases) {
 
 }  // namespace
 
-TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe and 1F1B, 4 and 8 micro-batches == one process",
+TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe, 1F1B and interleaved, 4 and 8 micro-batches == one process",
           "[pp][e2e]") {
   const Setup s = make_setup("llama", kLlama);
   run_cases(s, {
@@ -62,6 +62,9 @@ TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe and 1F1B, 4 and 8 micro-ba
                    {"llama pp4 gpipe m8", 4, "--set parallel.pp=4 --set parallel.pp_schedule=gpipe --set train.micro_batch_size=1"},
                    {"llama pp4 1f1b m8", 4, "--set parallel.pp=4 --set train.micro_batch_size=1"},
                    {"llama pp2 layers 1+3", 2, "--set parallel.pp=2 --set parallel.pp_layers=[1,3]"},
+                   // 2 chunks per rank: virtual stages 0, 2 on rank 0 and 1, 3 on rank 1.
+                   {"llama pp2 interleaved m4", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved"},
+                   {"llama pp2 interleaved m8", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved --set train.micro_batch_size=1"},
                });
   fs::remove_all(s.dir);
 }
@@ -86,7 +89,9 @@ TEST_CASE("pipeline parallel gpt2 with the tied embedding on both ends, and MoE 
   {
     const Setup s = make_setup("gpt2", kGpt2Tied);
     run_cases(s, {{"gpt2 tied pp2", 2, "--set parallel.pp=2"},
-                  {"gpt2 tied pp2 x dp2 zero1", 4, "--set parallel.pp=2 --set parallel.zero_stage=1"}});
+                  {"gpt2 tied pp2 x dp2 zero1", 4, "--set parallel.pp=2 --set parallel.zero_stage=1"},
+                  // The tied table on rank 0's first chunk and rank 1's last.
+                  {"gpt2 tied pp2 interleaved", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved"}});
     fs::remove_all(s.dir);
   }
   {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
@@ -19,8 +20,15 @@
 
 namespace trainer {
 
+// One model chunk's training state: a pipeline rank holds one chunk, or v
+// under interleaving; a rank's share of a checkpoint is all of its chunks'.
+struct ChunkState {
+  Model* model = nullptr;
+  ZeroOptimizer* opt = nullptr;
+};
+
 // Host copy of this rank's share of everything needed to continue.
-Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& opt, int64_t step, int64_t tokens,
+Snapshot take_snapshot(const Config& cfg, const std::vector<ChunkState>& chunks, int64_t step, int64_t tokens,
                        int rank, int world_size);
 
 // Restores weights, moments and the optimizer step counter of this rank's
@@ -28,10 +36,10 @@ Snapshot take_snapshot(const Config& cfg, const Model& m, const ZeroOptimizer& o
 // Throws std::runtime_error naming the tensor when the checkpoint lacks it,
 // its dtype or shape differs from this model's, or the loaded pieces do not
 // cover what this rank needs.
-void restore_checkpoint(const LoadedCheckpoint& ck, Model& m, ZeroOptimizer& opt);
+void restore_checkpoint(const LoadedCheckpoint& ck, const std::vector<ChunkState>& chunks);
 
 // The saved pieces this rank needs to restore its own.
-SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt);
+SliceFilter shard_filter(const std::vector<ChunkState>& chunks);
 
 // The checkpoint to resume from (checkpoint.resume: auto | none | path),
 // chosen by all ranks together: each rank reads only the saved pieces that
@@ -40,7 +48,7 @@ SliceFilter shard_filter(const Model& m, const ZeroOptimizer& opt);
 // otherwise, an explicit path fails on every rank. `host` is a group of all
 // ranks for host tensors (a single-rank communicator in one process).
 std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
-                                                       const Model& m, const ZeroOptimizer& opt, Communicator& host,
+                                                       const std::vector<ChunkState>& chunks, Communicator& host,
                                                        bool lead);
 
 // "tp1.pp1.dp4.cp1.ep1.zero2"

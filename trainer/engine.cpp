@@ -35,6 +35,7 @@
 #include "data/prefetch.h"
 #include "trainer/reference_dump.h"
 #include "trainer/smoke_roundtrip.h"
+#include "trainer/stage_models.h"
 #include "runtime/distributed_run.h"
 #include "runtime/watchdog.h"
 
@@ -46,19 +47,11 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// Micro-batch `micro` of a batch into its activation slot (held by then).
+// Micro-batch `micro` of a batch into its activation slot of chunk `m` (held by then).
 void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
   Activations& a = activations_of(m, micro);
   write_from_host(a.ids, hb.inputs_of(micro));
   write_from_host(a.targets, hb.targets_of(micro));
-}
-
-// Weights start from the same host values on every device, dtype and layout;
-// each rank writes the elements it owns.
-void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params, uint64_t seed) {
-  opt.load([&](const std::string&, int param, int64_t begin, int64_t count, float* dst) {
-    initial_values(params[size_t(param)], seed, begin, count, dst);
-  }, false);
 }
 
 // The validation batches are the same at every evaluation (read once).
@@ -66,12 +59,13 @@ void initialise_weights(ZeroOptimizer& opt, const std::vector<ParamInfo>& params
 // training step), so the loss does not depend on dp or the micro-batch size.
 // The tensor-parallel ranks of a replica compute the same losses; one of
 // them (`counts`) adds them to the sum over all ranks.
-double evaluate(const HostBatch& hb, Model& m, Communicator& pp, Communicator& host, int dp, bool counts) {
-  double sum =
-      run_pipeline_forward(m, pp, hb.micro_steps, [&](int64_t mb) { load_prefetched(hb, m, mb); }).loss_sum;
+double evaluate(const HostBatch& hb, StageModels& stage, Communicator& pp, Communicator& host, int dp, bool counts) {
+  double sum = run_pipeline_forward(stage.models(), pp, hb.micro_steps, [&](Model& m, int64_t mb) {
+                 load_prefetched(hb, m, mb);
+               }).loss_sum;
   if (!counts) sum = 0;
   host.all_reduce(Tensor(&sum, DType::F64, {1}));
-  return sum / double(hb.micro_steps * m.dims.N() * dp);
+  return sum / double(hb.micro_steps * stage.model(0).dims.N() * dp);
 }
 
 // After a resume, rows logged past the checkpoint (by the run that crashed)
@@ -135,9 +129,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const ModelDims dims = make_dims(cfg, micro, T, storage);
   // The pipeline: layers per stage and this step's schedule, checked by the
   // simulator before anything runs (pipeline/).
-  const std::vector<int64_t> stage_layers = stage_layers_for(cfg, dims, mesh.pp);
-  const Schedule schedule = make_schedule(parse_schedule(cfg.parallel.pp_schedule), mesh.pp, int(M));
-  const Simulation simulated = simulate(schedule, stage_action_costs(dims, stage_layers));
+  const int chunks = pipeline_chunks(cfg);
+  const std::vector<int64_t> stage_layers = stage_layers_for(cfg, dims, mesh.pp * chunks);
+  const Schedule schedule = schedule_for(cfg, mesh.pp, M);
+  const Simulation simulated = simulate(schedule, stage_action_costs(dims, stage_layers, mesh.pp));
   if (!simulated.ok) throw std::logic_error("pipeline schedule: " + simulated.error);
 
   TrainSummary summary;
@@ -186,23 +181,21 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   // The one layout of this rank (model/sharding.h): storage, optimizer and
   // checkpoints all follow it.
-  const ShardingPlan sharding =
-      make_sharding_plan(dims, cfg.model.init_std, mesh, dist.coords(), stage, cfg.parallel.sp, stage_layers);
-  Model model;
-  build_model(model, sharding, dev.device, zero_model_storage(stage));
-  model.tp = &dist.tp_group();
-  reserve_activation_slots(model, simulated.peak_slots[size_t(pp_stage)]);
+  // This rank's model chunks (one, or pp_virtual interleaved), each with
+  // its ZeRO optimizer, as the sharding plan lays them out.
+  const std::vector<ShardingPlan> plans = chunk_plans(dims, cfg.model.init_std, mesh, dist.coords(), stage,
+                                                      cfg.parallel.sp, stage_layers, chunks);
   Communicator& pp_group = dist.pp_group();
-  if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
-  if (lead) std::printf("%s", format_tp_traffic(tp_traffic(sharding, M)).c_str());
   Communicator& dp_group = dist.dp_group();
   Communicator& host = dist.host();
-  ZeroOptimizer zero(model, stage, dp_group, host, adamw_config(cfg));
-  zero.set_pipeline(&pp_group);
-  model.hooks = &zero;
-  initialise_weights(zero, model.params, cfg.run.seed);
-  summary.optimizer_bytes = zero.optimizer_bytes();
-  if (zero.optimizer_bytes() != plan.optimizer_bytes)
+  StageModels models(plans, dev.device, stage, simulated.peak_chunk_slots[size_t(pp_stage)],
+                     StageGroups{&dist.tp_group(), &dp_group, &host, &pp_group}, adamw_config(cfg));
+  Model& model = models.model(0);
+  if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
+  if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans.front(), M)).c_str());
+  models.initialise(cfg.run.seed);
+  summary.optimizer_bytes = models.optimizer_bytes();
+  if (models.optimizer_bytes() != plan.optimizer_bytes)
     throw std::logic_error("memory plan and optimizer allocation disagree");
 
   const std::string run_dir = cfg.run_dir();
@@ -212,8 +205,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   const std::string ckpt_root = checkpoint_root(cfg);
   int64_t start_step = 0, tokens = 0;
-  if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, model, zero, host, lead)) {
-    restore_checkpoint(*ck, model, zero);
+  if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, models.states(), host, lead)) {
+    restore_checkpoint(*ck, models.states());
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;
     if (lead) std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(),
@@ -256,7 +249,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     for (int64_t step = start_step; step < end_step; ++step) {
       const auto t0 = clock_type::now();
       if (watchdog) watchdog->progress(step + 1, "forward/backward");
-      zero.begin_step();
+      models.begin_step();
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
@@ -264,15 +257,15 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // This rank's actions of the schedule (one process: 1F1B of one stage,
       // micro-batch after micro-batch); the schedule says which backward is
       // the last of the step.
-      const PipelineStepResult pr = run_pipeline_step(model, pp_group, schedule.ranks[size_t(pp_stage)], ce_scale,
-                                                      aux_grad, [&](int64_t mb) {
-                                                        load_prefetched(batch, model, mb);
+      const PipelineStepResult pr = run_pipeline_step(models.models(), pp_group, schedule.ranks[size_t(pp_stage)],
+                                                      ce_scale, aux_grad, [&](Model& m, int64_t mb) {
+                                                        load_prefetched(batch, m, mb);
                                                         if (dump) dump->before_forward(step, mb);
                                                       });
       double loss_sum = pr.loss_sum, aux_sum = pr.aux_sum;
       window_wait_s += pr.wait_s;
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
-      zero.finish_backward();  // the unit reductions overlapped backward; the last ones land here
+      models.finish_backward();  // the unit reductions overlapped backward; the last ones land here
       if (dist.launched()) {
         double sums[2] = {counts_loss ? loss_sum : 0, counts_loss ? aux_sum : 0};
         host.all_reduce(Tensor(sums, DType::F64, {2}));
@@ -281,7 +274,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       }
       const double loss = loss_sum / double(M * dims.N() * dp);
       const double aux = aux_sum / double(M * dp);
-      const double norm = std::sqrt(zero.grad_sum_squares()) / loss_scale;
+      const double norm = std::sqrt(models.grad_sum_squares()) / loss_scale;
       if (scaler.enabled() && (!std::isfinite(norm) || !std::isfinite(loss))) {
         scaler.overflow();
         summary.skipped_steps.push_back(step + 1);
@@ -314,7 +307,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (dump && step == 0) dump->after_step0_backward();
       const double lr = learning_rate(sched, step);
       if (watchdog) watchdog->progress(step + 1, "optimizer step");
-      zero.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
+      models.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
       scaler.step_applied();  // only now may the scale grow: this step divided by loss_scale
       const int64_t step_tokens = M * dims.N() * dp;
       tokens += step_tokens;
@@ -360,7 +353,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (writer && ((step + 1) % cfg.checkpoint.interval == 0 || last)) {
         if (watchdog) watchdog->progress(step + 1, "checkpoint");
         const auto c0 = clock_type::now();
-        Snapshot snap = take_snapshot(cfg, model, zero, step + 1, tokens, opt.launch.rank, opt.launch.world_size);
+        Snapshot snap = take_snapshot(cfg, models.states(), step + 1, tokens, opt.launch.rank, opt.launch.world_size);
         const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
         const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
         writer->save(std::move(snap));
@@ -374,7 +367,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
       if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
         if (watchdog) watchdog->progress(step + 1, "evaluation");
-        const double vl = evaluate(*valid_batch, model, pp_group, host, dp, counts_loss);
+        const double vl = evaluate(*valid_batch, models, pp_group, host, dp, counts_loss);
         summary.val_losses.push_back(vl);
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);
@@ -393,7 +386,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   }
   if (dump) dump->finish();
   if (opt.smoke && !summary.diverged)
-    check_roundtrip(cfg, sharding, model, zero, summary.end_step, tokens, ckpt_root + "/roundtrip", opt.launch, dist, summary);
+    check_roundtrip(cfg, plans, models, summary.end_step, tokens, ckpt_root + "/roundtrip", opt.launch, dist, summary);
   // The smoke test judges the pace of the job: a step takes as long as its
   // slowest rank, and every rank must reach the same verdict.
   if (opt.smoke && dist.launched() && !summary.step_ms.empty())
@@ -401,7 +394,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   std::vector<std::vector<float>> final_weights;
   const bool sample = cfg.log.sample_tokens > 0 && !summary.diverged && !opt.smoke;
-  if (sample) final_weights = zero.gather_fp32_weights(single_plan(dims, cfg.model.init_std).params);  // collective
+  if (sample) final_weights = models.gather_fp32_weights(single_plan(dims, cfg.model.init_std).params);  // collective
   dist.finish();
   if (sample && lead) {
     std::vector<int32_t> prompt;

@@ -12,28 +12,37 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
   const std::vector<double> flops = stage_flops(global, layers);
   double total = 0;
   for (double f : flops) total += f;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "pipeline: %d stages, %s, %d micro-batches per step, layers %s%s\n", s.stages,
-                schedule_name(s.kind), s.microbatches, format_layers(layers).c_str(),
+  const int V = s.virtual_stages();
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "pipeline: %d stages%s, %s, %d micro-batches per step, layers %s%s\n", s.stages,
+                s.chunks > 1 ? (" x " + std::to_string(s.chunks) + " chunks").c_str() : "", schedule_name(s.kind),
+                s.microbatches, format_layers(layers).c_str(),
                 c.parallel.pp_layers.empty() ? " (balanced by the cost model)" : " (parallel.pp_layers)");
   std::string out = buf;
-  int64_t first = 0;
+  std::vector<int64_t> first(size_t(V) + 1, 0);
+  for (int k = 0; k < V; ++k) first[size_t(k) + 1] = first[size_t(k)] + layers[size_t(k)];
   for (int st = 0; st < s.stages; ++st) {
     Coords at;
     at.pp = st;
     const MemoryPlan mp = plan_memory(c, storage, mesh, at, c.parallel.zero_stage);
+    std::string held;
+    double share = 0;
+    for (int k = st; k < V; k += s.stages) {
+      if (!held.empty()) held += ", ";
+      held += std::to_string(first[size_t(k)]) + "-" + std::to_string(first[size_t(k) + 1] - 1);
+      share += flops[size_t(k)];
+    }
     std::snprintf(buf, sizeof buf,
-                  "  stage %d: layers %lld-%lld%s%s, %.1f%% of the forward FLOPs, %d micro-batch%s in flight, %s per rank\n",
-                  st, (long long)first, (long long)(first + layers[size_t(st)] - 1), st == 0 ? " + embedding" : "",
-                  st + 1 == s.stages ? " + head and loss" : "", 100.0 * flops[size_t(st)] / total,
-                  sim.peak_slots[size_t(st)], sim.peak_slots[size_t(st)] == 1 ? "" : "es",
+                  "  stage %d: layers %s%s%s, %.1f%% of the forward FLOPs, %d activation slot%s, %s per rank\n", st,
+                  held.c_str(), st == 0 ? " + embedding" : "", st == (V - 1) % s.stages ? " + head and loss" : "",
+                  100.0 * share / total, mp.activation_slots, mp.activation_slots == 1 ? "" : "s",
                   format_bytes(double(mp.total())).c_str());
     out += buf;
-    first += layers[size_t(st)];
   }
-  std::snprintf(buf, sizeof buf,
-                "  bubble: (p-1)/(m+p-1) = %.1f%% with equal stages; simulated with these stage costs: %.1f%%\n",
-                100.0 * theoretical_bubble(s.stages, s.microbatches), 100.0 * sim.bubble());
+  const double textbook = s.chunks > 1 ? double(s.stages - 1) / double(s.chunks * s.microbatches + s.stages - 1)
+                                       : theoretical_bubble(s.stages, s.microbatches);
+  std::snprintf(buf, sizeof buf, "  bubble: %s = %.1f%% with equal stages; simulated with these stage costs: %.1f%%\n",
+                s.chunks > 1 ? "(p-1)/(v m + p-1)" : "(p-1)/(m+p-1)", 100.0 * textbook, 100.0 * sim.bubble());
   return out + buf;
 }
 

@@ -21,28 +21,38 @@ MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
 
 MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage) {
   const ModelDims g = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
-  const std::vector<int64_t> layers = stage_layers_for(c, g, mesh.pp);
-  const ShardingPlan plan = make_sharding_plan(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp, layers);
+  const int chunks = pipeline_chunks(c);
+  const std::vector<int64_t> layers = stage_layers_for(c, g, mesh.pp * chunks);
+  const std::vector<ShardingPlan> plans =
+      chunk_plans(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp, layers, chunks);
   // A pipeline stage holds the activations of every micro-batch in flight
-  // at its schedule's peak (1 without a pipeline).
+  // at its schedule's peak (1 without a pipeline), per model chunk.
   const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp * mesh.cp));
-  const Simulation sim = simulate(make_schedule(parse_schedule(c.parallel.pp_schedule), mesh.pp, int(m)));
-  const int slots = sim.ok ? sim.peak_slots[size_t(at.pp)] : 1;
-  const ModelDims& d = plan.local;
-  const int dp = mesh.dp * mesh.cp;
+  std::vector<int> slots(size_t(chunks), 1);
+  try {
+    const Simulation sim = simulate(schedule_for(c, mesh.pp, m));
+    if (sim.ok) slots = sim.peak_chunk_slots[size_t(at.pp)];
+  } catch (const std::invalid_argument&) {
+    // A layout the schedule refuses: validation names the keys.
+  }
   MemoryPlan p;
   p.tp = mesh.tp;
-  p.sp = plan.sp;
-  p.parameters = parameter_count(plan.params);
-  const ZeroBytes z = zero_bytes(plan, zero_stage);
-  p.param_bytes = z.params;
-  p.grad_bytes = z.grads;
-  p.optimizer_bytes = z.optimizer;
-  p.dp = dp;
+  p.sp = plans.front().sp;
+  p.dp = mesh.dp * mesh.cp;
   p.zero_stage = zero_stage;
-  p.activation_bytes = arena_bytes(activation_specs(d)) * size_t(slots);
-  p.activation_slots = slots;
-  p.workspace_bytes = arena_bytes(grad_scratch_specs(d));
+  p.activation_slots = 0;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const ShardingPlan& plan = plans[k];
+    const ModelDims& d = plan.local;
+    p.parameters += parameter_count(plan.params);
+    const ZeroBytes z = zero_bytes(plan, zero_stage);
+    p.param_bytes += z.params;
+    p.grad_bytes += z.grads;
+    p.optimizer_bytes += z.optimizer;
+    p.activation_bytes += arena_bytes(activation_specs(d)) * size_t(slots[k]);
+    p.activation_slots += slots[k];
+    p.workspace_bytes += arena_bytes(grad_scratch_specs(d));
+  }
   return p;
 }
 

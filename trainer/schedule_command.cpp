@@ -15,16 +15,16 @@ namespace trainer {
 std::string describe_schedule(const Config& c, int world_size) {
   const MeshShape mesh = resolve_mesh(c.parallel, world_size, 0);
   const ModelDims dims = make_dims(c, c.train.micro_batch_size, c.train.seq_len);
-  const std::vector<int64_t> layers = stage_layers_for(c, dims, mesh.pp);
+  const std::vector<int64_t> layers = stage_layers_for(c, dims, mesh.pp * pipeline_chunks(c));
   const int64_t m = microbatches_per_step(c, mesh.dp * mesh.cp);
-  const Schedule s = make_schedule(parse_schedule(c.parallel.pp_schedule), mesh.pp, int(m));
-  const Simulation sim = simulate(s, stage_action_costs(dims, layers));
+  const Schedule s = schedule_for(c, mesh.pp, m);
+  const Simulation sim = simulate(s, stage_action_costs(dims, layers, mesh.pp));
   if (!sim.ok) throw std::logic_error("pipeline schedule: " + sim.error);
   std::string out = describe(mesh) + "\n" + format_pipeline(c, dims, layers, s, sim, DType::F32, mesh);
-  // The picture with equal stages (F = 1, B = 2), where the textbook formula holds.
+  // The picture with equal stages (F = 1, B = 2 per chunk), where the textbook formula holds.
   const Simulation unit = simulate(s);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "timeline with equal stages (F = 1, B = 2 time units; bubble %.1f%%):\n",
+  std::snprintf(buf, sizeof buf, "timeline with equal stages (F = 1, B = 2 time units per chunk; bubble %.1f%%):\n",
                 100.0 * unit.bubble());
   out += buf;
   out += format_timeline(unit);

@@ -13,9 +13,9 @@
 
 namespace trainer {
 
-void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, const ZeroOptimizer& opt, int64_t step,
-                     int64_t tokens,
-                     const std::string& root, const LaunchInfo& launch, DistributedRun& dist, TrainSummary& sum) {
+void check_roundtrip(const Config& cfg, const std::vector<ShardingPlan>& plans, StageModels& models, int64_t step,
+                     int64_t tokens, const std::string& root, const LaunchInfo& launch, DistributedRun& dist,
+                     TrainSummary& sum) {
   sum.roundtrip_checked = true;
   bool ok = false;
   size_t same = 0, total = 0;
@@ -24,34 +24,34 @@ void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, cons
   try {
     CheckpointWriter w(root, 0, false,
                        CheckpointGroup{dist.store(), launch.rank, launch.world_size, cfg.parallel.timeout_s});
-    Snapshot snap = take_snapshot(cfg, m, opt, step, tokens, launch.rank, launch.world_size);
+    Snapshot snap = take_snapshot(cfg, models.states(), step, tokens, launch.rank, launch.world_size);
     w.save(snap);
-    const LoadedCheckpoint ck = load_checkpoint(w.last_completed(), shard_filter(m, opt));
+    const LoadedCheckpoint ck = load_checkpoint(w.last_completed(), shard_filter(models.states()));
     total = snap.tensors.size();
     for (const ShardTensor& t : snap.tensors)
       for (const ShardTensor& u : ck.tensors)
         if (u.name == t.name && u.slice == t.slice && u.data == t.data) ++same;
-    Model m2;
-    build_model(m2, plan, model_device(m), zero_model_storage(opt.stage()));
-    m2.tp = m.tp;
-    ZeroOptimizer opt2(m2, opt.stage(), dist.dp_group(), dist.host(), adamw_config(cfg));
-    m2.hooks = &opt2;
-    restore_checkpoint(ck, m2, opt2);
+    Model& m = models.model(0);
+    const int stage = models.zero(0).stage();
+    StageModels restored(plans, model_device(m), stage, std::vector<int>(plans.size(), 1),
+                         StageGroups{m.tp, &dist.dp_group(), &dist.host(), &dist.pp_group()}, adamw_config(cfg));
+    restore_checkpoint(ck, restored.states());
     // The same micro-batch through both models' pipelines (the last one
     // trained on), compared on the stage that holds the loss.
     std::vector<int32_t> ids(size_t(m.acts.ids.numel())), targets(size_t(m.acts.targets.numel()));
     read_to_host(m.acts.ids, ids.data());
     read_to_host(m.acts.targets, targets.data());
-    auto forward = [&](Model& model) {
-      return run_pipeline_forward(model, dist.pp_group(), 1, [&](int64_t mb) {
-               write_from_host(activations_of(model, mb).ids, ids.data());
-               write_from_host(activations_of(model, mb).targets, targets.data());
+    auto forward = [&](StageModels& s) {
+      return run_pipeline_forward(s.models(), dist.pp_group(), 1, [&](Model& chunk, int64_t mb) {
+               write_from_host(activations_of(chunk, mb).ids, ids.data());
+               write_from_host(activations_of(chunk, mb).targets, targets.data());
              }).loss_sum /
              double(m.dims.N());
     };
-    losses[0] = forward(m);
-    losses[1] = forward(m2);
-    ok = same == total && losses[0] == losses[1] && opt2.optimizer_step() == opt.optimizer_step();
+    losses[0] = forward(models);
+    losses[1] = forward(restored);
+    ok = same == total && losses[0] == losses[1] &&
+         restored.zero(0).optimizer_step() == models.zero(0).optimizer_step();
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/launch.h"
 #include "config/config.h"
@@ -12,6 +13,7 @@
 #include "optim/zero.h"
 #include "runtime/distributed_run.h"
 #include "trainer/engine.h"
+#include "trainer/stage_models.h"
 
 namespace trainer {
 
@@ -19,7 +21,7 @@ namespace trainer {
 // every byte, then restores into a fresh model and checks that the same
 // batch gives the same loss bit for bit; the verdict (sum.roundtrip_*) is
 // the same on all ranks.
-void check_roundtrip(const Config& cfg, const ShardingPlan& plan, Model& m, const ZeroOptimizer& opt, int64_t step,
+void check_roundtrip(const Config& cfg, const std::vector<ShardingPlan>& plans, StageModels& models, int64_t step,
                      int64_t tokens, const std::string& root, const LaunchInfo& launch, DistributedRun& dist,
                      TrainSummary& sum);
 

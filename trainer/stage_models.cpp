@@ -1,0 +1,79 @@
+#include "trainer/stage_models.h"
+
+namespace trainer {
+
+StageModels::StageModels(const std::vector<ShardingPlan>& plans, Device device, int zero_stage,
+                         const std::vector<int>& slots, const StageGroups& groups, const AdamWConfig& cfg) {
+  for (size_t c = 0; c < plans.size(); ++c) {
+    auto chunk = std::make_unique<Chunk>();
+    build_model(chunk->model, plans[c], device, zero_model_storage(zero_stage));
+    chunk->model.tp = groups.tp;
+    reserve_activation_slots(chunk->model, slots[c]);
+    chunk->zero = std::make_unique<ZeroOptimizer>(chunk->model, zero_stage, *groups.dp, *groups.host, cfg);
+    chunk->zero->set_pipeline(groups.pp);
+    chunk->model.hooks = chunk->zero.get();
+    chunks_.push_back(std::move(chunk));
+  }
+}
+
+std::vector<Model*> StageModels::models() {
+  std::vector<Model*> out;
+  for (auto& c : chunks_) out.push_back(&c->model);
+  return out;
+}
+
+std::vector<ChunkState> StageModels::states() {
+  std::vector<ChunkState> out;
+  for (auto& c : chunks_) out.push_back({&c->model, c->zero.get()});
+  return out;
+}
+
+void StageModels::initialise(uint64_t seed) {
+  for (auto& c : chunks_) {
+    const std::vector<ParamInfo>& params = c->model.params;
+    c->zero->load([&](const std::string&, int param, int64_t begin, int64_t count, float* dst) {
+      initial_values(params[size_t(param)], seed, begin, count, dst);
+    }, false);
+  }
+}
+
+void StageModels::begin_step() {
+  for (auto& c : chunks_) c->zero->begin_step();
+}
+
+void StageModels::finish_backward() {
+  for (auto& c : chunks_) c->zero->finish_backward();
+}
+
+double StageModels::grad_sum_squares() {
+  double s = 0;
+  for (auto& c : chunks_) s += c->zero->grad_sum_squares();
+  return s;
+}
+
+void StageModels::step(double lr, double grad_scale) {
+  for (auto& c : chunks_) c->zero->step(lr, grad_scale);
+}
+
+size_t StageModels::optimizer_bytes() const {
+  size_t b = 0;
+  for (const auto& c : chunks_) b += c->zero->optimizer_bytes();
+  return b;
+}
+
+std::vector<std::vector<float>> StageModels::gather_fp32_weights(const std::vector<ParamInfo>& global) {
+  std::vector<std::vector<float>> all;
+  for (auto& c : chunks_) {
+    // Each chunk's pieces are disjoint from the others': the sums add up.
+    auto part = c->zero->gather_fp32_weights(global);
+    if (all.empty()) {
+      all = std::move(part);
+      continue;
+    }
+    for (size_t i = 0; i < all.size(); ++i)
+      for (size_t j = 0; j < all[i].size(); ++j) all[i][j] += part[i][j];
+  }
+  return all;
+}
+
+}  // namespace trainer
