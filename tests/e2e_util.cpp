@@ -65,6 +65,15 @@ std::vector<double> metric(const fs::path& metrics, const std::string& key) {
 
 std::vector<double> losses(const fs::path& metrics) { return metric(metrics, "loss"); }
 
+std::vector<double> joined_losses(const std::vector<std::string>& run_dirs) {
+  std::vector<double> out;
+  for (const std::string& d : run_dirs) {
+    const auto part = losses(fs::path(d) / "metrics.jsonl");
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = a.size() == b.size() ? 0 : INFINITY;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)

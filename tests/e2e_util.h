@@ -22,6 +22,8 @@ std::filesystem::path write_byte_tokens(const std::filesystem::path& dir);
 // The values of one key ("loss", "val_loss") in metrics.jsonl, in order.
 std::vector<double> metric(const std::filesystem::path& metrics, const std::string& key);
 std::vector<double> losses(const std::filesystem::path& metrics);
+// The losses of runs that continued each other, in order (resharding tests).
+std::vector<double> joined_losses(const std::vector<std::string>& run_dirs);
 // Largest |a_i - b_i| / |b_i| over two equally long series.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
 

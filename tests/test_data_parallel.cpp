@@ -148,11 +148,7 @@ TEST_CASE("a checkpoint of DP 4 ZeRO-2 resumes at DP 2 ZeRO-1, then in one proce
                   " --set checkpoint.resume=" + b + "/ckpt/step_00000014",
               &out) == 0);
   CHECK(out.find("resumed from " + b + "/ckpt/step_00000014 at step 14") != std::string::npos);
-  std::vector<double> joined = losses(fs::path(a) / "metrics.jsonl");
-  for (const std::string& d : {b, c}) {
-    const auto part = losses(fs::path(d) / "metrics.jsonl");
-    joined.insert(joined.end(), part.begin(), part.end());
-  }
+  const std::vector<double> joined = e2e::joined_losses({a, b, c});
   REQUIRE(joined.size() == 20);
   double worst = 0;
   for (size_t i = 0; i < 20; ++i) worst = std::max(worst, std::fabs(joined[i] - straight[i]) / straight[i]);

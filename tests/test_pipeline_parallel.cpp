@@ -118,11 +118,7 @@ TEST_CASE("a checkpoint of pp 2 resumes in one process, then at pp 4, on the sam
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("resumed from " + b + "/ckpt/step_00000014 at step 14") != std::string::npos);
-  std::vector<double> joined = losses(fs::path(a) / "metrics.jsonl");
-  for (const std::string& d : {b, c}) {
-    const auto part = losses(fs::path(d) / "metrics.jsonl");
-    joined.insert(joined.end(), part.begin(), part.end());
-  }
+  const std::vector<double> joined = e2e::joined_losses({a, b, c});
   REQUIRE(joined.size() == 20);
   const double worst = max_rel_diff(joined, straight);
   const double w = e2e::weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(c) / "ckpt/step_00000020");
