@@ -90,6 +90,25 @@ TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
   return t;
 }
 
+TpTraffic tp_traffic(const std::vector<ShardingPlan>& chunks, int64_t micro_batches) {
+  TpTraffic all;
+  for (const ShardingPlan& plan : chunks) {
+    const TpTraffic t = tp_traffic(plan, micro_batches);
+    all.tp = t.tp;
+    for (const TpCollective& c : t.collectives) {
+      bool merged = false;
+      for (TpCollective& a : all.collectives)
+        if (a.where == c.where && a.op == c.op && a.payload == c.payload) {
+          a.calls += c.calls;
+          merged = true;
+          break;
+        }
+      if (!merged) all.collectives.push_back(c);
+    }
+  }
+  return all;
+}
+
 std::string format_tp_traffic(const TpTraffic& t) {
   if (t.tp <= 1) return "";
   std::string s = "tensor-parallel collectives per step (tp " + std::to_string(t.tp) +

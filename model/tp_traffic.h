@@ -41,6 +41,8 @@ struct TpTraffic {
 // once per step at ZeRO 0-1 and once per micro-batch at ZeRO 2-3, where the
 // gradients are reduced micro-batch by micro-batch.
 TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches);
+// All model chunks of a rank (interleaved pipelining): their call sites added up.
+TpTraffic tp_traffic(const std::vector<ShardingPlan>& chunks, int64_t micro_batches);
 
 // Lines for the start-up plan: per call site the payload, the calls per step
 // and the formula, then the total per rank.

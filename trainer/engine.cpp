@@ -192,7 +192,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                      StageGroups{&dist.tp_group(), &dp_group, &host, &pp_group}, adamw_config(cfg));
   Model& model = models.model(0);
   if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
-  if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans.front(), M)).c_str());
+  if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans, M)).c_str());
   models.initialise(cfg.run.seed);
   summary.optimizer_bytes = models.optimizer_bytes();
   if (models.optimizer_bytes() != plan.optimizer_bytes)
