@@ -30,6 +30,9 @@ namespace {
 
 const char* const kLlama =
     "{arch: llama, d_model: 32, n_layers: 4, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}";
+// 8 layers: pp 4 x 2 chunks gives every virtual stage one.
+const char* const kLlama8 =
+    "{arch: llama, d_model: 32, n_layers: 8, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}";
 const char* const kGpt2Tied =
     "{arch: gpt2, vocab_size: 259, d_model: 32, n_layers: 4, n_heads: 4, tie_embeddings: true, max_seq_len: 32}";
 const char* const kMoe =
@@ -65,6 +68,16 @@ TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe, 1F1B and interleaved, 4 a
                    // 2 chunks per rank: virtual stages 0, 2 on rank 0 and 1, 3 on rank 1.
                    {"llama pp2 interleaved m4", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved"},
                    {"llama pp2 interleaved m8", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved --set train.micro_batch_size=1"},
+               });
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("pipeline parallel pp 4 interleaved (8 virtual stages) at 4 and 8 micro-batches == one process", "[pp][e2e]") {
+  const Setup s = make_setup("llama8", kLlama8);
+  run_cases(s, {
+                   {"llama8 pp4 interleaved m4", 4, "--set parallel.pp=4 --set parallel.pp_schedule=interleaved"},
+                   {"llama8 pp4 interleaved m8", 4,
+                    "--set parallel.pp=4 --set parallel.pp_schedule=interleaved --set train.micro_batch_size=1"},
                });
   fs::remove_all(s.dir);
 }
