@@ -27,19 +27,28 @@ int64_t TpTraffic::wire_bytes_per_rank() const {
          tp;
 }
 
+namespace {
+
+// Adds `calls` calls of a call site, merged with an equal site already listed.
+void add_calls(TpTraffic& t, const std::string& where, TpOp op, int64_t payload, int64_t calls) {
+  for (TpCollective& c : t.collectives)
+    if (c.where == where && c.op == op && c.payload == payload) {
+      c.calls += calls;
+      return;
+    }
+  t.collectives.push_back({where, op, payload, calls});
+}
+
+}  // namespace
+
 TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
   const ModelDims& d = plan.local;
   TpTraffic t;
   t.tp = d.tp;
   if (d.tp <= 1) return t;
   const int64_t tokens = d.N() * d.C * int64_t(dtype_size(d.act));  // one [N, C] activation
-  auto add = [&](std::string where, TpOp op, int64_t payload, int64_t per_mb) {
-    for (TpCollective& c : t.collectives)
-      if (c.where == where && c.op == op && c.payload == payload) {
-        c.calls += per_mb * micro_batches;
-        return;
-      }
-    t.collectives.push_back({std::move(where), op, payload, per_mb * micro_batches});
+  auto add = [&](const std::string& where, TpOp op, int64_t payload, int64_t per_mb) {
+    add_calls(t, where, op, payload, per_mb * micro_batches);
   };
   // The two regions of a column-parallel input and a row-parallel output
   // (model/tensor_parallel.h), forward and backward.
@@ -74,12 +83,7 @@ TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
   // of every rank's part).
   const int64_t reductions = plan.zero_stage >= 2 ? micro_batches : 1;
   auto add_step = [&](const std::string& where, TpOp op, int64_t payload) {
-    for (TpCollective& c : t.collectives)
-      if (c.where == where && c.op == op && c.payload == payload) {
-        c.calls += reductions;
-        return;
-      }
-    t.collectives.push_back({where, op, payload, reductions});
+    add_calls(t, where, op, payload, reductions);
   };
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const int64_t bytes = plan.params[i].spec.bytes();
@@ -95,16 +99,7 @@ TpTraffic tp_traffic(const std::vector<ShardingPlan>& chunks, int64_t micro_batc
   for (const ShardingPlan& plan : chunks) {
     const TpTraffic t = tp_traffic(plan, micro_batches);
     all.tp = t.tp;
-    for (const TpCollective& c : t.collectives) {
-      bool merged = false;
-      for (TpCollective& a : all.collectives)
-        if (a.where == c.where && a.op == c.op && a.payload == c.payload) {
-          a.calls += c.calls;
-          merged = true;
-          break;
-        }
-      if (!merged) all.collectives.push_back(c);
-    }
+    for (const TpCollective& c : t.collectives) add_calls(all, c.where, c.op, c.payload, c.calls);
   }
   return all;
 }

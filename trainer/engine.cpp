@@ -124,7 +124,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                     : "");
 
   const int64_t micro = cfg.train.micro_batch_size;
-  const int64_t M = cfg.train.global_batch_size / (micro * dp);
+  const int64_t M = microbatches_per_step(cfg, dp);
   const int64_t T = cfg.train.seq_len;
   const ModelDims dims = make_dims(cfg, micro, T, storage);
   // The pipeline: layers per stage and this step's schedule, checked by the

@@ -15,6 +15,17 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
 
+// The logit gradient of one row: softmax x grad_scale over its first `cols`
+// columns, and at the target column t (when 0 <= t < cols) p_t - 1 in
+// double: rounding p_t * grad_scale to fp32 first would lose the digits
+// that matter when the model is confident. target_logit is read by the
+// caller before drow, which may be row itself, is written.
+void gradient_row(float* drow, const float* row, int64_t cols, double lse, int64_t t, double target_logit,
+                  float grad_scale) {
+  for (int64_t j = 0; j < cols; ++j) drow[j] = float(std::exp(double(row[j]) - lse) * grad_scale);
+  if (t >= 0 && t < cols) drow[t] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
+}
+
 }  // namespace
 
 void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
@@ -52,12 +63,7 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
     // Read before the gradient pass: drow may be row itself.
     const double target_logit = row[t];
     loss[n] = float(lse - target_logit);
-    if (drow) {
-      for (int64_t j = 0; j < V; ++j) drow[j] = float(std::exp(double(row[j]) - lse) * grad_scale);
-      // In double: p_t - 1 after rounding p_t * grad_scale to fp32 would lose
-      // the digits that matter when the model is confident.
-      drow[t] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
-    }
+    if (drow) gradient_row(drow, row, V, lse, t, target_logit, grad_scale);
   }
 }
 
@@ -133,14 +139,8 @@ void cross_entropy_vocab_parallel(Tensor losses, Tensor dlogits, Tensor logits, 
                            : std::numeric_limits<double>::quiet_NaN();
     loss[n] = float(lse - target_logit);
     if (!drow) continue;
-    for (int64_t j = 0; j < valid_cols; ++j)
-      drow[j] = float(std::exp(double(row[j]) - lse) * grad_scale);
-    std::fill(drow + valid_cols, drow + Vl, 0.f);
-    const int64_t local = int64_t(t) - vocab_offset;
-    // In double, as in the fused op: p_t - 1 rounded after the scaling
-    // would lose the digits that matter when the model is confident.
-    if (local >= 0 && local < valid_cols)
-      drow[local] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
+    gradient_row(drow, row, valid_cols, lse, int64_t(t) - vocab_offset, target_logit, grad_scale);
+    std::fill(drow + valid_cols, drow + Vl, 0.f);  // padding columns
   }
 }
 
