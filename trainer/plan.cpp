@@ -110,12 +110,6 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
 
 namespace trainer {
 
-std::string format_zero_stages(const Config& c, DType storage, int dp, int this_stage) {
-  MeshShape mesh;
-  mesh.dp = dp;
-  return format_zero_stages(c, storage, mesh, Coords{}, this_stage);
-}
-
 std::string format_zero_stages(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
                                int this_stage) {
   std::string line = "  by ZeRO stage at dp " + std::to_string(mesh.dp * mesh.cp) + ":";

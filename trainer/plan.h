@@ -40,7 +40,6 @@ std::string format_bytes(double bytes);  // "12.3 MiB"
 // One line comparing the per-rank total of every ZeRO stage at this dp, so
 // that the choice of stage is made on numbers:
 //   "  by ZeRO stage at dp 4: 0: 1.1 GiB | 1: 812 MiB | 2: 640 MiB | 3: 410 MiB (this run: 2)"
-std::string format_zero_stages(const Config& c, DType storage, int dp, int this_stage);
 std::string format_zero_stages(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
                                int this_stage);
 // Under tensor parallelism, one line with the activation bytes per rank

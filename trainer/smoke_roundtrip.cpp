@@ -6,7 +6,6 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/device_memory.h"
-#include "kernels/ops.h"
 #include "pipeline/executor.h"
 #include "optim/adamw.h"
 #include "trainer/checkpointing.h"
