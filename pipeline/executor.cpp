@@ -32,9 +32,6 @@ Model& chunk_of(const std::vector<Model*>& chunks, const Action& a) {
 double forward(Model& m, int64_t mb, float ce_scale, double& loss) {
   const ModelDims& d = m.dims;
   const MicroBatch micro{mb, false};
-  // Held already; again in case the loader ran a gradient-free forward of
-  // its own (--dump-reference), which releases the slot it used.
-  acquire_activations(m, mb);
   if (d.has_embedding) embedding_forward(m, micro);
   const double aux = blocks_forward(m, micro, 0, d.L);
   if (d.has_head) loss += head_forward(m, micro, ce_scale).loss_sum;

@@ -15,7 +15,6 @@
 #include "comm/mesh.h"
 #include "comm/process_group.h"
 #include "core/device_memory.h"
-#include "kernels/ops.h"
 #include "model/tp_traffic.h"
 #include "pipeline/executor.h"
 #include "pipeline/pipeline_plan.h"

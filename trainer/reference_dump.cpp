@@ -33,14 +33,17 @@ std::vector<std::pair<std::string, Tensor>> ReferenceDump::named(const std::vect
 void ReferenceDump::before_forward(int64_t step, int64_t micro) {
   const int64_t N = model_.dims.N();
   const size_t at = size_t((step * micro_steps_ + micro) * N);
-  std::memcpy(&inputs_[at], model_.acts.ids.data, size_t(N) * 4);
-  std::memcpy(&targets_[at], model_.acts.targets.data, size_t(N) * 4);
+  const Activations& a = activations_of(model_, micro);  // held by the training step
+  std::memcpy(&inputs_[at], a.ids.data, size_t(N) * 4);
+  std::memcpy(&targets_[at], a.targets.data, size_t(N) * 4);
   if (step == 0 && micro == 0) {
-    // A gradient-free forward: the training forward overwrites the logits
-    // with their gradient.
-    model_forward(model_, 0.f);
-    const Tensor& l = model_.acts.logits;
-    logits0_.assign(l.f32(), l.f32() + l.numel());
+    // A gradient-free forward on the same slot, which the training step
+    // keeps: its forward then overwrites the logits with their gradient.
+    const MicroBatch mb{micro, false};
+    embedding_forward(model_, mb);
+    blocks_forward(model_, mb, 0, model_.dims.L);
+    head_forward(model_, mb, 0.f);
+    logits0_.assign(a.logits.f32(), a.logits.f32() + a.logits.numel());
   }
 }
 
