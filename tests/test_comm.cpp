@@ -668,6 +668,28 @@ TEST_CASE("comm: a pipeline transfer whose peer never comes names the group, the
   std::printf("[comm] %s\n", results[0].report.c_str() + (results[0].report.empty() ? 0 : 1));
 }
 
+TEST_CASE("comm: a tensor-parallel collective whose peer never comes names the tp group and the rank", "[comm][tp]") {
+  Run run;
+  run.world = 2;
+  run.mesh.tp = 2;
+  run.timeout_s = 2;
+  run.silent = {1};
+  const auto results = run_ranks(run, [](ProcessGroups& pg, std::string& note) {
+    if (pg.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      return;
+    }
+    std::vector<float> v(64, 1.f);
+    const std::string err = error_of([&] { pg.group(Axis::TP).all_reduce(view(v, DType::F32)); });
+    CHILD_CHECK(contains(err, "all_reduce on group tp (ranks 0,1) timed out after 2 s"), "tp: " + err);
+    CHILD_CHECK(contains(err, "rank 1 never joined"), "tp: " + err);
+    note = "tp: " + err;
+  });
+  INFO("rank 0: " << results[0].report);
+  CHECK(results[0].reported);
+  CHECK(results[0].exit_code == 0);
+}
+
 TEST_CASE("comm: a rank that dies mid-run gives the others an error, not SIGPIPE", "[comm]") {
   Run run;
   run.world = 3;
