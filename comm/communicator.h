@@ -42,6 +42,12 @@ class Work {
   virtual void wait() = 0;
 };
 
+// Work that was complete when it was returned.
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+};
+
 struct P2POp {
   bool send = true;  // false: receive
   Tensor tensor;
@@ -102,6 +108,16 @@ class Communicator {
   // ranks pair up in order: A's k-th send to B is B's k-th receive from A,
   // with the same byte count. Not collective: other members need not call.
   virtual void batch_send_recv(const std::vector<P2POp>& ops) = 0;
+  // As batch_send_recv, but returns once the receives have arrived: the
+  // sends may still be on their way (their receiver has not asked for them
+  // yet), and their tensors must stay untouched until the returned Work's
+  // wait(), which blocks until they are delivered. A pipeline rank thereby
+  // goes on computing while its neighbour is busy. Gloo: the transport
+  // delivers posted sends in the background. The default (NCCL, a group of
+  // one) runs batch_send_recv, so nothing is left to wait for; on NCCL the
+  // whole batch is one group on the compute stream, whose later kernels
+  // queue behind it.
+  virtual std::unique_ptr<Work> batch_send_recv_posted(const std::vector<P2POp>& ops);
   virtual void barrier() = 0;
 
   // Asynchronous all-reduce / reduce-scatter for overlapping gradient
@@ -125,5 +141,10 @@ class Communicator {
   // collectives end by themselves at the timeout.
   virtual void abort() {}
 };
+
+inline std::unique_ptr<Work> Communicator::batch_send_recv_posted(const std::vector<P2POp>& ops) {
+  batch_send_recv(ops);
+  return std::make_unique<CompletedWork>();
+}
 
 }  // namespace trainer

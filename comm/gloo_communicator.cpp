@@ -678,7 +678,61 @@ void GlooCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_
   });
 }
 
-void GlooCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
+// A posted point-to-point message: its buffer and what an error names.
+struct GlooCommunicator::PostedMessage {
+  bool send = true;
+  int peer = 0;  // group rank
+  size_t bytes = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+};
+
+// Waits for one posted message; a failure breaks the communicator and names
+// the peer, the direction and the bytes.
+void GlooCommunicator::wait_message(PostedMessage& p) {
+  Impl& m = *impl_;
+  const char* op = "batch_send_recv";
+  try {
+    if (p.send)
+      p.buf->waitSend(m.timeout);
+    else
+      p.buf->waitRecv(m.timeout);
+  } catch (const gloo::Exception& e) {
+    const std::string what = e.what();
+    {
+      std::lock_guard<std::mutex> g(m.mu);
+      if (m.broken.empty()) m.broken = std::string(op) + ": " + what;
+    }
+    m.close_connections();
+    const std::string peer = "rank " + std::to_string(m.members[p.peer]);
+    const std::string dir = p.send ? "sending " + std::to_string(p.bytes) + " bytes to " + peer
+                                   : "receiving " + std::to_string(p.bytes) + " bytes from " + peer;
+    if (mentions_timeout(what))
+      throw CollectiveTimeout(std::string(op) + " on group " + m.describe() + " timed out after " +
+                              seconds_text(m.timeout_s) + " s " + dir + " [gloo: " + what + "]");
+    throw std::runtime_error(std::string(op) + " on group " + m.describe() + " failed " + dir + " [gloo: " + what + "]");
+  }
+}
+
+// The sends of a batch still on their way.
+class GlooSendWork final : public Work {
+ public:
+  GlooSendWork(GlooCommunicator& c, std::vector<GlooCommunicator::PostedMessage> sends) : c_(c), sends_(std::move(sends)) {}
+  void wait() override {
+    for (GlooCommunicator::PostedMessage& p : sends_)
+      if (p.buf) {
+        c_.wait_message(p);
+        p.buf.reset();
+      }
+  }
+
+ private:
+  GlooCommunicator& c_;
+  std::vector<GlooCommunicator::PostedMessage> sends_;
+};
+
+void GlooCommunicator::batch_send_recv(const std::vector<P2POp>& ops) { batch_send_recv_posted(ops)->wait(); }
+
+std::unique_ptr<Work> GlooCommunicator::batch_send_recv_posted(const std::vector<P2POp>& ops) {
   Impl& m = *impl_;
   const char* op = "batch_send_recv";
   for (const P2POp& p : ops) {
@@ -702,11 +756,7 @@ void GlooCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
   for (size_t i = 0; i < self_sends.size(); ++i)
     std::memmove(self_recvs[i]->tensor.data, self_sends[i]->tensor.data, self_sends[i]->tensor.nbytes());
 
-  struct Posted {
-    const P2POp* op;
-    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
-  };
-  std::vector<Posted> posted;
+  std::vector<PostedMessage> recvs, sends;
   // Receives first, so that every incoming message finds its buffer.
   for (int pass = 0; pass < 2; ++pass) {
     const bool sending = pass == 1;
@@ -729,31 +779,11 @@ void GlooCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
                                  (sending ? "send to" : "receive from") + " rank " + std::to_string(m.members[p.peer]) +
                                  " failed: " + e.what());
       }
-      posted.push_back({&p, std::move(buf)});
+      (sending ? sends : recvs).push_back({sending, p.peer, p.tensor.nbytes(), std::move(buf)});
     }
   }
-  for (Posted& p : posted) {
-    try {
-      if (p.op->send)
-        p.buf->waitSend(m.timeout);
-      else
-        p.buf->waitRecv(m.timeout);
-    } catch (const gloo::Exception& e) {
-      const std::string what = e.what();
-      {
-        std::lock_guard<std::mutex> g(m.mu);
-        if (m.broken.empty()) m.broken = std::string(op) + ": " + what;
-      }
-      m.close_connections();
-      const std::string peer = "rank " + std::to_string(m.members[p.op->peer]);
-      const std::string dir = p.op->send ? "sending " + std::to_string(p.op->tensor.nbytes()) + " bytes to " + peer
-                                         : "receiving " + std::to_string(p.op->tensor.nbytes()) + " bytes from " + peer;
-      if (mentions_timeout(what))
-        throw CollectiveTimeout(std::string(op) + " on group " + m.describe() + " timed out after " +
-                                seconds_text(m.timeout_s) + " s " + dir + " [gloo: " + what + "]");
-      throw std::runtime_error(std::string(op) + " on group " + m.describe() + " failed " + dir + " [gloo: " + what + "]");
-    }
-  }
+  for (PostedMessage& p : recvs) wait_message(p);
+  return std::make_unique<GlooSendWork>(*this, std::move(sends));
 }
 
 void GlooCommunicator::barrier() {

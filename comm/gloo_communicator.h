@@ -79,6 +79,11 @@ class GlooCommunicator final : public Communicator {
   void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
                     const std::vector<int64_t>& in_counts) override;
   void batch_send_recv(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> batch_send_recv_posted(const std::vector<P2POp>& ops) override;
+  // A posted message of batch_send_recv_posted and the wait for it, which
+  // names the peer on failure (gloo_communicator.cpp).
+  struct PostedMessage;
+  void wait_message(PostedMessage& p);
   void barrier() override;
 
   std::unique_ptr<Work> all_reduce_async(Tensor t) override;

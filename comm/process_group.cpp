@@ -26,11 +26,6 @@ void move_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_
   ops::copy(flat(d, dst.dtype, n, dst.device), flat(s, src.dtype, n, src.device));
 }
 
-class DoneWork final : public Work {
- public:
-  void wait() override {}
-};
-
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
 
 // Every ProcessGroups of a process gets the next number, and every rank makes
@@ -91,16 +86,16 @@ void SingleRankCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
   }
 }
 
-std::unique_ptr<Work> SingleRankCommunicator::all_reduce_async(Tensor) { return std::make_unique<DoneWork>(); }
+std::unique_ptr<Work> SingleRankCommunicator::all_reduce_async(Tensor) { return std::make_unique<CompletedWork>(); }
 
 std::unique_ptr<Work> SingleRankCommunicator::reduce_scatter_async(Tensor out, Tensor in) {
   reduce_scatter(out, in);
-  return std::make_unique<DoneWork>();
+  return std::make_unique<CompletedWork>();
 }
 
 std::unique_ptr<Work> SingleRankCommunicator::all_gather_async(Tensor out, Tensor in) {
   all_gather(out, in);
-  return std::make_unique<DoneWork>();
+  return std::make_unique<CompletedWork>();
 }
 
 // --- ProcessGroups ---------------------------------------------------------

@@ -98,7 +98,7 @@ std::vector<KeySpec> build_schema() {
           .aka("expert_parallel expert_model_parallel_size ep_size"),
       Row("parallel.dp", FIELD(parallel.dp), "data-parallel size; 0: world / (tp*pp*cp)").at_least(0)
           .aka("data_parallel data_parallel_size dp_size"),
-      Row("parallel.pp_schedule", FIELD(parallel.pp_schedule), "pipeline schedule").one_of("1f1b|gpipe|interleaved")
+      Row("parallel.pp_schedule", FIELD(parallel.pp_schedule), "pipeline schedule").one_of("1f1b|gpipe|interleaved|zb-h1")
           .aka("pipeline_schedule schedule_kind"),
       Row("parallel.pp_virtual", FIELD(parallel.pp_virtual),
           "model chunks per pipeline rank under the interleaved schedule (virtual stages = pp x this)")

@@ -107,6 +107,12 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
                    ": ZeRO-2/3 reduce (and ZeRO-3 gathers) every micro-batch, and a pipeline keeps many "
                    "micro-batches in flight, so the gradient traffic would grow with them (DeepSpeed refuses it "
                    "too); use parallel.zero_stage 0 or 1 with pipeline parallelism");
+  if (p.pp_schedule == "zb-h1")
+    ck.require(p.zero_stage <= 1,
+               "parallel.pp_schedule=zb-h1 with " + kv("parallel.zero_stage", p.zero_stage) +
+                   ": the schedule runs a micro-batch's weight gradients after the input gradients of later "
+                   "micro-batches, while ZeRO-2/3 hold a unit's gradient buffer (and ZeRO-3 its gathered weights) "
+                   "only during its backward; use parallel.zero_stage 0 or 1, or another schedule");
   // Interleaving: pp_virtual model chunks per rank, pp x pp_virtual virtual stages.
   const bool interleaved = p.pp_schedule == "interleaved";
   const int stages = interleaved ? p.pp * p.pp_virtual : p.pp;

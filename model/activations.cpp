@@ -64,6 +64,24 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
       if (d.llama) add(p + "a2", {N, FF}, A);
       add(p + "act", {N, FF}, A);
     }
+    if (d.split_backward) {
+      // Whole-sequence gradients: the weight gradients sum over every token.
+      add(p + "stash.attn_dy", {N, C}, A);
+      add(p + "stash.dq", {d.B, d.T, d.Hq, d.D}, A);
+      add(p + "stash.dk", {d.B, d.T, d.Hkv, d.D}, A);
+      add(p + "stash.dv", {d.B, d.T, d.Hkv, d.D}, A);
+      if (d.moe_layer(i)) {
+        const int64_t NK = N * d.K;
+        add(p + "stash.dyp", {NK, C}, A);
+        add(p + "stash.de1", {NK, d.Fm}, A);
+        if (d.llama) add(p + "stash.de2", {NK, d.Fm}, A);
+        add(p + "stash.drlogits", {N, d.E}, A);
+      } else {
+        add(p + "stash.mlp_dy", {N, C}, A);
+        add(p + "stash.d1", {N, FF}, A);
+        if (d.llama) add(p + "stash.d2", {N, FF}, A);
+      }
+    }
   }
   add("x_final", {R, C}, A);
   add("hf", {N, C}, A);
@@ -155,6 +173,18 @@ Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& 
     l.e2 = get(p + "e2");
     l.eact = get(p + "eact");
     l.yp = get(p + "yp");
+    WeightGradInputs& st = l.stash;
+    st.attn_dy = get(p + "stash.attn_dy");
+    st.dq = get(p + "stash.dq");
+    st.dk = get(p + "stash.dk");
+    st.dv = get(p + "stash.dv");
+    st.mlp_dy = get(p + "stash.mlp_dy");
+    st.d1 = get(p + "stash.d1");
+    st.d2 = get(p + "stash.d2");
+    st.dyp = get(p + "stash.dyp");
+    st.de1 = get(p + "stash.de1");
+    st.de2 = get(p + "stash.de2");
+    st.drlogits = get(p + "stash.drlogits");
     a.layers.push_back(l);
   }
   a.x_final = get("x_final");

@@ -10,6 +10,20 @@
 
 namespace trainer {
 
+// The output gradients a layer's weight gradients are computed from. A
+// schedule that splits the backward (ModelDims::split_backward) keeps them
+// in the micro-batch's slot from the input half (BI) to the weight half
+// (BW); a whole backward points them at the gradient scratch.
+struct WeightGradInputs {
+  Tensor attn_dy, dq, dk, dv;      // attention: d out (whole sequence), d q / k / v after RoPE's backward
+  Tensor mlp_dy, d1, d2;           // dense FFN: d out, d gate (gpt2: fc) and d up pre-activations
+  Tensor dyp, de1, de2, drlogits;  // MoE: d expert outputs, d expert pre-activations, d router logits
+};
+
+// Which part of a backward runs: all of it, or the input half of a split
+// backward (the weight half has its own functions).
+enum class BackwardPart { Whole, Input };
+
 struct LayerActs {
   // [N,C] tensors of the residual stream hold this rank's rows only under
   // sequence parallelism ([N/tp, C]); see model/tensor_parallel.h.
@@ -23,6 +37,7 @@ struct LayerActs {
   // MoE
   Tensor rlogits, probs, topk_idx, topk_w, row_map, offsets, aux;
   Tensor xp, e1, e2, eact, yp; // permuted rows [N*K, C|Fm]
+  WeightGradInputs stash;      // split backward only
 };
 
 struct Activations {

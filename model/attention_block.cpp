@@ -25,29 +25,48 @@ void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const
 }
 
 void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
-                              const LayerWeights& gw, const LayerActs& a, GradScratch& g) {
+                              const LayerWeights& gw, const LayerActs& a, GradScratch& g, BackwardPart part) {
   const int64_t N = d.N();
-  // The whole sequence's output gradient (g.dres holds this rank's rows under sp).
-  const Tensor dy = row_output_grad(d, tp, g.dres);
+  const bool whole = part == BackwardPart::Whole;
+  // The whole sequence's output gradient (g.dres holds this rank's rows
+  // under sp). The split keeps a copy: g.dres takes the norm's gradient below.
+  Tensor dy = row_output_grad(d, tp, g.dres);
+  if (!whole) {
+    ops::copy(a.stash.attn_dy, dy);
+    dy = a.stash.attn_dy;
+  }
+  WeightGradInputs in = whole ? WeightGradInputs{} : a.stash;
+  if (whole) {
+    in.attn_dy = dy;
+    in.dq = g.dq;
+    in.dk = g.dk;
+    in.dv = g.dv;
+  }
   // Input gradients: d out -> d o -> d q, k, v -> d h1 (partial over tp heads).
   ops::linear_backward(g.dout, {}, {}, dy, a.o, w.wo, false);
-  ops::attention_backward(g.dq, g.dk, g.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
+  ops::attention_backward(in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
                           a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
   if (d.llama) {
-    ops::rope_backward(g.dq, g.dq, d.rope_theta, 0);
-    ops::rope_backward(g.dk, g.dk, d.rope_theta, 0);
+    ops::rope_backward(in.dq, in.dq, d.rope_theta, 0);
+    ops::rope_backward(in.dk, in.dk, d.rope_theta, 0);
   }
-  const Tensor dq = g.dq.view({N, d.Hq * d.D}), dk = g.dk.view({N, d.Hkv * d.D}), dv = g.dv.view({N, d.Hkv * d.D});
-  ops::linear_backward(g.dh, {}, {}, dq, a.h1, w.wq, false);
-  ops::linear_backward(g.dh, {}, {}, dk, a.h1, w.wk, true);
-  ops::linear_backward(g.dh, {}, {}, dv, a.h1, w.wv, true);
+  ops::linear_backward(g.dh, {}, {}, in.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
+  ops::linear_backward(g.dh, {}, {}, in.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, true);
+  ops::linear_backward(g.dh, {}, {}, in.dv.view({N, d.Hkv * d.D}), a.h1, w.wv, true);
   const Tensor dh = column_input_grad(d, tp, g.dh);
-  // Weight gradients, from the same gradients (dy is still the block's output gradient).
-  ops::linear_backward({}, gw.wo, gw.bo, dy, a.o, w.wo, false);
-  ops::linear_backward({}, gw.wq, gw.bq, dq, a.h1, w.wq, false);
-  ops::linear_backward({}, gw.wk, gw.bk, dk, a.h1, w.wk, false);
-  ops::linear_backward({}, gw.wv, gw.bv, dv, a.h1, w.wv, false);
+  // Weight gradients from the same gradients, before the norm overwrites
+  // dy (which is g.dres itself without sp).
+  if (whole) attention_block_backward_weight(d, w, gw, a, in);
   norm_backward(d, g.dres, gw.attn_norm_w, gw.attn_norm_b, dh, a.x_in, w.attn_norm_w, a.mean1, a.rstd1);
+}
+
+void attention_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw,
+                                     const LayerActs& a, const WeightGradInputs& in) {
+  const int64_t N = d.N();
+  ops::linear_backward({}, gw.wo, gw.bo, in.attn_dy, a.o, w.wo, false);
+  ops::linear_backward({}, gw.wq, gw.bq, in.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
+  ops::linear_backward({}, gw.wk, gw.bk, in.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, false);
+  ops::linear_backward({}, gw.wv, gw.bv, in.dv.view({N, d.Hkv * d.D}), a.h1, w.wv, false);
 }
 
 }  // namespace trainer

@@ -21,6 +21,8 @@ ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType
   d.max_seq = c.model.max_seq_len;
   d.eps = float(c.model.norm_eps);
   d.rope_theta = float(c.model.rope_theta);
+  // The schedules that split the backward (pipeline/schedule.h: splits_backward).
+  d.split_backward = c.parallel.pp_schedule == "zb-h1";
   if (c.model.moe.num_experts > 0) {
     d.E = c.model.moe.num_experts;
     d.K = c.model.moe.top_k;

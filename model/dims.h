@@ -42,6 +42,10 @@ struct ModelDims {
   bool sp = false;
   int64_t vocab_size = 0;  // the model's real vocabulary (0: V)
   int64_t V_offset = 0;
+  // The pipeline schedule splits each backward into its input half and its
+  // weight half (ZB-H1): each micro-batch's activation slot also keeps the
+  // output gradients the weight half reads (model/activations.h).
+  bool split_backward = false;
   int64_t N() const { return B * T; }
   // Token rows of the residual stream on this rank (N / tp under sp).
   int64_t rows() const { return sp ? N() / tp : N(); }

@@ -14,8 +14,12 @@
 //
 // Each backward computes the input gradients first (the chain towards the
 // residual stream), then the weight gradients from the same gradients, then
-// the norm's backward, which adds into g.dres: the weight part is a separate
-// set of calls that a pipeline schedule can later move.
+// the norm's backward, which adds into g.dres. A split backward (zero-bubble
+// schedules) runs BackwardPart::Input, which leaves the linears' output
+// gradients in the slot (LayerActs::stash), and later *_backward_weight,
+// which computes the matrix (and bias) gradients from them. The norms'
+// weight gradients come with the input half: their kernel computes both in
+// one pass over the rows, and they are C numbers per layer, not a matmul.
 #pragma once
 
 #include "model/activations.h"
@@ -33,17 +37,23 @@ void norm_backward(const ModelDims& d, Tensor dx, Tensor dw, Tensor db, Tensor d
 
 void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
 void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                              const LayerActs& a, GradScratch& g);
+                              const LayerActs& a, GradScratch& g, BackwardPart part = BackwardPart::Whole);
+void attention_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw,
+                                     const LayerActs& a, const WeightGradInputs& in);
 
 void mlp_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
 void mlp_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                        const LayerActs& a, GradScratch& g);
+                        const LayerActs& a, GradScratch& g, BackwardPart part = BackwardPart::Whole);
+void mlp_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
+                               const WeightGradInputs& in);
 
 // moe_out is a [N,C] combine buffer shared by all MoE layers.
 void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor moe_out,
                        Tensor x_out);
 // aux_grad: d loss / d aux of this layer.
 void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                        const LayerActs& a, GradScratch& g, float aux_grad);
+                        const LayerActs& a, GradScratch& g, float aux_grad, BackwardPart part = BackwardPart::Whole);
+void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
+                               const WeightGradInputs& in);
 
 }  // namespace trainer

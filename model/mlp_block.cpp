@@ -23,28 +23,45 @@ void mlp_block_forward(const ModelDims& d, const TensorParallel& tp, const Layer
 }
 
 void mlp_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                        const LayerActs& a, GradScratch& g) {
-  const Tensor dy = row_output_grad(d, tp, g.dres);
-  // Input gradients, then weight gradients (layers.h).
-  Tensor dh;
+                        const LayerActs& a, GradScratch& g, BackwardPart part) {
+  const bool whole = part == BackwardPart::Whole;
+  Tensor dy = row_output_grad(d, tp, g.dres);
+  if (!whole) {
+    ops::copy(a.stash.mlp_dy, dy);
+    dy = a.stash.mlp_dy;
+  }
+  WeightGradInputs in = whole ? WeightGradInputs{} : a.stash;
+  if (whole) {
+    in.mlp_dy = dy;
+    in.d1 = g.d1;
+    in.d2 = g.d2;
+  }
+  // Input gradients (layers.h).
   if (d.llama) {
     ops::linear_backward(g.dact, {}, {}, dy, a.act, w.w_down, false);
-    ops::swiglu_backward(g.d1, g.d2, g.dact, a.a1, a.a2);
-    ops::linear_backward(g.dh, {}, {}, g.d1, a.h2, w.w_gate, false);
-    ops::linear_backward(g.dh, {}, {}, g.d2, a.h2, w.w_up, true);
-    dh = column_input_grad(d, tp, g.dh);
-    ops::linear_backward({}, gw.w_down, {}, dy, a.act, w.w_down, false);
-    ops::linear_backward({}, gw.w_gate, {}, g.d1, a.h2, w.w_gate, false);
-    ops::linear_backward({}, gw.w_up, {}, g.d2, a.h2, w.w_up, false);
+    ops::swiglu_backward(in.d1, in.d2, g.dact, a.a1, a.a2);
+    ops::linear_backward(g.dh, {}, {}, in.d1, a.h2, w.w_gate, false);
+    ops::linear_backward(g.dh, {}, {}, in.d2, a.h2, w.w_up, true);
   } else {
     ops::linear_backward(g.dact, {}, {}, dy, a.act, w.w_proj, false);
-    ops::gelu_backward(g.d1, g.dact, a.a1);
-    ops::linear_backward(g.dh, {}, {}, g.d1, a.h2, w.w_fc, false);
-    dh = column_input_grad(d, tp, g.dh);
-    ops::linear_backward({}, gw.w_proj, gw.b_proj, dy, a.act, w.w_proj, false);
-    ops::linear_backward({}, gw.w_fc, gw.b_fc, g.d1, a.h2, w.w_fc, false);
+    ops::gelu_backward(in.d1, g.dact, a.a1);
+    ops::linear_backward(g.dh, {}, {}, in.d1, a.h2, w.w_fc, false);
   }
+  const Tensor dh = column_input_grad(d, tp, g.dh);
+  if (whole) mlp_block_backward_weight(d, w, gw, a, in);
   norm_backward(d, g.dres, gw.mlp_norm_w, gw.mlp_norm_b, dh, a.x_mid, w.mlp_norm_w, a.mean2, a.rstd2);
+}
+
+void mlp_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
+                               const WeightGradInputs& in) {
+  if (d.llama) {
+    ops::linear_backward({}, gw.w_down, {}, in.mlp_dy, a.act, w.w_down, false);
+    ops::linear_backward({}, gw.w_gate, {}, in.d1, a.h2, w.w_gate, false);
+    ops::linear_backward({}, gw.w_up, {}, in.d2, a.h2, w.w_up, false);
+  } else {
+    ops::linear_backward({}, gw.w_proj, gw.b_proj, in.mlp_dy, a.act, w.w_proj, false);
+    ops::linear_backward({}, gw.w_fc, gw.b_fc, in.d1, a.h2, w.w_fc, false);
+  }
 }
 
 }  // namespace trainer

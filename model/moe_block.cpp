@@ -38,43 +38,54 @@ void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const Layer
 }
 
 void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                        const LayerActs& a, GradScratch& g, float aux_grad) {
+                        const LayerActs& a, GradScratch& g, float aux_grad, BackwardPart part) {
+  const bool whole = part == BackwardPart::Whole;
   const Tensor dy = row_output_grad(d, tp, g.dres);
+  WeightGradInputs in = whole ? WeightGradInputs{} : a.stash;
+  if (whole) {
+    in.dyp = g.dyp;
+    in.de1 = g.de1;
+    in.de2 = g.de2;
+    in.drlogits = g.drlogits;
+  }
   // Input gradients (layers.h): combine -> experts -> dispatch -> d h2.
-  ops::moe_unpermute_backward(g.dyp, g.dtopk_w, dy, a.yp, a.row_map, a.topk_w);
+  ops::moe_unpermute_backward(in.dyp, g.dtopk_w, dy, a.yp, a.row_map, a.topk_w);
   // Each rank's yp holds its part of the experts' columns: the combine
   // weights' gradient dot(dy, yp) is a partial sum too.
   sum_over_tp(tp, g.dtopk_w);
   if (d.llama) {
-    ops::grouped_linear_backward(g.deact, {}, g.dyp, a.eact, w.e_down, a.offsets);
-    ops::swiglu_backward(g.de1, g.de2, g.deact, a.e1, a.e2);
-    ops::grouped_linear_backward(g.dxp, {}, g.de1, a.xp, w.e_gate, a.offsets);
-    ops::grouped_linear_backward(g.dxp2, {}, g.de2, a.xp, w.e_up, a.offsets);
+    ops::grouped_linear_backward(g.deact, {}, in.dyp, a.eact, w.e_down, a.offsets);
+    ops::swiglu_backward(in.de1, in.de2, g.deact, a.e1, a.e2);
+    ops::grouped_linear_backward(g.dxp, {}, in.de1, a.xp, w.e_gate, a.offsets);
+    ops::grouped_linear_backward(g.dxp2, {}, in.de2, a.xp, w.e_up, a.offsets);
     ops::add_inplace(g.dxp, g.dxp2);
   } else {
-    ops::grouped_linear_backward(g.deact, {}, g.dyp, a.eact, w.e_proj, a.offsets);
-    ops::gelu_backward(g.de1, g.deact, a.e1);
-    ops::grouped_linear_backward(g.dxp, {}, g.de1, a.xp, w.e_fc, a.offsets);
+    ops::grouped_linear_backward(g.deact, {}, in.dyp, a.eact, w.e_proj, a.offsets);
+    ops::gelu_backward(in.de1, g.deact, a.e1);
+    ops::grouped_linear_backward(g.dxp, {}, in.de1, a.xp, w.e_fc, a.offsets);
   }
   ops::fill(g.dh, 0.f);
   ops::moe_permute_backward(g.dh, g.dxp, a.row_map);
   // Summed over tp before the router's part, which every tp rank computes
   // whole (for its own rows under sp).
   const Tensor dh = column_input_grad(d, tp, g.dh);
-  ops::moe_route_backward(g.drlogits, g.dtopk_w, a.probs, a.topk_idx, a.topk_w, d.normalize_topk,
-                          aux_grad);
-  ops::linear_backward(dh, {}, {}, own_rows(d, tp, g.drlogits), own_rows(d, tp, a.h2), w.router, true);
-  // Weight gradients.
-  if (d.llama) {
-    ops::grouped_linear_backward({}, gw.e_down, g.dyp, a.eact, w.e_down, a.offsets);
-    ops::grouped_linear_backward({}, gw.e_gate, g.de1, a.xp, w.e_gate, a.offsets);
-    ops::grouped_linear_backward({}, gw.e_up, g.de2, a.xp, w.e_up, a.offsets);
-  } else {
-    ops::grouped_linear_backward({}, gw.e_proj, g.dyp, a.eact, w.e_proj, a.offsets);
-    ops::grouped_linear_backward({}, gw.e_fc, g.de1, a.xp, w.e_fc, a.offsets);
-  }
-  ops::linear_backward({}, gw.router, {}, g.drlogits, a.h2, w.router, false);
+  ops::moe_route_backward(in.drlogits, g.dtopk_w, a.probs, a.topk_idx, a.topk_w, d.normalize_topk, aux_grad);
+  ops::linear_backward(dh, {}, {}, own_rows(d, tp, in.drlogits), own_rows(d, tp, a.h2), w.router, true);
+  if (whole) moe_block_backward_weight(d, w, gw, a, in);
   norm_backward(d, g.dres, gw.mlp_norm_w, gw.mlp_norm_b, dh, a.x_mid, w.mlp_norm_w, a.mean2, a.rstd2);
+}
+
+void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
+                               const WeightGradInputs& in) {
+  if (d.llama) {
+    ops::grouped_linear_backward({}, gw.e_down, in.dyp, a.eact, w.e_down, a.offsets);
+    ops::grouped_linear_backward({}, gw.e_gate, in.de1, a.xp, w.e_gate, a.offsets);
+    ops::grouped_linear_backward({}, gw.e_up, in.de2, a.xp, w.e_up, a.offsets);
+  } else {
+    ops::grouped_linear_backward({}, gw.e_proj, in.dyp, a.eact, w.e_proj, a.offsets);
+    ops::grouped_linear_backward({}, gw.e_fc, in.de1, a.xp, w.e_fc, a.offsets);
+  }
+  ops::linear_backward({}, gw.router, {}, in.drlogits, a.h2, w.router, false);
 }
 
 }  // namespace trainer

@@ -213,40 +213,73 @@ ForwardResult head_forward(Model& m, const MicroBatch& mb, float ce_grad_scale) 
   return r;
 }
 
-void head_backward(Model& m, const MicroBatch& mb) {
+void head_backward(Model& m, const MicroBatch& mb, BackwardPart part) {
   const ModelDims& d = m.dims;
   ActivationSlot& s = slot_of(m, mb.id);
   const Activations& a = s.acts;
   GradScratch& g = m.g;
   const int u = m.unit_index.head;
   if (u < 0) throw std::logic_error("head_backward: this pipeline stage holds no head");
-  // a.logits holds d loss / d logits (written by the fused cross-entropy).
+  // a.logits holds d loss / d logits (written by the fused cross-entropy);
+  // it stays in the slot for the weight half of a split backward.
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
   const TensorParallel tp = tp_of(m);
   ops::linear_backward(g.dh, {}, {}, a.logits, a.hf, m.w.lm_head, false);
   const Tensor dh = column_input_grad(d, tp, g.dh);  // summed over the vocabulary shards
-  ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
+  if (part == BackwardPart::Whole) ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
   ops::fill(s.dx, 0.f);
   norm_backward(d, s.dx, m.gw.final_norm_w, m.gw.final_norm_b, dh, a.x_final, m.w.final_norm_w, a.meanf,
                 a.rstdf);
+  if (part == BackwardPart::Whole && m.hooks) m.hooks->backward_end(m, u, mb);
+}
+
+void head_backward_weight(Model& m, const MicroBatch& mb) {
+  const Activations& a = slot_of(m, mb.id).acts;
+  const int u = m.unit_index.head;
+  if (u < 0) throw std::logic_error("head_backward_weight: this pipeline stage holds no head");
+  ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
   if (m.hooks) m.hooks->backward_end(m, u, mb);
 }
 
-void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t count, float aux_grad) {
+void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t count, float aux_grad, BackwardPart part) {
   const ModelDims& d = m.dims;
   ActivationSlot& s = slot_of(m, mb.id);
+  if (part == BackwardPart::Input && !d.split_backward)
+    throw std::logic_error("blocks_backward: a split backward needs a model built with split_backward (its slots keep "
+                           "the output gradients)");
   const TensorParallel tp = tp_of(m);
   GradScratch g = m.g;
   g.dres = s.dx;
   for (int64_t i = first + count - 1; i >= first; --i) {
     const LayerActs& la = s.acts.layers[size_t(i)];
+    const LayerWeights& w = m.w.layers[size_t(i)];
+    const LayerWeights& gw = m.gw.layers[size_t(i)];
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_begin(m, u, mb);
     if (d.moe_layer(i))
-      moe_block_backward(d, tp, m.w.layers[size_t(i)], m.gw.layers[size_t(i)], la, g, aux_grad);
+      moe_block_backward(d, tp, w, gw, la, g, aux_grad, part);
     else
-      mlp_block_backward(d, tp, m.w.layers[size_t(i)], m.gw.layers[size_t(i)], la, g);
-    attention_block_backward(d, tp, m.w.layers[size_t(i)], m.gw.layers[size_t(i)], la, g);
+      mlp_block_backward(d, tp, w, gw, la, g, part);
+    attention_block_backward(d, tp, w, gw, la, g, part);
+    if (part == BackwardPart::Whole && m.hooks)
+      for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_end(m, u, mb);
+  }
+}
+
+void blocks_backward_weight(Model& m, const MicroBatch& mb, int64_t first, int64_t count) {
+  const ModelDims& d = m.dims;
+  ActivationSlot& s = slot_of(m, mb.id);
+  // Layer after layer in the backward's order, so that gradient reductions
+  // start in the same unit order as after a whole backward.
+  for (int64_t i = first + count - 1; i >= first; --i) {
+    const LayerActs& la = s.acts.layers[size_t(i)];
+    const LayerWeights& w = m.w.layers[size_t(i)];
+    const LayerWeights& gw = m.gw.layers[size_t(i)];
+    if (d.moe_layer(i))
+      moe_block_backward_weight(d, w, gw, la, la.stash);
+    else
+      mlp_block_backward_weight(d, w, gw, la, la.stash);
+    attention_block_backward_weight(d, w, gw, la, la.stash);
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_end(m, u, mb);
   }

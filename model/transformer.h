@@ -128,12 +128,23 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
 // logits are overwritten with their gradient (scaled), ready for head_backward.
 ForwardResult head_forward(Model& m, const MicroBatch& mb, float ce_grad_scale);
 // Logit gradient -> activation_grad (the residual gradient at the head's input).
-void head_backward(Model& m, const MicroBatch& mb);
+void head_backward(Model& m, const MicroBatch& mb, BackwardPart part = BackwardPart::Whole);
 // activation_grad at the output of layer first + count - 1 -> at the input of
 // layer `first`; accumulates the layers' parameter gradients.
-void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t count, float aux_grad);
+void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t count, float aux_grad,
+                     BackwardPart part = BackwardPart::Whole);
 // activation_grad at the first layer's input -> the embedding's gradients.
+// (The embedding has no input gradient: its backward is all weight half.)
 void embedding_backward(Model& m, const MicroBatch& mb);
+
+// A split backward (zero-bubble schedules; the model built with
+// ModelDims::split_backward): head_backward and blocks_backward with
+// BackwardPart::Input compute the input gradients (and the norms' weight
+// gradients), keeping the linears' output gradients in the slot; these
+// compute the matrix and bias gradients from them later and end each
+// unit's backward for the hooks. The slot must be held until then.
+void head_backward_weight(Model& m, const MicroBatch& mb);
+void blocks_backward_weight(Model& m, const MicroBatch& mb, int64_t first, int64_t count);
 
 // ---- the whole instance, one micro-batch -----------------------------------
 // Every piece this instance holds in order. Reads the slot's ids / targets.

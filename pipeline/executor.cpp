@@ -1,6 +1,7 @@
 #include "pipeline/executor.h"
 
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -38,9 +39,33 @@ double forward(Model& m, int64_t mb, float ce_scale, double& loss) {
   return aux;
 }
 
-// The transfers actions[first, last) as one batch.
+// The sends still on their way, per activation slot (chunk, micro-batch):
+// a slot's buffers are reused only after its sends were delivered.
+struct PendingSends {
+  std::vector<std::pair<SlotRef, std::shared_ptr<Work>>> works;
+  double wait(const SlotRef& ref) {
+    const auto t0 = clock_type::now();
+    for (auto it = works.begin(); it != works.end();)
+      if (it->first == ref) {
+        it->second->wait();
+        it = works.erase(it);
+      } else {
+        ++it;
+      }
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+  }
+  double wait_all() {
+    const auto t0 = clock_type::now();
+    for (auto& [ref, work] : works) work->wait();
+    works.clear();
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+  }
+};
+
+// The transfers actions[first, last) as one batch; returns once its
+// receives arrived, its sends left with `pending`.
 double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::vector<Action>& actions, size_t first,
-                size_t last, const MicroBatchLoader& load) {
+                size_t last, const MicroBatchLoader& load, PendingSends& pending) {
   std::vector<P2POp> ops;
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
@@ -64,11 +89,11 @@ double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::
     }
   }
   const auto t0 = clock_type::now();
-  pp.batch_send_recv(ops);
+  const std::shared_ptr<Work> sends = pp.batch_send_recv_posted(ops);
   const double waited = std::chrono::duration<double>(clock_type::now() - t0).count();
-  // A micro-batch whose input gradient left is done with this chunk.
   for (size_t i = first; i < last; ++i)
-    if (actions[i].kind == ActionKind::SendGradient) release_activations(chunk_of(chunks, actions[i]), actions[i].mb);
+    if (actions[i].kind == ActionKind::SendActivation || actions[i].kind == ActionKind::SendGradient)
+      pending.works.push_back({{actions[i].mb, actions[i].chunk}, sends});
   return waited;
 }
 
@@ -78,12 +103,22 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
                                      const std::vector<Action>& actions, float ce_scale, float aux_grad,
                                      const MicroBatchLoader& load) {
   PipelineStepResult r;
+  const std::vector<std::vector<SlotRef>> releases = slot_releases(actions, pp.rank(), pp.size());
+  PendingSends pending;
+  // A micro-batch done with a chunk gives its slot back once its sends left.
+  auto release = [&](size_t after) {
+    for (const SlotRef& ref : releases[after]) {
+      r.wait_s += pending.wait(ref);
+      release_activations(*chunks[size_t(ref.chunk)], ref.mb);
+    }
+  };
   for (size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     if (is_transfer(a.kind)) {
       size_t j = i;
       while (j < actions.size() && is_transfer(actions[j].kind)) ++j;
-      r.wait_s += transfer(chunks, pp, actions, i, j, load);
+      r.wait_s += transfer(chunks, pp, actions, i, j, load, pending);
+      release(j - 1);
       i = j;
       continue;
     }
@@ -98,17 +133,30 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
         const MicroBatch micro{a.mb, is_last_backward(actions, i)};
         if (d.has_head) head_backward(m, micro);
         blocks_backward(m, micro, 0, d.L, aux_grad);
-        if (d.has_embedding) {
-          embedding_backward(m, micro);
-          release_activations(m, a.mb);  // the first virtual stage sends no gradient on
-        }
+        if (d.has_embedding) embedding_backward(m, micro);
+        break;
+      }
+      case ActionKind::BackwardInput: {
+        // The gradient the previous stage waits for; the weight half follows.
+        const MicroBatch micro{a.mb, false};
+        if (d.has_head) head_backward(m, micro, BackwardPart::Input);
+        blocks_backward(m, micro, 0, d.L, aux_grad, BackwardPart::Input);
+        break;
+      }
+      case ActionKind::BackwardWeight: {
+        const MicroBatch micro{a.mb, is_last_backward(actions, i)};
+        if (d.has_head) head_backward_weight(m, micro);
+        blocks_backward_weight(m, micro, 0, d.L);
+        if (d.has_embedding) embedding_backward(m, micro);
         break;
       }
       default:
-        throw std::logic_error("pipeline executor: " + describe(a) + " (split backwards) is not supported yet");
+        throw std::logic_error("pipeline executor: " + describe(a) + " is not a compute action");
     }
+    release(i);
     ++i;
   }
+  r.wait_s += pending.wait_all();
   return r;
 }
 

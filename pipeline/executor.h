@@ -2,10 +2,12 @@
 // the model's stage pieces (model/transformer.h): forwards and backwards of
 // micro-batches in the schedule's order, each micro-batch's activations in
 // its own slot from the first time the rank touches it (its forward, or the
-// receive of its input) until its input gradient has been sent (or its
-// backward ran, on the first stage); the transfers of consecutive actions
-// in one batch_send_recv over the pipeline group. One process is a pipeline
-// of one stage, which runs the same code.
+// receive of its input) until its weight gradients are done and its input
+// gradient has been sent (slot_releases); the transfers of consecutive
+// actions in one batch_send_recv_posted over the pipeline group, whose
+// sends are waited for only when their slot is given back (or at the end of
+// the step). Split backwards (BI, BW) run the model's input and weight
+// halves. One process is a pipeline of one stage, which runs the same code.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@ namespace trainer {
 struct PipelineStepResult {
   double loss_sum = 0;  // this rank's (the last stage's) cross-entropy sum
   double aux_sum = 0;   // load-balancing loss of this rank's MoE layers
-  double wait_s = 0;    // time spent in transfers: waiting for the neighbours
+  double wait_s = 0;    // time blocked in transfers: receives, and sends not yet delivered when their slot is reused
 };
 
 // Loads micro-batch mb's tokens into its (already acquired) activation slot

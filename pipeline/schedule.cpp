@@ -38,6 +38,7 @@ const char* schedule_name(ScheduleKind k) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
   }
   return "?";
 }
@@ -46,8 +47,11 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved;
-  throw std::invalid_argument("unknown pipeline schedule '" + name + "' (gpipe | 1f1b | interleaved)");
+  if (name == "zb-h1") return ScheduleKind::ZeroBubbleH1;
+  throw std::invalid_argument("unknown pipeline schedule '" + name + "' (gpipe | 1f1b | interleaved | zb-h1)");
 }
+
+bool splits_backward(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleH1; }
 
 void add_transfers(Schedule& s) {
   const int p = s.stages, V = s.virtual_stages();
@@ -105,6 +109,7 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chun
   for (int r = 0; r < stages; ++r)
     s.ranks.push_back(kind == ScheduleKind::GPipe         ? gpipe_order(stages, r, microbatches)
                       : kind == ScheduleKind::Interleaved ? interleaved_order(stages, r, chunks, microbatches)
+                      : kind == ScheduleKind::ZeroBubbleH1 ? zb_h1_order(stages, r, microbatches)
                                                           : one_f_one_b_order(stages, r, microbatches));
   add_transfers(s);
   return s;
@@ -119,6 +124,34 @@ bool is_last_backward(const std::vector<Action>& actions, size_t index) {
   for (size_t j = index + 1; j < actions.size(); ++j)
     if (backward(actions[j].kind) && actions[j].chunk == a.chunk) return false;
   return true;
+}
+
+std::vector<std::vector<SlotRef>> slot_releases(const std::vector<Action>& actions, int rank, int stages) {
+  std::vector<std::vector<SlotRef>> out(actions.size());
+  // Per (mb, chunk): whether the weight half and the gradient send are done.
+  std::vector<std::pair<SlotRef, std::pair<bool, bool>>> state;
+  auto entry = [&](const Action& a) -> std::pair<bool, bool>& {
+    for (auto& [ref, st] : state)
+      if (ref.mb == a.mb && ref.chunk == a.chunk) return st;
+    const bool first_stage = a.chunk * stages + rank == 0;
+    state.push_back({{a.mb, a.chunk}, {false, first_stage}});
+    return state.back().second;
+  };
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    // The end of the batch this transfer belongs to.
+    size_t at = i;
+    if (is_transfer(a.kind))
+      while (at + 1 < actions.size() && is_transfer(actions[at + 1].kind)) ++at;
+    const bool weights = a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight;
+    const bool sent = a.kind == ActionKind::SendGradient;
+    if (!weights && !sent) continue;
+    auto& st = entry(a);
+    const bool before = st.first && st.second;
+    (weights ? st.first : st.second) = true;
+    if (!before && st.first && st.second) out[at].push_back({a.mb, a.chunk});
+  }
+  return out;
 }
 
 }  // namespace trainer

@@ -19,10 +19,18 @@
 // current batch; the simulator (pipeline/simulate.h) checks that every
 // schedule can run that way before a step does.
 //
+// Sends do not wait for their receiver: a batch returns once its receives
+// have arrived, and a send's buffer is only reused after the send completed
+// (the executor waits for a micro-batch's sends when it gives its slot
+// back, see slot_releases). A schedule that keeps computing while a
+// neighbour has not yet asked for its output is therefore not held up.
+//
 // Generators (one file each): GPipe (all forwards, then all backwards),
 // 1F1B (p - r - 1 warm-up forwards, then one forward one backward, p
 // micro-batches of activations in flight at most on rank 0), interleaved
-// 1F1B (v chunks per rank).
+// 1F1B (v chunks per rank), ZB-H1 (1F1B with the backward split: the input
+// gradient on 1F1B's critical path, the weight gradient deferred into what
+// would be the bubble).
 #pragma once
 
 #include <cstdint>
@@ -56,9 +64,9 @@ struct Action {
 };
 std::string describe(const Action& a);  // "F(mb 3, chunk 1)", "send-act(mb 3, chunk 1) -> rank 2"
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
-const char* schedule_name(ScheduleKind k);  // "gpipe", "1f1b", "interleaved"
-// "gpipe" | "1f1b" | "interleaved"; throws std::invalid_argument naming the allowed values.
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
+const char* schedule_name(ScheduleKind k);  // "gpipe", "1f1b", "interleaved", "zb-h1"
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1"; throws std::invalid_argument naming the allowed values.
 ScheduleKind parse_schedule(const std::string& name);
 
 struct Schedule {
@@ -76,6 +84,11 @@ std::vector<Action> gpipe_order(int stages, int rank, int microbatches);
 std::vector<Action> one_f_one_b_order(int stages, int rank, int microbatches);
 // pipeline/interleaved.cpp; throws std::invalid_argument unless stages divides microbatches.
 std::vector<Action> interleaved_order(int stages, int rank, int chunks, int microbatches);
+// pipeline/zero_bubble.cpp
+std::vector<Action> zb_h1_order(int stages, int rank, int microbatches);
+// Whether a schedule of this kind splits backwards into BI and BW (the model
+// then keeps each micro-batch's output gradients for its weight half).
+bool splits_backward(ScheduleKind k);
 
 // Inserts the transfers around every compute action of every rank (see the
 // top of this file). A forward marked `paired` and the backward after it are
@@ -91,5 +104,17 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chun
 // The last backward of each micro-batch on a rank: ZeRO and gradient
 // reductions learn from it that the gradients of the step are complete.
 bool is_last_backward(const std::vector<Action>& rank_actions, size_t index);
+
+// Where a rank gives back each micro-batch's activation slot: after the
+// action that completes both its weight gradients (B or BW) and the sending
+// of its input gradient (nothing to send on the first virtual stage; a
+// batch of transfers counts as its last action). Result[i]: the (mb, chunk)
+// pairs released after action i. The executor and the simulator both use it.
+struct SlotRef {
+  int mb = 0;
+  int chunk = 0;
+  bool operator==(const SlotRef&) const = default;
+};
+std::vector<std::vector<SlotRef>> slot_releases(const std::vector<Action>& rank_actions, int rank, int stages);
 
 }  // namespace trainer

@@ -164,13 +164,30 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
     }
 
   // Run it: compute actions take their cost; a batch of consecutive
-  // transfers is posted and finishes once every message's partner is posted.
+  // transfers posts its messages and finishes once every receive's sender
+  // has posted (sends do not wait); after the action that releases a slot
+  // the rank waits until the receivers of that slot's sends have posted.
   auto cost = [&](int r) -> const ActionCosts& { return costs.size() == 1 ? costs[0] : costs[size_t(r)]; };
   if (costs.size() != 1 && int(costs.size()) != p) return fail("simulate: one cost entry per rank, or one for all");
+  std::vector<std::vector<std::vector<SlotRef>>> releases;
+  std::vector<std::vector<std::vector<size_t>>> release_sends{size_t(p)};  // per rank and action: send indices to complete
+  for (int r = 0; r < p; ++r) {
+    const auto& acts = s.ranks[size_t(r)];
+    releases.push_back(slot_releases(acts, r, p));
+    release_sends[size_t(r)].assign(acts.size(), {});
+    for (size_t i = 0; i < acts.size(); ++i)
+      for (const SlotRef& ref : releases.back()[i])
+        for (size_t j = 0; j < acts.size(); ++j)
+          if ((acts[j].kind == ActionKind::SendActivation || acts[j].kind == ActionKind::SendGradient) &&
+              acts[j].mb == ref.mb && acts[j].chunk == ref.chunk)
+            release_sends[size_t(r)][i].push_back(j);
+  }
   std::vector<size_t> pos(size_t(p), 0);
   std::vector<double> t(size_t(p), 0);
   std::vector<std::vector<double>> posted{size_t(p)};
   for (int r = 0; r < p; ++r) posted[size_t(r)].assign(s.ranks[size_t(r)].size(), -1);
+  // A rank past action i - 1 that still waits for the sends released there.
+  std::vector<long> waiting(size_t(p), -1);
   sim.busy.assign(size_t(p), 0);
   sim.timeline.assign(size_t(p), {});
   auto batch_end = [&](int r) {
@@ -178,32 +195,53 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
     while (e < s.ranks[size_t(r)].size() && is_transfer(s.ranks[size_t(r)][e].kind)) ++e;
     return e;
   };
+  // Whether rank r may go on past the releases after action i; moves its time.
+  auto released = [&](int r, size_t i) {
+    double finish = t[size_t(r)];
+    for (size_t j : release_sends[size_t(r)][i]) {
+      const Op& o = partner[size_t(r)][j];
+      const double pt = posted[size_t(o.rank)][o.index];
+      if (pt < 0) return false;
+      finish = std::max(finish, pt);
+    }
+    t[size_t(r)] = finish;
+    return true;
+  };
   for (;;) {
     bool progressed = false, done = true;
     for (int r = 0; r < p; ++r) {
       const auto& acts = s.ranks[size_t(r)];
-      while (pos[size_t(r)] < acts.size() && !is_transfer(acts[pos[size_t(r)]].kind)) {
+      for (;;) {
+        if (waiting[size_t(r)] >= 0) {
+          if (!released(r, size_t(waiting[size_t(r)]))) break;
+          waiting[size_t(r)] = -1;
+          progressed = true;
+        }
+        if (pos[size_t(r)] >= acts.size() || is_transfer(acts[pos[size_t(r)]].kind)) break;
         const Action& a = acts[pos[size_t(r)]];
         const double c = cost(r).of(a.kind);
         sim.timeline[size_t(r)].push_back({a, t[size_t(r)], t[size_t(r)] + c});
         t[size_t(r)] += c;
         sim.busy[size_t(r)] += c;
+        waiting[size_t(r)] = long(pos[size_t(r)]);
         ++pos[size_t(r)];
         progressed = true;
       }
-      if (pos[size_t(r)] < acts.size()) {
-        done = false;
+      if (pos[size_t(r)] < acts.size() || waiting[size_t(r)] >= 0) done = false;
+      if (pos[size_t(r)] < acts.size() && waiting[size_t(r)] < 0)
         for (size_t i = pos[size_t(r)]; i < batch_end(r); ++i)
           if (posted[size_t(r)][i] < 0) posted[size_t(r)][i] = t[size_t(r)];
-      }
     }
     if (done) break;
     for (int r = 0; r < p; ++r) {
-      if (pos[size_t(r)] >= s.ranks[size_t(r)].size()) continue;
+      if (pos[size_t(r)] >= s.ranks[size_t(r)].size() || waiting[size_t(r)] >= 0) continue;
+      const auto& acts = s.ranks[size_t(r)];
       const size_t e = batch_end(r);
+      if (e == pos[size_t(r)]) continue;
       double finish = t[size_t(r)];
       bool ready = true;
       for (size_t i = pos[size_t(r)]; i < e && ready; ++i) {
+        if (acts[i].kind == ActionKind::SendActivation || acts[i].kind == ActionKind::SendGradient) continue;
         const Op& o = partner[size_t(r)][i];
         const double pt = posted[size_t(o.rank)][o.index];
         ready = pt >= 0;
@@ -212,13 +250,18 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
       if (!ready) continue;
       t[size_t(r)] = finish;
       pos[size_t(r)] = e;
+      waiting[size_t(r)] = long(e - 1);
       progressed = true;
     }
     if (!progressed) {
       std::string why = "the schedule deadlocks:";
-      for (int r = 0; r < p; ++r)
-        if (pos[size_t(r)] < s.ranks[size_t(r)].size())
+      for (int r = 0; r < p; ++r) {
+        if (waiting[size_t(r)] >= 0)
+          why += " rank " + std::to_string(r) + " waits for the sends of the slot it released after " +
+                 at(r, size_t(waiting[size_t(r)]), s.ranks[size_t(r)][size_t(waiting[size_t(r)])]) + ";";
+        else if (pos[size_t(r)] < s.ranks[size_t(r)].size())
           why += " " + at(r, pos[size_t(r)], s.ranks[size_t(r)][pos[size_t(r)]]) + " waits;";
+      }
       why.pop_back();
       return fail(why);
     }
@@ -241,37 +284,23 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
         sim.peak_chunk_slots[size_t(r)][size_t(a.chunk)] = std::max(sim.peak_chunk_slots[size_t(r)][size_t(a.chunk)], n);
       }
     };
-    auto give = [&](const Action& a) {
-      if (holding[{a.mb, a.chunk}]) {
-        holding[{a.mb, a.chunk}] = false;
+    auto give = [&](const SlotRef& ref) {
+      if (holding[{ref.mb, ref.chunk}]) {
+        holding[{ref.mb, ref.chunk}] = false;
         --slots;
-        per_chunk[size_t(a.chunk)] -= 1;
+        per_chunk[size_t(ref.chunk)] -= 1;
       }
     };
-    for (size_t i = 0; i < acts.size();) {
+    for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
-      if (is_transfer(a.kind)) {
-        size_t e = i;
-        while (e < acts.size() && is_transfer(acts[e].kind)) ++e;
-        for (size_t j = i; j < e; ++j)
-          if (acts[j].kind == ActionKind::RecvActivation) take(acts[j]);
-        sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
-        for (size_t j = i; j < e; ++j)
-          if (acts[j].kind == ActionKind::SendGradient) give(acts[j]);
-        i = e;
-        continue;
-      }
-      if (a.kind == ActionKind::Forward) {
-        held += 1;
-        take(a);
-      }
-      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) {
-        held -= 1;
-        if (a.chunk * p + r == 0) give(a);  // the first virtual stage sends no gradient
-      }
+      if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::Forward) take(a);
+      if (a.kind == ActionKind::Forward) held += 1;
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) held -= 1;
       sim.peak_in_flight[size_t(r)] = std::max(sim.peak_in_flight[size_t(r)], held);
-      sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
-      ++i;
+      // A batch receives before it sends: its slots count together.
+      if (!is_transfer(a.kind) || i + 1 == acts.size() || !is_transfer(acts[i + 1].kind))
+        sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
+      for (const SlotRef& ref : releases[size_t(r)][i]) give(ref);
     }
   }
   sim.ok = true;

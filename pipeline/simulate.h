@@ -1,9 +1,11 @@
 // Runs a schedule (pipeline/schedule.h) on paper before it runs on ranks:
 // checks that it is complete and can run (every micro-batch's forward and
 // backward on every virtual stage exactly once and in order, every send meets
-// a receive of the same tensor, no deadlock under batch_send_recv's
-// rendezvous: a batch finishes when each of its messages meets its partner
-// in the partner's current batch), and with per-rank action costs computes
+// a receive of the same tensor, no deadlock as the executor transfers: a
+// batch finishes when the sender of each of its receives has posted that
+// send, sends never wait, and a rank that gives a slot back waits until
+// the receivers of the slot's sends have posted them), and with per-rank
+// action costs computes
 // the step time, each rank's idle time (the bubble) and its peak number of
 // micro-batches whose activations are held.
 #pragma once
@@ -35,9 +37,9 @@ struct Simulation {
   std::vector<int> peak_in_flight;            // per rank: (micro-batch, chunk) between forward and backward at once
   // Per rank: activation slots the executor holds at once. A micro-batch
   // takes its slot when the rank first touches it (the receive of its input,
-  // or its forward) and gives it back when its input gradient has been sent
-  // (or after its backward on the first virtual stage); a batch that sends
-  // one micro-batch's gradient and receives the next one's input holds both.
+  // or its forward) and gives it back as slot_releases says (its weight
+  // gradients done and its input gradient sent); a batch that sends one
+  // micro-batch's gradient and receives the next one's input holds both.
   std::vector<int> peak_slots;
   std::vector<std::vector<int>> peak_chunk_slots;  // per rank and model chunk
   std::vector<std::vector<TimedAction>> timeline;  // per rank: compute actions with their times

@@ -79,6 +79,38 @@ TEST_CASE("interleaved 1F1B: deadlock-free, the bubble divided by the chunks, (p
   CHECK_THROWS_WITH(make_schedule(ScheduleKind::OneFOneB, 4, 8, 2), "the 1f1b schedule has one model chunk per rank");
 }
 
+TEST_CASE("ZB-H1: deadlock-free, bubble below 1F1B's, 1F1B's peak activations", "[pipeline]") {
+  int checked = 0;
+  double worst_ratio = 0;
+  for (int p = 2; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      const Schedule zb = make_schedule(ScheduleKind::ZeroBubbleH1, p, m);
+      // The split halves of a backward: each as long as the forward.
+      ActionCosts unit;
+      const Simulation sim = simulate(zb, {unit});
+      const Simulation base = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), {unit});
+      INFO("zb-h1 p " << p << " m " << m << ": " << sim.error);
+      REQUIRE(sim.ok);
+      REQUIRE(base.ok);
+      for (double b : sim.busy) CHECK(b == Approx(3.0 * m));
+      // Below 1F1B; with m >= p it loses at most (p - 1)(F + BI - BW) = p - 1
+      // units per rank, a third of 1F1B's 3 (p - 1).
+      CHECK(sim.bubble() < base.bubble());
+      if (m >= p) {
+        CHECK(sim.step_time <= 3.0 * m + (p - 1) + 1e-9);
+        worst_ratio = std::max(worst_ratio, sim.bubble() / base.bubble());
+      }
+      for (int r = 0; r < p; ++r) CHECK(sim.peak_in_flight[size_t(r)] <= std::min(m, p));
+      ++checked;
+    }
+  const Simulation sim = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, 4, 8));
+  const Simulation base = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8));
+  std::printf("[pipeline] %d zb-h1 schedules (p 2..8, m 1..16) simulated, all below 1f1b; with m >= p its bubble is at "
+              "most %.3f of 1f1b's; p 4, m 8 (F = BI = BW = 1): bubble %.3f vs 1f1b %.3f:\n%s",
+              checked, worst_ratio, sim.bubble(), base.bubble(), format_timeline(sim).c_str());
+  CHECK_THROWS_WITH(make_schedule(ScheduleKind::ZeroBubbleH1, 4, 8, 2), "the zb-h1 schedule has one model chunk per rank");
+}
+
 TEST_CASE("pipeline simulator: broken schedules are rejected naming the rank and the action", "[pipeline]") {
   auto rejected = [](Schedule s, const std::string& want) {
     const Simulation sim = simulate(s);
@@ -139,7 +171,7 @@ TEST_CASE("pipeline simulator: broken schedules are rejected naming the rank and
     std::swap(a[0], a[1]);
     rejected(s, "rank 1 action 0 F(mb 0, chunk 0): runs before its input activation is received");
   }
-  CHECK_THROWS_WITH(parse_schedule("zigzag"), "unknown pipeline schedule 'zigzag' (gpipe | 1f1b | interleaved)");
+  CHECK_THROWS_WITH(parse_schedule("zigzag"), "unknown pipeline schedule 'zigzag' (gpipe | 1f1b | interleaved | zb-h1)");
 }
 
 TEST_CASE("trainer schedule prints the timeline, both bubbles and the activation memory per stage", "[pipeline][cli]") {

@@ -21,7 +21,9 @@
 #include "core/device_memory.h"
 #include "kernels/ops.h"
 #include "model/sharding.h"
+#include "comm/process_group.h"
 #include "model/transformer.h"
+#include "pipeline/executor.h"
 
 using namespace trainer;
 
@@ -87,25 +89,25 @@ class LastFlags final : public UnitHooks {
   std::map<int, std::vector<int64_t>> last_ends;
 };
 
-struct Action {
+struct Step {
   bool forward;
   int64_t mb;
 };
 
-std::vector<Action> sequential() {
-  std::vector<Action> a;
+std::vector<Step> sequential() {
+  std::vector<Step> a;
   for (int64_t mb = 0; mb < kMicro; ++mb) a.insert(a.end(), {{true, mb}, {false, mb}});
   return a;
 }
-std::vector<Action> gpipe() {  // all forwards, then the backwards newest first
-  std::vector<Action> a;
+std::vector<Step> gpipe() {  // all forwards, then the backwards newest first
+  std::vector<Step> a;
   for (int64_t mb = 0; mb < kMicro; ++mb) a.push_back({true, mb});
   for (int64_t mb = kMicro - 1; mb >= 0; --mb) a.push_back({false, mb});
   return a;
 }
-std::vector<Action> one_f_one_b(int stage, int stages) {  // warm-up, steady 1F1B, cool-down
+std::vector<Step> one_f_one_b(int stage, int stages) {  // warm-up, steady 1F1B, cool-down
   const int warm = std::min(stages - stage - 1, kMicro);
-  std::vector<Action> a;
+  std::vector<Step> a;
   int64_t f = 0, b = 0;
   for (; f < warm; ++f) a.push_back({true, f});
   while (f < kMicro) {
@@ -124,7 +126,7 @@ struct RunResult {
 
 // Runs the two stages' action lists, each action as soon as what it needs
 // has been "received" from the other stage.
-RunResult run_pipeline(const ModelDims& d, const std::vector<Action> (&orders)[2], const std::vector<Batch>& data,
+RunResult run_pipeline(const ModelDims& d, const std::vector<Step> (&orders)[2], const std::vector<Batch>& data,
                        LastFlags* flags0) {
   MeshShape mesh;
   mesh.pp = 2;
@@ -146,7 +148,7 @@ RunResult run_pipeline(const ModelDims& d, const std::vector<Action> (&orders)[2
   // Slots must be reserved for the most micro-batches a stage holds at once.
   for (int s = 0; s < 2; ++s) {
     int64_t held = 0, most = 0;
-    for (const Action& a : orders[s]) most = std::max(most, held += a.forward ? 1 : -1);
+    for (const Step& a : orders[s]) most = std::max(most, held += a.forward ? 1 : -1);
     reserve_activation_slots(stage[s], int(most));
     r.max_slots[s] = size_t(most);
   }
@@ -154,8 +156,8 @@ RunResult run_pipeline(const ModelDims& d, const std::vector<Action> (&orders)[2
     bool progressed = false;
     for (int s = 0; s < 2; ++s) {
       if (next[s] >= orders[s].size()) continue;
-      const Action a = orders[s][next[s]];
-      const bool last = a.mb == std::find_if(orders[s].rbegin(), orders[s].rend(), [](const Action& x) {
+      const Step a = orders[s][next[s]];
+      const bool last = a.mb == std::find_if(orders[s].rbegin(), orders[s].rend(), [](const Step& x) {
                                    return !x.forward;
                                  })->mb && !a.forward;
       const MicroBatch mb{a.mb, last};
@@ -217,7 +219,7 @@ TEST_CASE("stage-shaped execution: two pipeline stages in 1F1B and GPipe order e
 
     struct Order {
       const char* name;
-      std::vector<Action> stage[2];
+      std::vector<Step> stage[2];
     };
     const Order orders[] = {{"sequential", {sequential(), sequential()}},
                             {"GPipe", {gpipe(), gpipe()}},
@@ -280,4 +282,55 @@ TEST_CASE("activation slots: a micro-batch beyond the reserved slots is refused,
   CHECK_NOTHROW(acquire_activations(m, 1));
   release_activations(m, 0);
   CHECK_NOTHROW(acquire_activations(m, 2));
+}
+
+TEST_CASE("split backward (BI then BW, weight halves deferred) gives the whole backward's gradients bit for bit",
+          "[model][stages][pipeline]") {
+  const std::pair<const char*, std::string> models[] = {
+      {"llama GQA", "{arch: llama, vocab_size: 64, d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2}"},
+      {"gpt2 tied", "{arch: gpt2, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, tie_embeddings: true}"},
+      {"llama MoE", "{arch: llama, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, moe: {num_experts: 4, top_k: 2}}"},
+      {"gpt2 MoE", "{arch: gpt2, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, moe: {num_experts: 4, top_k: 2}}"}};
+  SingleRankCommunicator pp("pp", 0, Device::CPU);
+  for (const auto& [label, model] : models) {
+    ModelDims d = dims_of(model);
+    const std::vector<Batch> data = batches(d);
+    const float ce = float(1.0 / double(kMicro * d.N()));
+    const float aux = float(double(d.aux_coeff) / kMicro);
+    auto loader = [&](Model& m, int64_t mb) { load(m, mb, data[size_t(mb)]); };
+    // Every micro-batch forward, every input half, then every weight half:
+    // each slot keeps its own output gradients for all of them.
+    std::vector<trainer::Action> split;
+    for (int mb = 0; mb < kMicro; ++mb) split.push_back({ActionKind::Forward, mb, 0, -1});
+    for (int mb = 0; mb < kMicro; ++mb) split.push_back({ActionKind::BackwardInput, mb, 0, -1});
+    for (int mb = 0; mb < kMicro; ++mb) split.push_back({ActionKind::BackwardWeight, mb, 0, -1});
+    const Schedule whole_schedule = make_schedule(ScheduleKind::OneFOneB, 1, kMicro);
+
+    Model whole, halves;
+    build(whole, single_plan(d, 0.02));
+    d.split_backward = true;
+    build(halves, single_plan(d, 0.02));
+    reserve_activation_slots(halves, kMicro);
+    LastFlags flags;
+    halves.hooks = &flags;
+    const PipelineStepResult rw = run_pipeline_step({&whole}, pp, whole_schedule.ranks[0], ce, aux, loader);
+    const PipelineStepResult rs = run_pipeline_step({&halves}, pp, split, ce, aux, loader);
+    const auto gw = grads_of({&whole}), gs = grads_of({&halves});
+    size_t differing = 0, compared = 0;
+    for (const auto& [name, g] : gw) {
+      const auto& h = gs.at(name);
+      REQUIRE(h.size() == g.size());
+      for (size_t k = 0; k < g.size(); ++k, ++compared) differing += g[k] != h[k];
+    }
+    std::printf("[stages] %-9s split backward: %zu of %zu gradient elements differ from the whole backward's "
+                "(required: 0); loss %.6f vs %.6f\n",
+                label, differing, compared, rs.loss_sum, rw.loss_sum);
+    CHECK(differing == 0);
+    CHECK(rs.loss_sum == rw.loss_sum);
+    // The weight half of the last micro-batch ends every unit's backward.
+    CHECK(flags.last_ends.size() == halves.units.size());
+    for (const auto& [unit, ids] : flags.last_ends) CHECK(ids == std::vector<int64_t>{kMicro - 1});
+    // Every slot was given back.
+    for (const auto& slot : halves.slots) CHECK(slot->mb == -1);
+  }
 }
