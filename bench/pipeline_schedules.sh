@@ -24,7 +24,7 @@ log: {interval: 10, progress: lines, jsonl: false}
 parallel: {timeout_s: 120}
 YAML
 printf '| schedule | ranks | ms/step (last 10 steps) | measured idle per stage | simulated bubble |\n|---|---|---|---|---|\n'
-for sched in gpipe 1f1b interleaved; do
+for sched in gpipe 1f1b interleaved zb-h1; do
   port=$((20000 + RANDOM % 20000))
   pids=()
   for ((r = 0; r < P; r++)); do

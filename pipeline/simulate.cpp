@@ -28,6 +28,15 @@ double theoretical_bubble(int stages, int microbatches) {
   return double(stages - 1) / double(microbatches + stages - 1);
 }
 
+TextbookBubble textbook_bubble(const Schedule& s) {
+  const double p = s.stages, m = s.microbatches, v = s.chunks;
+  switch (s.kind) {
+    case ScheduleKind::Interleaved: return {"(p-1)/(v m + p-1)", (p - 1) / (v * m + p - 1)};
+    case ScheduleKind::ZeroBubbleH1: return {"(p-1)/(3m + p-1)", (p - 1) / (3 * m + p - 1)};
+    default: return {"(p-1)/(m+p-1)", theoretical_bubble(s.stages, s.microbatches)};
+  }
+}
+
 namespace {
 
 std::string at(int rank, size_t index, const Action& a) {

@@ -53,6 +53,16 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs = {
 // The textbook bubble of GPipe and 1F1B with equal stages: (p - 1) / (m + p - 1).
 double theoretical_bubble(int stages, int microbatches);
 
+// The textbook bubble of a schedule with equal stages and F = BI = BW = 1,
+// B = 2: (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v m + p-1) interleaved,
+// (p-1)/(3m + p-1) for ZB-H1 (its drain idles F + BI - BW = 1 unit per
+// stage instead of F + B = 3).
+struct TextbookBubble {
+  const char* formula;
+  double value;
+};
+TextbookBubble textbook_bubble(const Schedule& s);
+
 // A text picture of the timeline: one row per rank, one cell per `unit` of
 // time, "F3" for a forward of micro-batch 3, "B3" for its backward, "." idle.
 std::string format_timeline(const Simulation& sim, double unit = 1);

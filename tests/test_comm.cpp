@@ -354,6 +354,29 @@ void check_collectives(Communicator& c) {
       expect_all<float>(from_next, [&](size_t k) { return float(next * 100000 + int(k) + round); }, "ring from next");
     }
   }
+  if (n >= 2 && r < 2) {
+    // batch_send_recv_posted returns before the receiver asks: rank 0 posts
+    // a send to rank 1, then receives from it; rank 1 first sends (which
+    // completes only once rank 0 receives), then receives. With sends that
+    // wait for their receiver the two would wait on each other until the
+    // timeout.
+    std::vector<float> a(4096), b(4096), got(4096, -1.f);
+    for (size_t k = 0; k < a.size(); ++k) {
+      a[k] = float(k) + 0.5f;
+      b[k] = -float(k);
+    }
+    if (r == 0) {
+      auto sent = c.batch_send_recv_posted({{true, view(a, DType::F32), 1}});
+      c.batch_send_recv({{false, view(got, DType::F32), 1}});
+      sent->wait();
+      sent->wait();  // a second wait is harmless
+      expect_all<float>(got, [&](size_t k) { return -float(k); }, "posted: receive after posting a send");
+    } else {
+      c.batch_send_recv({{true, view(b, DType::F32), 0}});
+      c.batch_send_recv({{false, view(got, DType::F32), 0}});
+      expect_all<float>(got, [&](size_t k) { return float(k) + 0.5f; }, "posted: the posted send arrives");
+    }
+  }
   c.barrier();
   {  // async: overlaps with compute, keeps its order with later sync calls
     std::vector<float> big(1 << 20, float(r + 1)), small(10, float(r));

@@ -1,5 +1,6 @@
 // Pipeline parallelism through the real binary on CPU processes over Gloo:
-// 20 steps of pp 2 and pp 4 with GPipe and 1F1B at 4 and 8 micro-batches,
+// 20 steps of pp 2 and pp 4 with GPipe, 1F1B, interleaved and ZB-H1 at 4
+// and 8 micro-batches,
 // an uneven layer split, gpt2 with a tied embedding on the first and last
 // stage, MoE, and pp 2 x tp 2 x dp 2 on 8 ranks (mpirun) reproduce the
 // one-process run (losses, validation losses, final weights); a checkpoint
@@ -52,7 +53,7 @@ void run_cases(const Setup& s, const std::vector<e2e::Case>& cases) {
 
 }  // namespace
 
-TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe, 1F1B and interleaved, 4 and 8 micro-batches == one process",
+TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe, 1F1B, interleaved and ZB-H1, 4 and 8 micro-batches == one process",
           "[pp][e2e]") {
   const Setup s = make_setup("llama", kLlama);
   run_cases(s, {
@@ -68,6 +69,10 @@ TEST_CASE("pipeline parallel llama: pp 2 and 4, GPipe, 1F1B and interleaved, 4 a
                    // 2 chunks per rank: virtual stages 0, 2 on rank 0 and 1, 3 on rank 1.
                    {"llama pp2 interleaved m4", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved"},
                    {"llama pp2 interleaved m8", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved --set train.micro_batch_size=1"},
+                   {"llama pp2 zb-h1 m4", 2, "--set parallel.pp=2 --set parallel.pp_schedule=zb-h1"},
+                   {"llama pp2 zb-h1 m8", 2, "--set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --set train.micro_batch_size=1"},
+                   {"llama pp4 zb-h1 m4", 4, "--set parallel.pp=4 --set parallel.pp_schedule=zb-h1"},
+                   {"llama pp4 zb-h1 m8", 4, "--set parallel.pp=4 --set parallel.pp_schedule=zb-h1 --set train.micro_batch_size=1"},
                });
   fs::remove_all(s.dir);
 }
@@ -104,12 +109,16 @@ TEST_CASE("pipeline parallel gpt2 with the tied embedding on both ends, and MoE 
     run_cases(s, {{"gpt2 tied pp2", 2, "--set parallel.pp=2"},
                   {"gpt2 tied pp2 x dp2 zero1", 4, "--set parallel.pp=2 --set parallel.zero_stage=1"},
                   // The tied table on rank 0's first chunk and rank 1's last.
-                  {"gpt2 tied pp2 interleaved", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved"}});
+                  {"gpt2 tied pp2 interleaved", 2, "--set parallel.pp=2 --set parallel.pp_schedule=interleaved"},
+                  {"gpt2 tied pp2 zb-h1", 2, "--set parallel.pp=2 --set parallel.pp_schedule=zb-h1"}});
     fs::remove_all(s.dir);
   }
   {
     const Setup s = make_setup("moe", kMoe);
-    run_cases(s, {{"moe pp2", 2, "--set parallel.pp=2"}});
+    run_cases(s, {{"moe pp2", 2, "--set parallel.pp=2"},
+                  // The split under tensor parallelism too: stashed gradients of the whole sequence (sp).
+                  {"moe pp2 x tp2 sp zb-h1", 4,
+                   "--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.pp_schedule=zb-h1"}});
     fs::remove_all(s.dir);
   }
 }

@@ -39,10 +39,9 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
                   format_bytes(double(mp.total())).c_str());
     out += buf;
   }
-  const double textbook = s.chunks > 1 ? double(s.stages - 1) / double(s.chunks * s.microbatches + s.stages - 1)
-                                       : theoretical_bubble(s.stages, s.microbatches);
+  const TextbookBubble textbook = textbook_bubble(s);
   std::snprintf(buf, sizeof buf, "  bubble: %s = %.1f%% with equal stages; simulated with these stage costs: %.1f%%\n",
-                s.chunks > 1 ? "(p-1)/(v m + p-1)" : "(p-1)/(m+p-1)", 100.0 * textbook, 100.0 * sim.bubble());
+                textbook.formula, 100.0 * textbook.value, 100.0 * sim.bubble());
   return out + buf;
 }
 

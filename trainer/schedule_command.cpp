@@ -23,8 +23,9 @@ std::string describe_schedule(const Config& c, int world_size) {
   std::string out = describe(mesh) + "\n" + format_pipeline(c, dims, layers, s, sim, DType::F32, mesh);
   // The picture with equal stages (F = 1, B = 2 per chunk), where the textbook formula holds.
   const Simulation unit = simulate(s);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "timeline with equal stages (F = 1, B = 2 time units per chunk; bubble %.1f%%):\n",
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "timeline with equal stages (%s time units per chunk; bubble %.1f%%):\n",
+                splits_backward(s.kind) ? "F = 1, backward-input I = 1, backward-weight W = 1" : "F = 1, B = 2",
                 100.0 * unit.bubble());
   out += buf;
   out += format_timeline(unit);
