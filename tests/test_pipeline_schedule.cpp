@@ -6,6 +6,8 @@
 // broken schedules are rejected naming the rank and the action.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -194,4 +196,39 @@ TEST_CASE("trainer schedule prints the timeline, both bubbles and the activation
   CHECK(out.find("rank 3 | .| .| .|F0|B0|B0|F1|") != std::string::npos);
   CHECK(out.find("stage 0: ") != std::string::npos);
   CHECK(out.find("peak activation memory per rank") != std::string::npos);
+}
+
+TEST_CASE("pipeline configuration mistakes exit 2 naming the keys", "[pipeline][cli][config]") {
+  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";  // 2 layers, 16 sequences
+  struct Bad {
+    const char* args;
+    const char* want;
+  };
+  const Bad cases[] = {
+      {"--world 4 --set parallel.pp=4", "parallel.pp=4 needs at least one layer per stage, but model.n_layers=2"},
+      {"--world 2 --set parallel.pp=2 --set parallel.pp_layers=[1,1,1]",
+       "parallel.pp_layers=[1, 1, 1] has 3 entries, one per pipeline stage is needed (parallel.pp=2)"},
+      {"--world 2 --set parallel.pp=2 --set parallel.pp_layers=[1,2]",
+       "parallel.pp_layers=[1, 2] sums to 3 layers, model.n_layers=2"},
+      {"--world 2 --set parallel.pp=2 --set parallel.pp_schedule=interleaved --set model.n_layers=4 "
+       "--set train.micro_batch_size=3 --set train.global_batch_size=15",
+       "parallel.pp_schedule=interleaved runs micro-batches in groups of parallel.pp=2, but a step has 5"},
+      {"--world 3 --set parallel.pp=2", "parallel.tp x pp x cp = 1 x 2 x 1 = 2 does not divide the 3 processes"},
+      {"--world 2 --set parallel.pp=2 --set parallel.zero_stage=2", "parallel.zero_stage=2 with parallel.pp=2"},
+      {"--world 1 --set parallel.pp_schedule=zb-h1 --set parallel.zero_stage=3",
+       "parallel.pp_schedule=zb-h1 with parallel.zero_stage=3"},
+      {"--world 2 --set parallel.pp=2 --set parallel.pp_schedule=zigzag", "parallel.pp_schedule"},
+  };
+  for (const Bad& b : cases) {
+    std::string out;
+    FILE* p = ::popen((std::string(TRAINER_BIN) + " schedule --config " + cfg + " " + b.args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int status = ::pclose(p);
+    INFO(b.args << "\n" << out);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(out.find(b.want) != std::string::npos);
+  }
 }
