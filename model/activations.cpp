@@ -54,11 +54,18 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
       add(p + "row_map", {N, d.K}, DType::I32);
       add(p + "offsets", {d.E + 1}, DType::I32);
       add(p + "aux", {1}, F);
+      const int64_t R = d.expert_rows();
       add(p + "xp", {NK, C}, A);
-      add(p + "e1", {NK, d.Fm}, A);
-      if (d.llama) add(p + "e2", {NK, d.Fm}, A);
-      add(p + "eact", {NK, d.Fm}, A);
+      add(p + "e1", {R, d.Fm}, A);
+      if (d.llama) add(p + "e2", {R, d.Fm}, A);
+      add(p + "eact", {R, d.Fm}, A);
       add(p + "yp", {NK, C}, A);
+      if (d.ep > 1) {
+        add(p + "xe", {R, C}, A);
+        add(p + "ye", {R, C}, A);
+        add(p + "ep_gather", {int64_t(d.ep), d.E + 1}, DType::I32);
+        add(p + "ep_offsets", {int64_t(d.ep), d.experts_here() + 1}, DType::I32);
+      }
     } else {
       add(p + "a1", {N, FF}, A);
       if (d.llama) add(p + "a2", {N, FF}, A);
@@ -71,10 +78,10 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
       add(p + "stash.dk", {d.B, d.T, d.Hkv, d.D}, A);
       add(p + "stash.dv", {d.B, d.T, d.Hkv, d.D}, A);
       if (d.moe_layer(i)) {
-        const int64_t NK = N * d.K;
-        add(p + "stash.dyp", {NK, C}, A);
-        add(p + "stash.de1", {NK, d.Fm}, A);
-        if (d.llama) add(p + "stash.de2", {NK, d.Fm}, A);
+        const int64_t R = d.expert_rows();
+        add(p + "stash.dyp", {R, C}, A);
+        add(p + "stash.de1", {R, d.Fm}, A);
+        if (d.llama) add(p + "stash.de2", {R, d.Fm}, A);
         add(p + "stash.drlogits", {N, d.E}, A);
       } else {
         add(p + "stash.mlp_dy", {N, C}, A);
@@ -118,15 +125,20 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
     add("dact", {N, d.F}, A);
   }
   if (any_moe) {
-    const int64_t NK = N * d.K;
+    const int64_t NK = N * d.K, R = d.expert_rows();
     add("drlogits", {N, d.E}, A);
     add("dtopk_w", {N, d.K}, DType::F32);
     add("dxp", {NK, C}, A);
-    add("dxp2", {NK, C}, A);
+    if (d.ep <= 1) add("dxp2", {NK, C}, A);
     add("dyp", {NK, C}, A);
-    add("de1", {NK, d.Fm}, A);
-    add("de2", {NK, d.Fm}, A);
-    add("deact", {NK, d.Fm}, A);
+    add("de1", {R, d.Fm}, A);
+    add("de2", {R, d.Fm}, A);
+    add("deact", {R, d.Fm}, A);
+    if (d.ep > 1) {
+      add("dye", {R, C}, A);
+      add("dxe", {R, C}, A);
+      add("dxe2", {R, C}, A);
+    }
   }
   return s;
 }
@@ -173,6 +185,12 @@ Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& 
     l.e2 = get(p + "e2");
     l.eact = get(p + "eact");
     l.yp = get(p + "yp");
+    l.xe = get(p + "xe");
+    l.ye = get(p + "ye");
+    if (l.xe.empty()) l.xe = l.xp;
+    if (l.ye.empty()) l.ye = l.yp;
+    l.ep_gather = get(p + "ep_gather");
+    l.ep_offsets = get(p + "ep_offsets");
     WeightGradInputs& st = l.stash;
     st.attn_dy = get(p + "stash.attn_dy");
     st.dq = get(p + "stash.dq");
@@ -224,6 +242,12 @@ GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
   g.de1 = get("de1");
   g.de2 = get("de2");
   g.deact = get("deact");
+  g.dye = get("dye");
+  g.dxe = get("dxe");
+  g.dxe2 = get("dxe2");
+  if (g.dye.empty()) g.dye = g.dyp;
+  if (g.dxe.empty()) g.dxe = g.dxp;
+  if (g.dxe2.empty()) g.dxe2 = g.dxp2;
   return g;
 }
 

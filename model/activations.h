@@ -17,7 +17,7 @@ namespace trainer {
 struct WeightGradInputs {
   Tensor attn_dy, dq, dk, dv;      // attention: d out (whole sequence), d q / k / v after RoPE's backward
   Tensor mlp_dy, d1, d2;           // dense FFN: d out, d gate (gpt2: fc) and d up pre-activations
-  Tensor dyp, de1, de2, drlogits;  // MoE: d expert outputs, d expert pre-activations, d router logits
+  Tensor dyp, de1, de2, drlogits;  // MoE: d expert outputs and pre-activations (the experts' rows), d router logits
 };
 
 // Which part of a backward runs: all of it, or the input half of a split
@@ -36,7 +36,14 @@ struct LayerActs {
   Tensor a1, a2, act;          // dense: llama gate/up/swiglu; gpt2 fc/-/gelu  [N,F]
   // MoE
   Tensor rlogits, probs, topk_idx, topk_w, row_map, offsets, aux;
-  Tensor xp, e1, e2, eact, yp; // permuted rows [N*K, C|Fm]
+  Tensor xp, e1, e2, eact, yp; // permuted rows [N*K, C|Fm]; e1, e2, eact on the experts' side [R, Fm]
+  // Expert parallelism (model/expert_parallel.h): the rows this rank's
+  // experts received from every ep rank [R, C] (R = ModelDims::expert_rows),
+  // their outputs before they go back, every ep rank's dispatch offsets
+  // [ep, E+1] and the received rows' per-source expert offsets [ep, E_local+1].
+  // Without it xe is xp and ye is yp.
+  Tensor xe, ye, ep_gather, ep_offsets;
+  std::vector<int64_t> ep_send, ep_recv;  // rows to / from each ep rank (host)
   WeightGradInputs stash;      // split backward only
 };
 
@@ -59,7 +66,8 @@ struct GradScratch {
   Tensor d1, d2, dact;         // [N,F]
   Tensor drlogits, dtopk_w;    // [N,E], [N,K]
   Tensor dxp, dxp2, dyp;       // [N*K, C]
-  Tensor de1, de2, deact;      // [N*K, Fm]
+  Tensor de1, de2, deact;      // [R, Fm] (the experts' rows)
+  Tensor dye, dxe, dxe2;       // expert parallelism: the experts' rows [R, C]; else dyp, dxp, dxp2
 };
 
 std::vector<TensorSpec> activation_specs(const ModelDims& d);

@@ -3,6 +3,7 @@
 // counts (heads, ffn columns, experts per rank) without touching layer code.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -20,6 +21,7 @@ struct ModelDims {
   int64_t max_seq = 0;
   int64_t E = 0, K = 0, Fm = 0, moe_every = 1;  // E: experts of the model (the router's width)
   int64_t E_local = 0;     // experts whose weights this instance holds (expert parallelism; 0: E)
+  int ep = 1;              // expert-parallel group size: E / E_local
   int64_t capacity = 0;    // per expert rows, 0: dropless
   bool normalize_topk = true;
   float eps = 1e-5f, rope_theta = 10000.f;
@@ -57,6 +59,16 @@ struct ModelDims {
   }
   int64_t layers_total() const { return model_layers > 0 ? model_layers : L; }
   int64_t experts_here() const { return E_local > 0 ? E_local : E; }
+  // Rows the experts of this rank may receive in one MoE layer: its own N K
+  // dispatched rows without expert parallelism; under it every ep rank's
+  // rows for these experts, at most ep N K (all routed here) or, with a
+  // capacity, E x capacity (each source keeps at most `capacity` rows per
+  // expert).
+  int64_t expert_rows() const {
+    const int64_t NK = N() * K;
+    if (ep <= 1) return NK;
+    return capacity > 0 ? std::min<int64_t>(int64_t(ep) * NK, E * capacity) : int64_t(ep) * NK;
+  }
   // i counts this instance's layers; MoE placement follows the global index.
   bool moe_layer(int64_t i) const { return E > 0 && (first_layer + i + 1) % moe_every == 0; }
 };

@@ -48,11 +48,13 @@ void mlp_block_backward_weight(const ModelDims& d, const LayerWeights& w, const 
                                const WeightGradInputs& in);
 
 // moe_out is a [N,C] combine buffer shared by all MoE layers.
-void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor moe_out,
-                       Tensor x_out);
+// ep: the expert-parallel group (a group of one without expert parallelism).
+void moe_block_forward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
+                       LayerActs& a, Tensor moe_out, Tensor x_out);
 // aux_grad: d loss / d aux of this layer.
-void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                        const LayerActs& a, GradScratch& g, float aux_grad, BackwardPart part = BackwardPart::Whole);
+void moe_block_backward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
+                        const LayerWeights& gw, const LayerActs& a, GradScratch& g, float aux_grad,
+                        BackwardPart part = BackwardPart::Whole);
 void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
                                const WeightGradInputs& in);
 

@@ -1,4 +1,5 @@
 #include "kernels/ops.h"
+#include "model/expert_parallel.h"
 #include "model/layers.h"
 
 namespace trainer {
@@ -11,8 +12,19 @@ namespace trainer {
 // same (replicated) router, so all ranks agree on the dispatch; each expert's
 // FFN is split over tp like the dense FFN (column-parallel in, row-parallel
 // out), which makes the combined output a row output.
-void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a,
-                       Tensor moe_out, Tensor x_out) {
+//
+// Under expert parallelism (model/expert_parallel.h) the dispatched rows
+// travel to the ranks holding their experts and back; the experts' side
+// (xe, e1, e2, eact, ye) then holds the rows every ep rank sent here, one
+// grouped-linear segment per source.
+namespace {
+
+Tensor rows(Tensor t, const ExpertSegment& s) { return t.slice0(s.begin, s.begin + s.rows); }
+
+}  // namespace
+
+void moe_block_forward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
+                       LayerActs& a, Tensor moe_out, Tensor x_out) {
   norm_forward(d, own_rows(d, tp, a.h2), a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
   column_input(d, tp, a.h2);
   ops::linear_forward(a.rlogits, a.h2, w.router, {});
@@ -20,16 +32,30 @@ void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const Layer
   ops::moe_aux_loss_forward(a.aux, a.probs, a.topk_idx);
   ops::moe_dispatch_plan(a.row_map, a.offsets, a.topk_idx, int(d.E), int(d.capacity));
   ops::moe_permute(a.xp, a.h2, a.row_map);
-  if (d.llama) {
-    ops::grouped_linear_forward(a.e1, a.xp, w.e_gate, a.offsets);
-    ops::grouped_linear_forward(a.e2, a.xp, w.e_up, a.offsets);
-    ops::swiglu_forward(a.eact, a.e1, a.e2);
-    ops::grouped_linear_forward(a.yp, a.eact, w.e_down, a.offsets);
-  } else {
-    ops::grouped_linear_forward(a.e1, a.xp, w.e_fc, a.offsets);
-    ops::gelu_forward(a.eact, a.e1);
-    ops::grouped_linear_forward(a.yp, a.eact, w.e_proj, a.offsets);
+  if (d.ep > 1) {
+    ep_plan(d, ep, a);
+    ep_exchange(ep, a.xe, a.ep_recv, a.xp, a.ep_send);
   }
+  const std::vector<ExpertSegment> segs = expert_segments(d, a);
+  const int64_t R = expert_rows_used(d, a);
+  if (R > 0) {
+    const auto used = [&](Tensor t) { return t.slice0(0, R); };
+    if (d.llama) {
+      for (const ExpertSegment& s : segs) {
+        ops::grouped_linear_forward(rows(a.e1, s), rows(a.xe, s), w.e_gate, s.offsets);
+        ops::grouped_linear_forward(rows(a.e2, s), rows(a.xe, s), w.e_up, s.offsets);
+      }
+      ops::swiglu_forward(used(a.eact), used(a.e1), used(a.e2));
+      for (const ExpertSegment& s : segs)
+        ops::grouped_linear_forward(rows(a.ye, s), rows(a.eact, s), w.e_down, s.offsets);
+    } else {
+      for (const ExpertSegment& s : segs) ops::grouped_linear_forward(rows(a.e1, s), rows(a.xe, s), w.e_fc, s.offsets);
+      ops::gelu_forward(used(a.eact), used(a.e1));
+      for (const ExpertSegment& s : segs)
+        ops::grouped_linear_forward(rows(a.ye, s), rows(a.eact, s), w.e_proj, s.offsets);
+    }
+  }
+  if (d.ep > 1) ep_exchange(ep, a.yp, a.ep_send, a.ye, a.ep_recv);
   // moe_out: the whole sequence's partial combine; summed into this rank's rows.
   ops::moe_unpermute(moe_out, a.yp, a.row_map, a.topk_w);
   const Tensor mine = own_rows(d, tp, moe_out);
@@ -37,33 +63,46 @@ void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const Layer
   ops::add(x_out, a.x_mid, mine);
 }
 
-void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                        const LayerActs& a, GradScratch& g, float aux_grad, BackwardPart part) {
+void moe_block_backward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
+                        const LayerWeights& gw, const LayerActs& a, GradScratch& g, float aux_grad, BackwardPart part) {
   const bool whole = part == BackwardPart::Whole;
   const Tensor dy = row_output_grad(d, tp, g.dres);
   WeightGradInputs in = whole ? WeightGradInputs{} : a.stash;
   if (whole) {
-    in.dyp = g.dyp;
+    in.dyp = g.dye;
     in.de1 = g.de1;
     in.de2 = g.de2;
     in.drlogits = g.drlogits;
   }
   // Input gradients (layers.h): combine -> experts -> dispatch -> d h2.
-  ops::moe_unpermute_backward(in.dyp, g.dtopk_w, dy, a.yp, a.row_map, a.topk_w);
+  const Tensor dyp_here = d.ep > 1 ? g.dyp : in.dyp;
+  ops::moe_unpermute_backward(dyp_here, g.dtopk_w, dy, a.yp, a.row_map, a.topk_w);
   // Each rank's yp holds its part of the experts' columns: the combine
   // weights' gradient dot(dy, yp) is a partial sum too.
   sum_over_tp(tp, g.dtopk_w);
-  if (d.llama) {
-    ops::grouped_linear_backward(g.deact, {}, in.dyp, a.eact, w.e_down, a.offsets);
-    ops::swiglu_backward(in.de1, in.de2, g.deact, a.e1, a.e2);
-    ops::grouped_linear_backward(g.dxp, {}, in.de1, a.xp, w.e_gate, a.offsets);
-    ops::grouped_linear_backward(g.dxp2, {}, in.de2, a.xp, w.e_up, a.offsets);
-    ops::add_inplace(g.dxp, g.dxp2);
-  } else {
-    ops::grouped_linear_backward(g.deact, {}, in.dyp, a.eact, w.e_proj, a.offsets);
-    ops::gelu_backward(in.de1, g.deact, a.e1);
-    ops::grouped_linear_backward(g.dxp, {}, in.de1, a.xp, w.e_fc, a.offsets);
+  if (d.ep > 1) ep_exchange(ep, in.dyp, a.ep_recv, dyp_here, a.ep_send);
+  const std::vector<ExpertSegment> segs = expert_segments(d, a);
+  const int64_t R = expert_rows_used(d, a);
+  if (R > 0) {
+    const auto used = [&](Tensor t) { return t.slice0(0, R); };
+    if (d.llama) {
+      for (const ExpertSegment& s : segs)
+        ops::grouped_linear_backward(rows(g.deact, s), {}, rows(in.dyp, s), rows(a.eact, s), w.e_down, s.offsets);
+      ops::swiglu_backward(used(in.de1), used(in.de2), used(g.deact), used(a.e1), used(a.e2));
+      for (const ExpertSegment& s : segs) {
+        ops::grouped_linear_backward(rows(g.dxe, s), {}, rows(in.de1, s), rows(a.xe, s), w.e_gate, s.offsets);
+        ops::grouped_linear_backward(rows(g.dxe2, s), {}, rows(in.de2, s), rows(a.xe, s), w.e_up, s.offsets);
+      }
+      ops::add_inplace(used(g.dxe), used(g.dxe2));
+    } else {
+      for (const ExpertSegment& s : segs)
+        ops::grouped_linear_backward(rows(g.deact, s), {}, rows(in.dyp, s), rows(a.eact, s), w.e_proj, s.offsets);
+      ops::gelu_backward(used(in.de1), used(g.deact), used(a.e1));
+      for (const ExpertSegment& s : segs)
+        ops::grouped_linear_backward(rows(g.dxe, s), {}, rows(in.de1, s), rows(a.xe, s), w.e_fc, s.offsets);
+    }
   }
+  if (d.ep > 1) ep_exchange(ep, g.dxp, a.ep_send, g.dxe, a.ep_recv);
   ops::fill(g.dh, 0.f);
   ops::moe_permute_backward(g.dh, g.dxp, a.row_map);
   // Summed over tp before the router's part, which every tp rank computes
@@ -77,13 +116,15 @@ void moe_block_backward(const ModelDims& d, const TensorParallel& tp, const Laye
 
 void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
                                const WeightGradInputs& in) {
-  if (d.llama) {
-    ops::grouped_linear_backward({}, gw.e_down, in.dyp, a.eact, w.e_down, a.offsets);
-    ops::grouped_linear_backward({}, gw.e_gate, in.de1, a.xp, w.e_gate, a.offsets);
-    ops::grouped_linear_backward({}, gw.e_up, in.de2, a.xp, w.e_up, a.offsets);
-  } else {
-    ops::grouped_linear_backward({}, gw.e_proj, in.dyp, a.eact, w.e_proj, a.offsets);
-    ops::grouped_linear_backward({}, gw.e_fc, in.de1, a.xp, w.e_fc, a.offsets);
+  for (const ExpertSegment& s : expert_segments(d, a)) {
+    if (d.llama) {
+      ops::grouped_linear_backward({}, gw.e_down, rows(in.dyp, s), rows(a.eact, s), w.e_down, s.offsets);
+      ops::grouped_linear_backward({}, gw.e_gate, rows(in.de1, s), rows(a.xe, s), w.e_gate, s.offsets);
+      ops::grouped_linear_backward({}, gw.e_up, rows(in.de2, s), rows(a.xe, s), w.e_up, s.offsets);
+    } else {
+      ops::grouped_linear_backward({}, gw.e_proj, rows(in.dyp, s), rows(a.eact, s), w.e_proj, s.offsets);
+      ops::grouped_linear_backward({}, gw.e_fc, rows(in.de1, s), rows(a.xe, s), w.e_fc, s.offsets);
+    }
   }
   ops::linear_backward({}, gw.router, {}, in.drlogits, a.h2, w.router, false);
 }

@@ -114,6 +114,7 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
   d.V_offset = d.V * at.tp;
   if (global.E > 0) {
     d.E_local = global.E / ep;  // the router still scores every expert
+    d.ep = ep;
     d.Fm /= tp;
   }
   d.first_layer = std::accumulate(stage_layers.begin(), stage_layers.begin() + at.pp, int64_t(0));

@@ -80,6 +80,20 @@ TensorParallel tp_of(Model& m) {
   return tp;
 }
 
+Communicator& solo_ep(Device device) {
+  static SingleRankCommunicator cpu("ep", 0, Device::CPU), cuda("ep", 0, Device::CUDA);
+  return device == Device::CPU ? cpu : cuda;
+}
+
+Communicator& ep_of(Model& m) {
+  Communicator& ep = m.ep ? *m.ep : solo_ep(model_device(m));
+  if (ep.size() != m.dims.ep)
+    throw std::logic_error("the model's experts are split for ep=" + std::to_string(m.dims.ep) +
+                           ", its expert-parallel group " + ep.describe() + " has " + std::to_string(ep.size()) +
+                           " rank(s)");
+  return ep;
+}
+
 }  // namespace
 
 void build_model(Model& m, const ModelDims& d, double init_std, Device device, const ModelStorage& storage) {
@@ -174,7 +188,7 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
     const Tensor x_out = i + 1 < d.L ? a.layers[size_t(i + 1)].x_in : a.x_final;
     attention_block_forward(d, tp, lw, la, la.x_mid);
     if (d.moe_layer(i)) {
-      moe_block_forward(d, tp, lw, la, a.moe_out, x_out);
+      moe_block_forward(d, tp, ep_of(m), lw, la, a.moe_out, x_out);
       aux += ops::sum(la.aux);
     } else {
       mlp_block_forward(d, tp, lw, la, x_out);
@@ -257,7 +271,7 @@ void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t coun
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_begin(m, u, mb);
     if (d.moe_layer(i))
-      moe_block_backward(d, tp, w, gw, la, g, aux_grad, part);
+      moe_block_backward(d, tp, ep_of(m), w, gw, la, g, aux_grad, part);
     else
       mlp_block_backward(d, tp, w, gw, la, g, part);
     attention_block_backward(d, tp, w, gw, la, g, part);

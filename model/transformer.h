@@ -53,6 +53,8 @@ struct Model {
   // Tensor-parallel group (a group of one by default); its size must be the
   // plan's tp (model/tensor_parallel.h).
   Communicator* tp = nullptr;
+  // Expert-parallel group (model/expert_parallel.h); its size must be the plan's ep.
+  Communicator* ep = nullptr;
   // Called at unit boundaries (model/units.h); null for a plain replica.
   UnitHooks* hooks = nullptr;
 };

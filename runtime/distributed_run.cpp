@@ -12,15 +12,17 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     solo_ = std::make_unique<SingleRankCommunicator>("dp", 0, device);
     solo_tp_ = std::make_unique<SingleRankCommunicator>("tp", 0, device);
     solo_pp_ = std::make_unique<SingleRankCommunicator>("pp", 0, device);
-    dp_group_ = host_ = solo_.get();
+    solo_ep_ = std::make_unique<SingleRankCommunicator>("ep", 0, device);
+    dp_group_ = host_ = edp_group_ = solo_.get();
+    ep_group_ = solo_ep_.get();
     tp_group_ = solo_tp_.get();
     pp_group_ = solo_pp_.get();
     return;
   }
   const MeshShape mesh = resolve_mesh(cfg.parallel, launch.world_size, launch.local_world_size);
-  if (mesh.cp > 1 || mesh.ep > 1)
-    throw ConfigError(describe(mesh) + ": context and expert parallelism are not wired into training yet "
-                      "(set parallel.cp and ep to 1; tensor, pipeline and data parallelism run)");
+  if (mesh.cp > 1)
+    throw ConfigError(describe(mesh) + ": context parallelism is not wired into training yet "
+                      "(set parallel.cp=1; tensor, pipeline, expert and data parallelism run)");
   ProcessGroupOptions po;
   po.timeout_s = cfg.parallel.timeout_s;
   po.host_world = device == Device::CUDA;
@@ -36,6 +38,9 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
   dp_group_ = mesh.world() == 1 ? &groups_->world() : &groups_->group(Axis::DP_CP);
   tp_group_ = &groups_->group(Axis::TP);
   pp_group_ = &groups_->group(Axis::PP);
+  ep_group_ = &groups_->group(Axis::EP);
+  // Like dp: a one-rank mesh reduces over the world.
+  edp_group_ = mesh.world() == 1 ? &groups_->world() : &groups_->group(Axis::EDP);
   host_ = &groups_->host_world();
 }
 

@@ -20,7 +20,7 @@ class DistributedRun {
   // Builds the groups when a launcher started this process (even a single
   // one: on a GPU it then gets an NCCL communicator of one), and the
   // watchdog when there are several ranks. Throws ConfigError for layouts
-  // the engine does not train yet (cp/ep > 1).
+  // the engine does not train yet (cp > 1).
   DistributedRun(const Config& cfg, const LaunchInfo& launch, Device device);
 
   const MeshShape& mesh() const { return mesh_; }
@@ -35,6 +35,11 @@ class DistributedRun {
   Communicator& tp_group() { return *tp_group_; }
   // The pipeline group (rank = stage): activations and gradients between stages.
   Communicator& pp_group() { return *pp_group_; }
+  // Expert parallelism: the group that splits the experts (tokens travel
+  // to their experts over it) and the group that holds the same experts
+  // (their gradients are summed over it).
+  Communicator& ep_group() { return *ep_group_; }
+  Communicator& edp_group() { return *edp_group_; }
   // Host tensors over every rank of the job (loss sums, the gradient norm,
   // agreement flags).
   Communicator& host() { return *host_; }
@@ -46,10 +51,12 @@ class DistributedRun {
  private:
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<Watchdog> watchdog_;
-  std::unique_ptr<SingleRankCommunicator> solo_, solo_tp_, solo_pp_;
+  std::unique_ptr<SingleRankCommunicator> solo_, solo_tp_, solo_pp_, solo_ep_;
   Communicator* dp_group_ = nullptr;
   Communicator* tp_group_ = nullptr;
   Communicator* pp_group_ = nullptr;
+  Communicator* ep_group_ = nullptr;
+  Communicator* edp_group_ = nullptr;
   Communicator* host_ = nullptr;
   MeshShape mesh_;
   Coords at_;

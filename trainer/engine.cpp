@@ -121,6 +121,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                 dp > 1 || stage > 0
                     ? (", data parallel " + std::to_string(dp) + ", ZeRO stage " + std::to_string(stage)).c_str()
                     : "");
+  if (lead && mesh.ep > 1)
+    std::printf("expert parallel %d: %d of %d experts per rank, their gradients summed over expert data parallel %d\n",
+                mesh.ep, cfg.model.moe.num_experts / mesh.ep, cfg.model.moe.num_experts, mesh.edp());
 
   const int64_t micro = cfg.train.micro_batch_size;
   const int64_t M = microbatches_per_step(cfg, dp);
@@ -185,10 +188,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const std::vector<ShardingPlan> plans = chunk_plans(dims, cfg.model.init_std, mesh, dist.coords(), stage,
                                                       cfg.parallel.sp, stage_layers, chunks);
   Communicator& pp_group = dist.pp_group();
-  Communicator& dp_group = dist.dp_group();
   Communicator& host = dist.host();
   StageModels models(plans, dev.device, stage, simulated.peak_chunk_slots[size_t(pp_stage)],
-                     StageGroups{&dist.tp_group(), &dp_group, &host, &pp_group}, adamw_config(cfg));
+                     stage_groups(dist), adamw_config(cfg));
   Model& model = models.model(0);
   if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans, M)).c_str());

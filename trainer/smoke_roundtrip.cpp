@@ -33,7 +33,7 @@ void check_roundtrip(const Config& cfg, const std::vector<ShardingPlan>& plans, 
     Model& m = models.model(0);
     const int stage = models.zero(0).stage();
     StageModels restored(plans, model_device(m), stage, std::vector<int>(plans.size(), 1),
-                         StageGroups{m.tp, &dist.dp_group(), &dist.host(), &dist.pp_group()}, adamw_config(cfg));
+                         stage_groups(dist), adamw_config(cfg));
     restore_checkpoint(ck, restored.states());
     // The same micro-batch through both models' pipelines (the last one
     // trained on), compared on the stage that holds the loss.

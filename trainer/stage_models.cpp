@@ -8,12 +8,19 @@ StageModels::StageModels(const std::vector<ShardingPlan>& plans, Device device, 
     auto chunk = std::make_unique<Chunk>();
     build_model(chunk->model, plans[c], device, zero_model_storage(zero_stage));
     chunk->model.tp = groups.tp;
+    chunk->model.ep = groups.ep;
     reserve_activation_slots(chunk->model, slots[c]);
-    chunk->zero = std::make_unique<ZeroOptimizer>(chunk->model, zero_stage, *groups.dp, *groups.host, cfg);
+    chunk->zero = std::make_unique<ZeroOptimizer>(chunk->model, zero_stage, *groups.dp,
+                                                  groups.edp ? *groups.edp : *groups.dp, *groups.host, cfg);
     chunk->zero->set_pipeline(groups.pp);
     chunk->model.hooks = chunk->zero.get();
     chunks_.push_back(std::move(chunk));
   }
+}
+
+StageGroups stage_groups(DistributedRun& dist) {
+  return StageGroups{&dist.tp_group(), &dist.dp_group(), &dist.host(), &dist.pp_group(), &dist.ep_group(),
+                     &dist.edp_group()};
 }
 
 std::vector<Model*> StageModels::models() {

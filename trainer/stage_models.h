@@ -13,16 +13,21 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/zero.h"
+#include "runtime/distributed_run.h"
 #include "trainer/checkpointing.h"
 
 namespace trainer {
 
 struct StageGroups {
   Communicator* tp = nullptr;    // tensor parallel (to the models)
-  Communicator* dp = nullptr;    // data parallel (ZeRO)
+  Communicator* dp = nullptr;    // data parallel (ZeRO: dense units)
   Communicator* host = nullptr;  // every rank, host tensors
   Communicator* pp = nullptr;    // pipeline (tied embedding across the ends)
+  Communicator* ep = nullptr;    // expert parallel (to the models)
+  Communicator* edp = nullptr;   // expert data parallel (ZeRO: expert units)
 };
+// The groups of this rank.
+StageGroups stage_groups(DistributedRun& dist);
 
 class StageModels {
  public:
