@@ -4,6 +4,7 @@
 
 #include "core/device_memory.h"
 #include "kernels/ops.h"
+#include "model/expert_load.h"
 #include "model/layers.h"
 #include "model/units.h"
 
@@ -189,6 +190,7 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
     attention_block_forward(d, tp, lw, la, la.x_mid);
     if (d.moe_layer(i)) {
       moe_block_forward(d, tp, ep_of(m), lw, la, a.moe_out, x_out);
+      if (m.expert_load) count_expert_load(d, i, la, *m.expert_load);
       aux += ops::sum(la.aux);
     } else {
       mlp_block_forward(d, tp, lw, la, x_out);

@@ -28,6 +28,7 @@
 namespace trainer {
 
 class UnitHooks;
+struct ExpertLoad;
 
 // One slot of saved activations: the micro-batch it holds (-1: free), its
 // buffers and the residual-stream gradient at the stage boundary [N, C].
@@ -55,6 +56,8 @@ struct Model {
   Communicator* tp = nullptr;
   // Expert-parallel group (model/expert_parallel.h); its size must be the plan's ep.
   Communicator* ep = nullptr;
+  // When set, every MoE layer's forward adds its routing (model/expert_load.h).
+  ExpertLoad* expert_load = nullptr;
   // Called at unit boundaries (model/units.h); null for a plain replica.
   UnitHooks* hooks = nullptr;
 };

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,16 @@ const char* const kGpt2Moe =
     "moe: {num_experts: 8, top_k: 2, d_ff: 32, every: 2}}";
 
 void run_cases(const Setup& s, const std::vector<e2e::Case>& cases) {
-  e2e::run_cases(s, "ep", cases, {"expert parallel "});
+  e2e::run_cases(s, "ep", cases, {"expert parallel ", "moe load: layer "});
+}
+
+// The experts' load records of a run's metrics.jsonl ({"step": N, "moe": [...]}).
+std::vector<std::string> load_records(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"moe\": [") != std::string::npos) out.push_back(line);
+  return out;
 }
 
 }  // namespace
@@ -59,6 +69,15 @@ TEST_CASE("expert parallel with a capacity factor drops the one-process run's to
                    {"capacity ep2 dp2", 2, "--set parallel.ep=2"},
                    {"capacity ep4 dp4 zero1", 4, "--set parallel.ep=4 --set parallel.zero_stage=1"},
                });
+  // The same tokens per expert and the same drops as one process, every
+  // step: the capacity applies per source rank as it does per micro-batch.
+  const auto one = load_records(fs::path(s.single()) / "metrics.jsonl");
+  const auto ep4 = load_records(s.dir / "capacity_ep4_dp4_zero1" / "metrics.jsonl");
+  REQUIRE(one.size() == 20);
+  CHECK(ep4 == one);
+  const std::string& last = one.back();
+  std::printf("[ep] capacity 0.75, expert load at step 20 (one process and ep 4 alike): %s\n", last.c_str());
+  CHECK(last.find("\"dropped\": 0,") == std::string::npos);  // the capacity did drop
   fs::remove_all(s.dir);
 }
 

@@ -19,6 +19,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/pipeline_plan.h"
 #include "trainer/pipeline_report.h"
+#include "model/expert_load.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/zero.h"
@@ -240,6 +241,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const bool scaling = cfg.train.loss_scaling == "dynamic" || (cfg.train.loss_scaling == "auto" && storage == DType::F16);
   LossScaler scaler(scaling, cfg.train.initial_loss_scale, cfg.train.loss_scale_window);
   const int64_t end_step = opt.stop_after > 0 ? std::min(opt.stop_after, cfg.train.steps) : cfg.train.steps;
+  ExpertLoad expert_load;  // per MoE layer and expert, on the steps that log
   auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
   double window_wait_s = 0;  // time this rank waited for pipeline neighbours
@@ -255,6 +257,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
       const HostBatch& batch = prefetch.get(step);
+      // The steps that log also count each expert's tokens.
+      const bool log_step = (step + 1) % cfg.log.interval == 0 || step + 1 == end_step;
+      if (dims.E > 0) {
+        expert_load.reset(dims.L, dims.E);
+        for (Model* m : models.models()) m->expert_load = log_step ? &expert_load : nullptr;
+      }
       // This rank's actions of the schedule (one process: 1F1B of one stage,
       // micro-batch after micro-batch); the schedule says which backward is
       // the last of the step.
@@ -263,6 +271,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                                                         load_prefetched(batch, m, mb);
                                                         if (dump) dump->before_forward(step, mb);
                                                       });
+      for (Model* m : models.models()) m->expert_load = nullptr;
       double loss_sum = pr.loss_sum, aux_sum = pr.aux_sum;
       window_wait_s += pr.wait_s;
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
@@ -337,6 +346,19 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       sm.ms_per_step = 1e3 * secs / double(window_steps);
       if ((step + 1) % cfg.log.interval == 0 || last) {
         log.step(sm, !opt.quiet);
+        if (dims.E > 0) {
+          // Every rank counted its own tokens of its own layers; tp ranks
+          // route alike, so the world's sum counts each token tp times.
+          std::vector<double> both(expert_load.routed);
+          both.insert(both.end(), expert_load.kept.begin(), expert_load.kept.end());
+          if (host.size() > 1) host.all_reduce(Tensor(both.data(), DType::F64, {int64_t(both.size())}));
+          for (double& x : both) x /= double(mesh.tp);
+          std::copy(both.begin(), both.begin() + long(expert_load.routed.size()), expert_load.routed.begin());
+          std::copy(both.begin() + long(expert_load.routed.size()), both.end(), expert_load.kept.begin());
+          const std::vector<LayerLoad> loads = layer_loads(expert_load);
+          if (lead && !opt.quiet) std::printf("%s", format_expert_load(loads).c_str());
+          if (lead) log.record(expert_load_json(step + 1, loads));
+        }
         // Theory against reality: the share of the window each stage spent
         // waiting for its neighbours, next to the simulator's bubble.
         if (mesh.pp > 1) {

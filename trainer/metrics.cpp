@@ -71,6 +71,12 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
   }
 }
 
+void MetricsLog::record(const std::string& json) {
+  if (!jsonl_) return;
+  std::fprintf(jsonl_, "%s\n", json.c_str());
+  std::fflush(jsonl_);
+}
+
 void MetricsLog::eval(int64_t step, double val_loss) {
   clear_bar();
   std::printf("eval @ step %lld | val loss %.4f\n", (long long)step, val_loss);

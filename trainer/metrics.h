@@ -29,6 +29,8 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
   void step(const StepMetrics& m, bool print);
   void eval(int64_t step, double val_loss);
+  // One more JSON object (a line of metrics.jsonl), e.g. the experts' load.
+  void record(const std::string& json);
   // Between log lines: redraws the progress line (no-op in lines mode).
   void progress(const StepMetrics& m);
 
