@@ -113,3 +113,25 @@ TEST_CASE("a checkpoint of ep 2 x dp 2 resumes in one process (ep 1) on the same
   CHECK(w < 1e-4);
   fs::remove_all(s.dir);
 }
+
+TEST_CASE("expert-parallel configuration mistakes exit 2 naming the keys", "[ep][cli][config]") {
+  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";
+  const std::string moe = " --set model.moe.num_experts=4 --set model.moe.top_k=2";
+  struct Bad {
+    std::string args;
+    const char* want;
+  };
+  const Bad cases[] = {
+      {"--world 4 --set parallel.ep=3" + moe, "parallel.ep=3 must divide data-parallel x parallel.cp = 4 x 1"},
+      {"--world 4 --set parallel.ep=4 --set model.moe.num_experts=6 --set model.moe.top_k=2",
+       "model.moe.num_experts=6 must be divisible by parallel.ep=4"},
+      {"--world 2 --set parallel.ep=2", "parallel.ep=2 splits experts, but model.moe.num_experts=0"},
+  };
+  for (const Bad& b : cases) {
+    std::string out;
+    const int rc = run(std::string(TRAINER_BIN) + " schedule --config " + cfg + " " + b.args, &out);
+    INFO(b.args << "\n" << out);
+    CHECK(rc == 2);
+    CHECK(out.find(b.want) != std::string::npos);
+  }
+}

@@ -35,6 +35,7 @@
 #include "data/prefetch.h"
 #include "trainer/reference_dump.h"
 #include "trainer/smoke_roundtrip.h"
+#include "trainer/expert_report.h"
 #include "trainer/stage_models.h"
 #include "runtime/distributed_run.h"
 #include "runtime/watchdog.h"
@@ -122,9 +123,6 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                 dp > 1 || stage > 0
                     ? (", data parallel " + std::to_string(dp) + ", ZeRO stage " + std::to_string(stage)).c_str()
                     : "");
-  if (lead && mesh.ep > 1)
-    std::printf("expert parallel %d: %d of %d experts per rank, their gradients summed over expert data parallel %d\n",
-                mesh.ep, cfg.model.moe.num_experts / mesh.ep, cfg.model.moe.num_experts, mesh.edp());
 
   const int64_t micro = cfg.train.micro_batch_size;
   const int64_t M = microbatches_per_step(cfg, dp);
@@ -195,6 +193,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   Model& model = models.model(0);
   if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans, M)).c_str());
+  if (lead && mesh.ep > 1) std::printf("%s", format_expert_plan(expert_plan(plans), M).c_str());
   models.initialise(cfg.run.seed);
   summary.optimizer_bytes = models.optimizer_bytes();
   if (models.optimizer_bytes() != plan.optimizer_bytes)
