@@ -123,6 +123,17 @@ TRAINER_OP(device, void, rope_forward, (Tensor out, Tensor inp, float theta, int
 TRAINER_OP(device, void, rope_backward,
            (Tensor dinp, Tensor dout, float theta, int64_t pos_offset),
            (dinp, dout, theta, pos_offset))
+// Rotary embedding at explicit positions (context parallelism: a rank's zigzag
+// chunks are not one contiguous range): row t of every batch row b is rotated
+// as rope_forward rotates position pos[t]. pos [T] I32, any values (global
+// token positions, the same for every b); with pos = offset..offset+T-1 the
+// result is bit for bit rope_forward(out, inp, theta, offset), on each
+// backend. out may alias inp.
+TRAINER_OP(device, void, rope_forward_pos, (Tensor out, Tensor inp, float theta, Tensor pos),
+           (out, inp, theta, pos))
+// inverse rotation of dout at positions pos; dinp may alias dout.
+TRAINER_OP(device, void, rope_backward_pos, (Tensor dinp, Tensor dout, float theta, Tensor pos),
+           (dinp, dout, theta, pos))
 
 // ---- attention --------------------------------------------------------------
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], Hq % Hkv == 0; query head h reads kv head
@@ -136,6 +147,43 @@ TRAINER_OP(device, void, attention_backward,
            (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
             Tensor lse, bool causal),
            (dq, dk, dv, dout, q, k, v, out, lse, causal))
+
+// ---- attention at explicit positions (ring attention, context parallelism) --
+// A cp rank holds a sequence's chunks r and 2cp-1-r (zigzag); K/V blocks go
+// round the ring and each rank merges partial attentions of its queries
+// against every block. Positions are I32 global token positions, the same for
+// every batch row; key j is visible to query i iff k_pos[j] <= q_pos[i].
+//
+// q [B,Tq,Hq,D], k,v [B,Tk,Hkv,D], Hq % Hkv == 0, query head h reads kv head
+// h / (Hq/Hkv); q_pos [Tq], k_pos [Tk] I32; scale = 1/sqrt(D). out
+// [B,Tq,Hq,D] = softmax over the visible keys times v; lse [B,Hq,Tq] F32 =
+// log-sum-exp of the scaled visible scores (as attention_forward's). A query
+// row that sees no key gets out = 0, lse = -inf. With q_pos = k_pos = 0..T-1
+// this is attention_forward(causal = true) (CPU: bit for bit).
+TRAINER_OP(device, void, attention_forward_pos,
+           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_pos),
+           (out, lse, q, k, v, q_pos, k_pos))
+// Merges a partial result into the running one, in place, per query row:
+//   lse' = logaddexp(lse, part_lse),
+//   out  = out * exp(lse - lse') + part_out * exp(part_lse - lse'), lse = lse'.
+// Both -inf (no key seen yet): out = 0, lse = -inf. A NaN lse makes the row
+// NaN. out, part_out [B,T,H,D] (same shape); lse, part_lse [B,H,T] F32. The
+// ring starts from out = 0, lse = -inf; merging into that copies the part.
+TRAINER_OP(device, void, attention_merge,
+           (Tensor out, Tensor lse, Tensor part_out, Tensor part_lse),
+           (out, lse, part_out, part_lse))
+// One K/V block's share of the attention gradient, ACCUMULATED (+=) into dq
+// [B,Tq,Hq,D], dk and dv [B,Tk,Hkv,D], given the FINAL (merged over every
+// block) out and lse of the queries. P_ij = exp(scale s_ij - lse_i) for
+// visible keys, else 0; D_i = dout_i . out_i; dS = P (dout v^T - D);
+// dq += scale dS k, dk += scale dS^T q, dv += P^T dout (dk, dv summed over
+// the query heads sharing a kv head). Rows with lse = -inf add nothing.
+// Summed over all blocks: attention_backward of the whole (CPU, identity
+// positions, one block: bit for bit attention_backward into zeroed buffers).
+TRAINER_OP(device, void, attention_backward_pos,
+           (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+            Tensor lse, Tensor q_pos, Tensor k_pos),
+           (dq, dk, dv, dout, q, k, v, out, lse, q_pos, k_pos))
 
 // ---- activations ------------------------------------------------------------
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -25,6 +25,17 @@ void check(const char* op, const char* out_name, const Tensor& out, const char* 
   if (pos_offset < 0) fail(op, "pos_offset " + std::to_string(pos_offset) + " must be >= 0");
 }
 
+// pos [T] I32, T = x.dim(1); its values are any int32 (nothing to check
+// without reading them, which a device tensor does not allow here).
+void check_pos(const char* op, const char* out_name, const Tensor& out, const char* inp_name,
+               const Tensor& inp, float theta, const Tensor& pos) {
+  check(op, out_name, out, inp_name, inp, theta, 0);
+  need(op, "pos", pos, DType::I32);
+  if (pos.ndim != 1 || pos.dim(0) != inp.dim(1))
+    fail(op, "pos " + pos.shape_str() + " vs " + inp_name + " " + inp.shape_str() + ": expected [" +
+                 std::to_string(inp.dim(1)) + "], one position per token of a sequence");
+}
+
 }  // namespace
 
 void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
@@ -33,6 +44,14 @@ void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
 
 void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
   check("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset);
+}
+
+void rope_forward_pos(Tensor out, Tensor inp, float theta, Tensor pos) {
+  check_pos("rope_forward_pos", "out", out, "inp", inp, theta, pos);
+}
+
+void rope_backward_pos(Tensor dinp, Tensor dout, float theta, Tensor pos) {
+  check_pos("rope_backward_pos", "dinp", dinp, "dout", dout, theta, pos);
 }
 
 }  // namespace trainer::op_checks

@@ -1,6 +1,8 @@
 // Rotary position embedding of the CPU backend (see kernels/op_list.h),
 // half-split convention: pair (x[i], x[i + D/2]) at position p = pos_offset + t
-// turns by p * theta^(-2i/D).
+// (rope_forward) or p = pos[t] (rope_forward_pos) turns by p * theta^(-2i/D).
+// Both build their table through the same code from the same position, so a
+// position gets the same bits whichever op names it.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,9 +16,11 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 15;
 
 // sign = +1 rotates forward, -1 applies the inverse (transposed) rotation.
+// Row t is at position pos_offset + t, or pos[t] when pos is not null.
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
-            float theta, int64_t pos_offset, float sign) {
+            float theta, int64_t pos_offset, const Tensor* pos, float sign) {
   need_f32(op, {{out_name, &out}, {inp_name, &inp}});
+  const int32_t* positions = pos != nullptr ? pos->i32() : nullptr;
   const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
   // Angles in double, rounded once to float cos/sin: at t in the thousands a
   // float angle alone would be off by ~1e-4 rad.
@@ -30,7 +34,8 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
     for (int64_t i = 0; i < half; ++i) {
       // The angle depends on the absolute position only, so a chunk starting
       // at pos_offset gets the same bits as those positions of the whole.
-      const double a = double(pos_offset + t) * inv_freq[size_t(i)];
+      const int64_t p = pos != nullptr ? int64_t(positions[t]) : pos_offset + t;
+      const double a = double(p) * inv_freq[size_t(i)];
       cs[size_t(t * half + i)] = float(std::cos(a));
       sn[size_t(t * half + i)] = sign * float(std::sin(a));
     }
@@ -56,12 +61,20 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 }  // namespace
 
 void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, 1.f);
+  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, nullptr, 1.f);
 }
 
 // The rotation is orthogonal, so its gradient is the rotation by -angle.
 void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, -1.f);
+  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, nullptr, -1.f);
+}
+
+void rope_forward_pos(Tensor out, Tensor inp, float theta, Tensor pos) {
+  rotate("rope_forward_pos", "out", out, "inp", inp, theta, 0, &pos, 1.f);
+}
+
+void rope_backward_pos(Tensor dinp, Tensor dout, float theta, Tensor pos) {
+  rotate("rope_backward_pos", "dinp", dinp, "dout", dout, theta, 0, &pos, -1.f);
 }
 
 }  // namespace trainer::cpu

@@ -16,6 +16,11 @@
 // double equals the CPU's pow(theta, -2i/D) to a few double ulps, far below
 // the final rounding to float.
 //
+// rope_forward_pos / rope_backward_pos (explicit positions, a context-parallel
+// rank's zigzag chunks) fill a per-call table [T, D/2] for their positions
+// with the same entry function (rope_cos_sin) and run the same rotation
+// kernel on it, so they give bit for bit what rope_forward gives at an offset.
+//
 // One thread per (b, t, i) reads its table entry and walks the H heads.
 // Consecutive threads take consecutive i, so each head's loads and stores
 // are coalesced. A thread reads both elements of a pair before writing
@@ -48,6 +53,18 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;
 constexpr int kHeadBatch = 4;  // heads loaded before any is stored: loads in flight
 
+// (cos, sin) of pair i at position p, rounded once to float. Every table
+// entry, whichever kernel fills it, comes from here; the products and the
+// quotient are explicitly rounded (__dmul_rn, __ddiv_rn: never contracted
+// into an FMA), so a position gets the same bits in every table.
+__device__ __forceinline__ float2 rope_cos_sin(int64_t p, int64_t i, int64_t D, double log2_theta) {
+  const double e = __dmul_rn(__ddiv_rn(-2.0 * double(i), double(D)), log2_theta);
+  const double inv_freq = exp2(e);
+  double sd, cd;
+  sincos(__dmul_rn(double(p), inv_freq), &sd, &cd);
+  return make_float2(float(cd), float(sd));
+}
+
 __global__ void __launch_bounds__(kThreads)
     rope_table_kernel(float2* table, int64_t P, int64_t half, double log2_theta) {
   const int64_t total = P * half;
@@ -56,10 +73,22 @@ __global__ void __launch_bounds__(kThreads)
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / half;
     const int64_t i = idx - t * half;
-    const double inv_freq = exp2(-2.0 * double(i) / double(D) * log2_theta);
-    double sd, cd;
-    sincos(double(t) * inv_freq, &sd, &cd);
-    table[idx] = make_float2(float(cd), float(sd));
+    table[idx] = rope_cos_sin(t, i, D, log2_theta);
+  }
+}
+
+// The table of the positions pos[0..T) (rope_forward_pos): entry (t, i) is
+// entry (pos[t], i) of rope_table_kernel's table.
+__global__ void __launch_bounds__(kThreads)
+    rope_pos_table_kernel(float2* table, const int32_t* __restrict__ pos, int64_t T_len,
+                          int64_t half, double log2_theta) {
+  const int64_t total = T_len * half;
+  const int64_t D = 2 * half;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / half;
+    const int64_t i = idx - t * half;
+    table[idx] = rope_cos_sin(int64_t(pos[t]), i, D, log2_theta);
   }
 }
 
@@ -82,6 +111,31 @@ const float2* rope_table(int64_t P, int64_t half, double log2_theta, const std::
   KERNEL_CHECK("rope_table_kernel", "rope: cos/sin table for " + context);
   tables->emplace(key, table);
   return table;
+}
+
+// Scratch for rope_forward_pos's per-call table [T, D/2] of float2. Grow-only:
+// allocated on first use and reallocated only for a larger shape (steady-state
+// training never calls cudaMalloc); outside the arenas, T * D/2 * 8 bytes.
+// Calls are ordered on cuda::stream(), so a call's table kernel runs after the
+// previous call's rotation has read the old contents; a queued kernel may
+// still read the old buffer when it grows, so the stream is drained first.
+float2* pos_table_scratch(size_t n, const std::string& context) {
+  static std::mutex mu;
+  static float2* buf = nullptr;
+  static size_t cap = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (n > cap) {
+    if (buf != nullptr) {
+      CUDA_CHECK(cudaStreamSynchronize(stream()), "rope: growing the position table for " + context);
+      CUDA_CHECK(cudaFree(buf), "rope: position table");
+      buf = nullptr;
+      cap = 0;
+    }
+    CUDA_CHECK(cudaMalloc(&buf, n * sizeof(float2)),
+               "rope: position table of " + std::to_string(n * sizeof(float2)) + " bytes for " + context);
+    cap = n;
+  }
+  return buf;
 }
 
 // sign = +1 rotates forward, -1 applies the inverse rotation.
@@ -122,8 +176,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Row t is at position pos_offset + t (pos == nullptr: the shared table of
+// positions [0, pos_offset + T)), or at pos[t] (a per-call table of those T
+// positions; the rotation kernel then reads it at offset 0).
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
-            float theta, int64_t pos_offset, float sign) {
+            float theta, int64_t pos_offset, const Tensor* pos, float sign) {
   // Shapes and theta arrive checked by the router (kernels/checks/rope.cpp).
   if (out.dtype != inp.dtype)
     fail(op, std::string(out_name) + " is " + dtype_name(out.dtype) + " but " + inp_name + " is " +
@@ -133,11 +190,24 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
   if (total == 0 || H == 0) return;
   const int64_t blocks = std::min((total + kThreads - 1) / kThreads, kMaxBlocks);
   const double log2_theta = std::log2(double(theta));
-  const std::string context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
-                              " at positions " + std::to_string(pos_offset) + ".." +
-                              std::to_string(pos_offset + T_len - 1);
-  const float2* table =
-      rope_table(pos_offset + T_len, half, log2_theta, std::string(op) + " " + context);
+  const float2* table = nullptr;
+  std::string context;
+  if (pos == nullptr) {
+    context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
+              " at positions " + std::to_string(pos_offset) + ".." +
+              std::to_string(pos_offset + T_len - 1);
+    table = rope_table(pos_offset + T_len, half, log2_theta, std::string(op) + " " + context);
+  } else {
+    context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
+              " at positions pos " + pos->shape_str();
+    float2* t = pos_table_scratch(size_t(T_len * half), std::string(op) + " " + context);
+    const int64_t tblocks = std::min((T_len * half + kThreads - 1) / kThreads, kMaxBlocks);
+    rope_pos_table_kernel<<<unsigned(tblocks), kThreads, 0, stream()>>>(
+        t, static_cast<const int32_t*>(pos->data), T_len, half, log2_theta);
+    KERNEL_CHECK("rope_pos_table_kernel", std::string(op) + " " + context);
+    table = t;
+    pos_offset = 0;
+  }
   DISPATCH_FLOAT(inp.dtype, T, op, {
     rope_kernel<T><<<unsigned(blocks), kThreads, 0, stream()>>>(
         static_cast<T*>(out.data), static_cast<const T*>(inp.data), table, B * T_len, T_len, pos_offset, H, half, sign);
@@ -148,11 +218,19 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 }  // namespace
 
 void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, 1.f);
+  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, nullptr, 1.f);
 }
 
 void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, -1.f);
+  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, nullptr, -1.f);
+}
+
+void rope_forward_pos(Tensor out, Tensor inp, float theta, Tensor pos) {
+  rotate("rope_forward_pos", "out", out, "inp", inp, theta, 0, &pos, 1.f);
+}
+
+void rope_backward_pos(Tensor dinp, Tensor dout, float theta, Tensor pos) {
+  rotate("rope_backward_pos", "dinp", dinp, "dout", dout, theta, 0, &pos, -1.f);
 }
 
 }  // namespace trainer::cuda
