@@ -90,8 +90,9 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
                  "model.moe.d_ff=" + std::to_string(c.moe_d_ff()) + " (0 = model.d_ff) must be divisible by " +
                      kv("parallel.tp", p.tp) + " (each expert's FFN columns are split like the dense FFN's)");
     if (p.sp)
-      ck.require(c.train.seq_len % p.tp == 0,
-                 kv("train.seq_len", c.train.seq_len) + " must be divisible by " + kv("parallel.tp", p.tp) +
+      ck.require((c.train.seq_len / p.cp) % p.tp == 0,
+                 kv("train.seq_len", c.train.seq_len) + (p.cp > 1 ? " / " + kv("parallel.cp", p.cp) : std::string()) +
+                     " must be divisible by " + kv("parallel.tp", p.tp) +
                      " when parallel.sp=true (the sequence is split across the tensor-parallel group)");
   }
   ck.require(!p.sp || p.tp > 1,
@@ -122,7 +123,7 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
                "parallel.pp_schedule=interleaved with " + kv("parallel.pp", p.pp) + " x " +
                    kv("parallel.pp_virtual", p.pp_virtual) + " = " + std::to_string(stages) +
                    " virtual stages needs a layer each, but " + kv("model.n_layers", c.model.n_layers));
-    const int64_t m = c.train.micro_batch_size > 0 ? c.train.global_batch_size / (int64_t(c.train.micro_batch_size) * dp * p.cp) : 0;
+    const int64_t m = c.train.micro_batch_size > 0 ? c.train.global_batch_size / (int64_t(c.train.micro_batch_size) * dp) : 0;
     ck.require(m % p.pp == 0,
                "parallel.pp_schedule=interleaved runs micro-batches in groups of " + kv("parallel.pp", p.pp) +
                    ", but a step has " + std::to_string(m) +
@@ -144,9 +145,9 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
                                             " layers, " + kv("model.n_layers", c.model.n_layers));
   }
   if (p.cp > 1)
-    ck.require(c.train.seq_len % p.cp == 0,
-               kv("train.seq_len", c.train.seq_len) + " must be divisible by " + kv("parallel.cp", p.cp) +
-                   " (each context-parallel rank holds an equal slice of the sequence)");
+    ck.require(c.train.seq_len % (2 * p.cp) == 0,
+               kv("train.seq_len", c.train.seq_len) + " must be divisible by 2 x " + kv("parallel.cp", p.cp) + " = " +
+                   std::to_string(2 * p.cp) + " (each context-parallel rank holds two equal chunks of the sequence)");
 }
 
 void check_model(const Config& c, const Checker& ck) {

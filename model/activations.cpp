@@ -117,6 +117,13 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
   add("dk", {d.B, d.T, d.Hkv, d.D}, A);
   add("dv", {d.B, d.T, d.Hkv, d.D}, A);
   add("dout", {N, d.Hq * d.D}, A);
+  if (d.cp > 1) {
+    add("cp_positions", {int64_t(d.cp), d.T}, DType::I32);
+    for (const char* n : {"cp_k0", "cp_k1", "cp_v0", "cp_v1", "cp_dk0", "cp_dk1", "cp_dv0", "cp_dv1"})
+      add(n, {d.B, d.T, d.Hkv, d.D}, A);
+    add("cp_o", {d.B, d.T, d.Hq, d.D}, A);
+    add("cp_lse", {d.B, d.Hq, d.T}, DType::F32);
+  }
   bool any_dense = false, any_moe = false;
   for (int64_t i = 0; i < d.L; ++i) (d.moe_layer(i) ? any_moe : any_dense) = true;
   if (any_dense) {
@@ -242,6 +249,17 @@ GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
   g.de1 = get("de1");
   g.de2 = get("de2");
   g.deact = get("deact");
+  g.cp_positions = get("cp_positions");
+  g.cp_k0 = get("cp_k0");
+  g.cp_k1 = get("cp_k1");
+  g.cp_v0 = get("cp_v0");
+  g.cp_v1 = get("cp_v1");
+  g.cp_dk0 = get("cp_dk0");
+  g.cp_dk1 = get("cp_dk1");
+  g.cp_dv0 = get("cp_dv0");
+  g.cp_dv1 = get("cp_dv1");
+  g.cp_o = get("cp_o");
+  g.cp_lse = get("cp_lse");
   g.dye = get("dye");
   g.dxe = get("dxe");
   g.dxe2 = get("dxe2");

@@ -68,6 +68,11 @@ struct GradScratch {
   Tensor dxp, dxp2, dyp;       // [N*K, C]
   Tensor de1, de2, deact;      // [R, Fm] (the experts' rows)
   Tensor dye, dxe, dxe2;       // expert parallelism: the experts' rows [R, C]; else dyp, dxp, dxp2
+  // Context parallelism (model/context_parallel.h): every cp rank's token
+  // positions [cp, T] (written once), the ring's received key/value blocks
+  // and their gradients [B, T, Hkv, D] (two each), one block's partial
+  // attention output and log-sum-exp.
+  Tensor cp_positions, cp_k0, cp_k1, cp_v0, cp_v1, cp_dk0, cp_dk1, cp_dv0, cp_dv1, cp_o, cp_lse;
 };
 
 std::vector<TensorSpec> activation_specs(const ModelDims& d);

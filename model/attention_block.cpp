@@ -1,31 +1,43 @@
 #include "kernels/ops.h"
+#include "model/context_parallel.h"
 #include "model/layers.h"
 
 namespace trainer {
 
-void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a,
-                             Tensor x_out) {
+void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp,
+                             const LayerWeights& w, LayerActs& a, Tensor x_out) {
   const int64_t N = d.N();
   norm_forward(d, own_rows(d, tp, a.h1), a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
   column_input(d, tp, a.h1);
   ops::linear_forward(a.q.view({N, d.Hq * d.D}), a.h1, w.wq, w.bq);
   ops::linear_forward(a.k.view({N, d.Hkv * d.D}), a.h1, w.wk, w.bk);
   ops::linear_forward(a.v.view({N, d.Hkv * d.D}), a.h1, w.wv, w.bv);
+  // Under context parallelism the local tokens are two chunks of the
+  // sequence: RoPE rotates by their global positions, attention runs as a
+  // ring over the cp group (model/context_parallel.h).
   if (d.llama) {
-    // Position offset 0: every rank holds whole sequences (no context
-    // parallelism yet).
-    ops::rope_forward(a.q, a.q, d.rope_theta, 0);
-    ops::rope_forward(a.k, a.k, d.rope_theta, 0);
+    if (d.cp > 1) {
+      const Tensor pos = cp.positions_of(cp.rank());
+      ops::rope_forward_pos(a.q, a.q, d.rope_theta, pos);
+      ops::rope_forward_pos(a.k, a.k, d.rope_theta, pos);
+    } else {
+      ops::rope_forward(a.q, a.q, d.rope_theta, 0);
+      ops::rope_forward(a.k, a.k, d.rope_theta, 0);
+    }
   }
-  ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
+  if (d.cp > 1)
+    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v);
+  else
+    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
   const Tensor y = row_partial(d, tp, x_out);
   ops::linear_forward(y, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
   row_output(d, tp, x_out, y);
   ops::add_inplace(x_out, a.x_in);
 }
 
-void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
-                              const LayerWeights& gw, const LayerActs& a, GradScratch& g, BackwardPart part) {
+void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp,
+                              const LayerWeights& w, const LayerWeights& gw, const LayerActs& a, GradScratch& g,
+                              BackwardPart part) {
   const int64_t N = d.N();
   const bool whole = part == BackwardPart::Whole;
   // The whole sequence's output gradient (g.dres holds this rank's rows
@@ -44,11 +56,21 @@ void attention_block_backward(const ModelDims& d, const TensorParallel& tp, cons
   }
   // Input gradients: d out -> d o -> d q, k, v -> d h1 (partial over tp heads).
   ops::linear_backward(g.dout, {}, {}, dy, a.o, w.wo, false);
-  ops::attention_backward(in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
-                          a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
+  if (d.cp > 1)
+    ring_attention_backward(cp, in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
+                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse);
+  else
+    ops::attention_backward(in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
+                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
   if (d.llama) {
-    ops::rope_backward(in.dq, in.dq, d.rope_theta, 0);
-    ops::rope_backward(in.dk, in.dk, d.rope_theta, 0);
+    if (d.cp > 1) {
+      const Tensor pos = cp.positions_of(cp.rank());
+      ops::rope_backward_pos(in.dq, in.dq, d.rope_theta, pos);
+      ops::rope_backward_pos(in.dk, in.dk, d.rope_theta, pos);
+    } else {
+      ops::rope_backward(in.dq, in.dq, d.rope_theta, 0);
+      ops::rope_backward(in.dk, in.dk, d.rope_theta, 0);
+    }
   }
   ops::linear_backward(g.dh, {}, {}, in.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
   ops::linear_backward(g.dh, {}, {}, in.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, true);

@@ -42,6 +42,9 @@ struct ModelDims {
   // and residual adds hold only this rank's N / tp token rows.
   int tp = 1;
   bool sp = false;
+  // Context parallelism (model/context_parallel.h): T is this rank's tokens
+  // of each sequence (two zigzag chunks of the whole T_global = T x cp).
+  int cp = 1, cp_rank = 0;
   int64_t vocab_size = 0;  // the model's real vocabulary (0: V)
   int64_t V_offset = 0;
   // The pipeline schedule splits each backward into its input half and its

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "model/activations.h"
+#include "model/context_parallel.h"
 #include "model/dims.h"
 #include "model/params.h"
 #include "model/tensor_parallel.h"
@@ -35,9 +36,12 @@ void norm_forward(const ModelDims& d, Tensor out, Tensor mean, Tensor rstd, Tens
 void norm_backward(const ModelDims& d, Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x,
                    Tensor w, Tensor mean, Tensor rstd);
 
-void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
-void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
-                              const LayerActs& a, GradScratch& g, BackwardPart part = BackwardPart::Whole);
+// cp: the context-parallel ring (a group of one: plain attention).
+void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp,
+                             const LayerWeights& w, LayerActs& a, Tensor x_out);
+void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp,
+                              const LayerWeights& w, const LayerWeights& gw, const LayerActs& a, GradScratch& g,
+                              BackwardPart part = BackwardPart::Whole);
 void attention_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw,
                                      const LayerActs& a, const WeightGradInputs& in);
 

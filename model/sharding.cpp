@@ -109,6 +109,14 @@ ShardingPlan make_sharding_plan(const ModelDims& global, double init_std, const 
   d.F /= tp;
   d.tp = tp;
   d.sp = plan.sp;
+  if (mesh.cp > 1) {
+    if (global.T % (2 * int64_t(mesh.cp)) != 0)
+      throw ConfigError("train.seq_len=" + str(global.T) + " must be divisible by 2 x parallel.cp = " +
+                        str(2 * int64_t(mesh.cp)) + " (each context-parallel rank holds two equal chunks)");
+    d.T = global.T / mesh.cp;
+    d.cp = mesh.cp;
+    d.cp_rank = at.cp;
+  }
   d.vocab_size = global.vocab();
   d.V = (global.vocab() + tp - 1) / tp;  // padded: the last rank's trailing rows are padding
   d.V_offset = d.V * at.tp;

@@ -4,6 +4,7 @@
 
 #include "core/device_memory.h"
 #include "kernels/ops.h"
+#include "model/context_parallel.h"
 #include "model/expert_load.h"
 #include "model/layers.h"
 #include "model/units.h"
@@ -59,7 +60,9 @@ std::unique_ptr<ActivationSlot> make_slot(const ModelDims& d, Device device) {
   if (!d.llama) {
     // Position ids never change; written once per slot.
     std::vector<int32_t> pos(size_t(d.N()));
-    for (int64_t n = 0; n < d.N(); ++n) pos[size_t(n)] = int32_t(n % d.T);
+    // The tokens' places in the whole sequence (zigzag chunks under cp).
+    const std::vector<int32_t> place = d.cp > 1 ? zigzag_positions(d.T * d.cp, d.cp, d.cp_rank) : std::vector<int32_t>{};
+    for (int64_t n = 0; n < d.N(); ++n) pos[size_t(n)] = d.cp > 1 ? place[size_t(n % d.T)] : int32_t(n % d.T);
     write_from_host(slot->acts.pos_ids, pos.data());
   }
   return slot;
@@ -79,6 +82,32 @@ TensorParallel tp_of(Model& m) {
     throw std::logic_error("the model is split for tp=" + std::to_string(m.dims.tp) + ", its tensor-parallel group " +
                            tp.comm().describe() + " has " + std::to_string(tp.size()) + " rank(s)");
   return tp;
+}
+
+Communicator& solo_cp(Device device) {
+  static SingleRankCommunicator cpu("cp", 0, Device::CPU), cuda("cp", 0, Device::CUDA);
+  return device == Device::CPU ? cpu : cuda;
+}
+
+ContextParallel cp_of(Model& m) {
+  ContextParallel cp;
+  cp.group = m.cp ? m.cp : &solo_cp(model_device(m));
+  if (cp.size() != m.dims.cp)
+    throw std::logic_error("the model is split for cp=" + std::to_string(m.dims.cp) + ", its context-parallel group " +
+                           cp.group->describe() + " has " + std::to_string(cp.size()) + " rank(s)");
+  const GradScratch& g = m.g;
+  cp.positions = g.cp_positions;
+  cp.k[0] = g.cp_k0;
+  cp.k[1] = g.cp_k1;
+  cp.v[0] = g.cp_v0;
+  cp.v[1] = g.cp_v1;
+  cp.dk[0] = g.cp_dk0;
+  cp.dk[1] = g.cp_dk1;
+  cp.dv[0] = g.cp_dv0;
+  cp.dv[1] = g.cp_dv1;
+  cp.part_o = g.cp_o;
+  cp.part_lse = g.cp_lse;
+  return cp;
 }
 
 Communicator& solo_ep(Device device) {
@@ -122,6 +151,14 @@ void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelS
   const auto gspecs = grad_scratch_specs(d);
   m.scratch_arena = Arena("gradient scratch", arena_bytes(gspecs), device);
   m.g = bind_grad_scratch(gspecs, m.scratch_arena.alloc_all(gspecs));
+  if (d.cp > 1) {
+    std::vector<int32_t> all;
+    for (int r = 0; r < d.cp; ++r) {
+      const std::vector<int32_t> p = zigzag_positions(d.T * d.cp, d.cp, r);
+      all.insert(all.end(), p.begin(), p.end());
+    }
+    write_from_host(m.g.cp_positions, all.data());
+  }
 }
 
 Device model_device(const Model& m) { return m.scratch_arena.device(); }
@@ -180,6 +217,7 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
   const ModelDims& d = m.dims;
   Activations& a = activations_of(m, mb.id);
   const TensorParallel tp = tp_of(m);
+  const ContextParallel cp = cp_of(m);
   double aux = 0;
   for (int64_t i = first; i < first + count; ++i) {
     LayerActs& la = a.layers[size_t(i)];
@@ -187,7 +225,7 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->forward_begin(m, u, mb);
     const LayerWeights& lw = m.w.layers[size_t(i)];
     const Tensor x_out = i + 1 < d.L ? a.layers[size_t(i + 1)].x_in : a.x_final;
-    attention_block_forward(d, tp, lw, la, la.x_mid);
+    attention_block_forward(d, tp, cp, lw, la, la.x_mid);
     if (d.moe_layer(i)) {
       moe_block_forward(d, tp, ep_of(m), lw, la, a.moe_out, x_out);
       if (m.expert_load) count_expert_load(d, i, la, *m.expert_load);
@@ -264,6 +302,7 @@ void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t coun
     throw std::logic_error("blocks_backward: a split backward needs a model built with split_backward (its slots keep "
                            "the output gradients)");
   const TensorParallel tp = tp_of(m);
+  const ContextParallel cp = cp_of(m);
   GradScratch g = m.g;
   g.dres = s.dx;
   for (int64_t i = first + count - 1; i >= first; --i) {
@@ -276,7 +315,7 @@ void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t coun
       moe_block_backward(d, tp, ep_of(m), w, gw, la, g, aux_grad, part);
     else
       mlp_block_backward(d, tp, w, gw, la, g, part);
-    attention_block_backward(d, tp, w, gw, la, g, part);
+    attention_block_backward(d, tp, cp, w, gw, la, g, part);
     if (part == BackwardPart::Whole && m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_end(m, u, mb);
   }

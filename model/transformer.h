@@ -56,6 +56,8 @@ struct Model {
   Communicator* tp = nullptr;
   // Expert-parallel group (model/expert_parallel.h); its size must be the plan's ep.
   Communicator* ep = nullptr;
+  // Context-parallel group (model/context_parallel.h); its size must be the plan's cp.
+  Communicator* cp = nullptr;
   // When set, every MoE layer's forward adds its routing (model/expert_load.h).
   ExpertLoad* expert_load = nullptr;
   // Called at unit boundaries (model/units.h); null for a plain replica.

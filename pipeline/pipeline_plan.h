@@ -22,7 +22,8 @@ std::vector<int64_t> stage_layers_for(const Config& c, const ModelDims& global, 
 // twice that. layers: per virtual stage (ranks x chunks entries).
 std::vector<ActionCosts> stage_action_costs(const ModelDims& global, const std::vector<int64_t>& layers, int ranks);
 
-// Micro-batches per step and rank: global batch / (micro-batch x dp x cp).
+// Micro-batches per step and rank: global batch / (micro-batch x dp); the
+// context-parallel ranks of a replica share its sequences.
 int64_t microbatches_per_step(const Config& c, int dp);
 
 // Model chunks per pipeline rank (parallel.pp_virtual; 1 unless interleaved)

@@ -13,6 +13,8 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     solo_tp_ = std::make_unique<SingleRankCommunicator>("tp", 0, device);
     solo_pp_ = std::make_unique<SingleRankCommunicator>("pp", 0, device);
     solo_ep_ = std::make_unique<SingleRankCommunicator>("ep", 0, device);
+    solo_cp_ = std::make_unique<SingleRankCommunicator>("cp", 0, device);
+    cp_group_ = solo_cp_.get();
     dp_group_ = host_ = edp_group_ = solo_.get();
     ep_group_ = solo_ep_.get();
     tp_group_ = solo_tp_.get();
@@ -20,9 +22,6 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     return;
   }
   const MeshShape mesh = resolve_mesh(cfg.parallel, launch.world_size, launch.local_world_size);
-  if (mesh.cp > 1)
-    throw ConfigError(describe(mesh) + ": context parallelism is not wired into training yet "
-                      "(set parallel.cp=1; tensor, pipeline, expert and data parallelism run)");
   ProcessGroupOptions po;
   po.timeout_s = cfg.parallel.timeout_s;
   po.host_world = device == Device::CUDA;
@@ -39,6 +38,7 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
   tp_group_ = &groups_->group(Axis::TP);
   pp_group_ = &groups_->group(Axis::PP);
   ep_group_ = &groups_->group(Axis::EP);
+  cp_group_ = &groups_->group(Axis::CP);
   // Like dp: a one-rank mesh reduces over the world.
   edp_group_ = mesh.world() == 1 ? &groups_->world() : &groups_->group(Axis::EDP);
   host_ = &groups_->host_world();

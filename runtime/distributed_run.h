@@ -19,8 +19,7 @@ class DistributedRun {
  public:
   // Builds the groups when a launcher started this process (even a single
   // one: on a GPU it then gets an NCCL communicator of one), and the
-  // watchdog when there are several ranks. Throws ConfigError for layouts
-  // the engine does not train yet (cp > 1).
+  // watchdog when there are several ranks.
   DistributedRun(const Config& cfg, const LaunchInfo& launch, Device device);
 
   const MeshShape& mesh() const { return mesh_; }
@@ -39,6 +38,8 @@ class DistributedRun {
   // to their experts over it) and the group that holds the same experts
   // (their gradients are summed over it).
   Communicator& ep_group() { return *ep_group_; }
+  // Context parallelism: the ranks that split each sequence (the attention ring).
+  Communicator& cp_group() { return *cp_group_; }
   Communicator& edp_group() { return *edp_group_; }
   // Host tensors over every rank of the job (loss sums, the gradient norm,
   // agreement flags).
@@ -51,11 +52,12 @@ class DistributedRun {
  private:
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<Watchdog> watchdog_;
-  std::unique_ptr<SingleRankCommunicator> solo_, solo_tp_, solo_pp_, solo_ep_;
+  std::unique_ptr<SingleRankCommunicator> solo_, solo_tp_, solo_pp_, solo_ep_, solo_cp_;
   Communicator* dp_group_ = nullptr;
   Communicator* tp_group_ = nullptr;
   Communicator* pp_group_ = nullptr;
   Communicator* ep_group_ = nullptr;
+  Communicator* cp_group_ = nullptr;
   Communicator* edp_group_ = nullptr;
   Communicator* host_ = nullptr;
   MeshShape mesh_;

@@ -19,6 +19,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/pipeline_plan.h"
 #include "trainer/pipeline_report.h"
+#include "model/context_parallel.h"
 #include "model/expert_load.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -51,8 +52,18 @@ using clock_type = std::chrono::steady_clock;
 // Micro-batch `micro` of a batch into its activation slot of chunk `m` (held by then).
 void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
   Activations& a = activations_of(m, micro);
-  write_from_host(a.ids, hb.inputs_of(micro));
-  write_from_host(a.targets, hb.targets_of(micro));
+  const ModelDims& d = m.dims;
+  if (d.cp == 1) {
+    write_from_host(a.ids, hb.inputs_of(micro));
+    write_from_host(a.targets, hb.targets_of(micro));
+    return;
+  }
+  // Context parallelism: this rank's two chunks of every sequence.
+  std::vector<int32_t> local(size_t(d.N()));
+  zigzag_tokens(hb.inputs_of(micro), hb.micro_batch, hb.seq_len, d.cp, d.cp_rank, local.data());
+  write_from_host(a.ids, local.data());
+  zigzag_tokens(hb.targets_of(micro), hb.micro_batch, hb.seq_len, d.cp, d.cp_rank, local.data());
+  write_from_host(a.targets, local.data());
 }
 
 // The validation batches are the same at every evaluation (read once).
@@ -60,13 +71,14 @@ void load_prefetched(const HostBatch& hb, Model& m, int64_t micro) {
 // training step), so the loss does not depend on dp or the micro-batch size.
 // The tensor-parallel ranks of a replica compute the same losses; one of
 // them (`counts`) adds them to the sum over all ranks.
-double evaluate(const HostBatch& hb, StageModels& stage, Communicator& pp, Communicator& host, int dp, bool counts) {
+double evaluate(const HostBatch& hb, StageModels& stage, Communicator& pp, Communicator& host, int dp, bool counts,
+                int64_t tokens_per_micro) {
   double sum = run_pipeline_forward(stage.models(), pp, hb.micro_steps, [&](Model& m, int64_t mb) {
                  load_prefetched(hb, m, mb);
                }).loss_sum;
   if (!counts) sum = 0;
   host.all_reduce(Tensor(&sum, DType::F64, {1}));
-  return sum / double(hb.micro_steps * stage.model(0).dims.N() * dp);
+  return sum / double(hb.micro_steps * tokens_per_micro * dp);
 }
 
 // After a resume, rows logged past the checkpoint (by the run that crashed)
@@ -115,9 +127,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   }
   const int threads = omp_get_max_threads();
   if (lead)
-    std::printf("%s, %d thread%s, storage %s%s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
+    std::printf("%s, %d thread%s, storage %s%s%s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
                 dtype_name(storage),
                 mesh.tp > 1 ? (", tensor parallel " + std::to_string(mesh.tp) + (cfg.parallel.sp ? " with sp" : ""))
+                                  .c_str()
+                            : "",
+                mesh.cp > 1 ? (", context parallel " + std::to_string(mesh.cp) + " (zigzag chunks of " +
+                               std::to_string(cfg.train.seq_len / (2 * mesh.cp)) + " tokens, ring attention)")
                                   .c_str()
                             : "",
                 dp > 1 || stage > 0
@@ -254,7 +270,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       models.begin_step();
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
-      const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
+      // The load-balancing loss is each micro-batch's (under cp each
+      // chunk's): their mean over the step.
+      const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp * mesh.cp));
       const HostBatch& batch = prefetch.get(step);
       // The steps that log also count each expert's tokens.
       const bool log_step = (step + 1) % cfg.log.interval == 0 || step + 1 == end_step;
@@ -282,7 +300,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
         aux_sum = sums[1];
       }
       const double loss = loss_sum / double(M * dims.N() * dp);
-      const double aux = aux_sum / double(M * dp);
+      const double aux = aux_sum / double(M * dp * mesh.cp);
       const double norm = std::sqrt(models.grad_sum_squares()) / loss_scale;
       if (scaler.enabled() && (!std::isfinite(norm) || !std::isfinite(loss))) {
         scaler.overflow();
@@ -389,7 +407,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
       if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
         if (watchdog) watchdog->progress(step + 1, "evaluation");
-        const double vl = evaluate(*valid_batch, models, pp_group, host, dp, counts_loss);
+        const double vl = evaluate(*valid_batch, models, pp_group, host, dp, counts_loss, dims.N());
         summary.val_losses.push_back(vl);
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);

@@ -27,7 +27,7 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
       chunk_plans(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp, layers, chunks);
   // A pipeline stage holds the activations of every micro-batch in flight
   // at its schedule's peak (1 without a pipeline), per model chunk.
-  const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp * mesh.cp));
+  const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp));
   std::vector<int> slots(size_t(chunks), 1);
   try {
     const Simulation sim = simulate(schedule_for(c, mesh.pp, m));

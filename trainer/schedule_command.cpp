@@ -16,7 +16,7 @@ std::string describe_schedule(const Config& c, int world_size) {
   const MeshShape mesh = resolve_mesh(c.parallel, world_size, 0);
   const ModelDims dims = make_dims(c, c.train.micro_batch_size, c.train.seq_len);
   const std::vector<int64_t> layers = stage_layers_for(c, dims, mesh.pp * pipeline_chunks(c));
-  const int64_t m = microbatches_per_step(c, mesh.dp * mesh.cp);
+  const int64_t m = microbatches_per_step(c, mesh.dp);
   const Schedule s = schedule_for(c, mesh.pp, m);
   const Simulation sim = simulate(s, stage_action_costs(dims, layers, mesh.pp));
   if (!sim.ok) throw std::logic_error("pipeline schedule: " + sim.error);

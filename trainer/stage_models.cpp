@@ -9,6 +9,7 @@ StageModels::StageModels(const std::vector<ShardingPlan>& plans, Device device, 
     build_model(chunk->model, plans[c], device, zero_model_storage(zero_stage));
     chunk->model.tp = groups.tp;
     chunk->model.ep = groups.ep;
+    chunk->model.cp = groups.cp;
     reserve_activation_slots(chunk->model, slots[c]);
     chunk->zero = std::make_unique<ZeroOptimizer>(chunk->model, zero_stage, *groups.dp,
                                                   groups.edp ? *groups.edp : *groups.dp, *groups.host, cfg);
@@ -20,7 +21,7 @@ StageModels::StageModels(const std::vector<ShardingPlan>& plans, Device device, 
 
 StageGroups stage_groups(DistributedRun& dist) {
   return StageGroups{&dist.tp_group(), &dist.dp_group(), &dist.host(), &dist.pp_group(), &dist.ep_group(),
-                     &dist.edp_group()};
+                     &dist.edp_group(), &dist.cp_group()};
 }
 
 std::vector<Model*> StageModels::models() {

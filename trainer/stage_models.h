@@ -25,6 +25,7 @@ struct StageGroups {
   Communicator* pp = nullptr;    // pipeline (tied embedding across the ends)
   Communicator* ep = nullptr;    // expert parallel (to the models)
   Communicator* edp = nullptr;   // expert data parallel (ZeRO: expert units)
+  Communicator* cp = nullptr;    // context parallel (to the models: the attention ring)
 };
 // The groups of this rank.
 StageGroups stage_groups(DistributedRun& dist);

@@ -1,0 +1,91 @@
+#include "model/context_parallel.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace trainer {
+
+std::vector<int32_t> zigzag_positions(int64_t T, int cp, int rank) {
+  if (cp < 1 || T % (2 * int64_t(cp)) != 0 || rank < 0 || rank >= cp)
+    throw std::invalid_argument("zigzag_positions: " + std::to_string(T) + " tokens do not split into 2 x " +
+                                std::to_string(cp) + " chunks (rank " + std::to_string(rank) + ")");
+  const int64_t c = T / (2 * cp);
+  std::vector<int32_t> pos;
+  pos.reserve(size_t(2 * c));
+  for (const int64_t chunk : {int64_t(rank), int64_t(2 * cp - 1 - rank)})
+    for (int64_t t = 0; t < c; ++t) pos.push_back(int32_t(chunk * c + t));
+  return pos;
+}
+
+void zigzag_tokens(const int32_t* full, int64_t B, int64_t T, int cp, int rank, int32_t* out) {
+  const std::vector<int32_t> pos = zigzag_positions(T, cp, rank);
+  const int64_t Tl = int64_t(pos.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tl; ++t) out[b * Tl + t] = full[b * T + pos[size_t(t)]];
+}
+
+Tensor ContextParallel::positions_of(int r) const {
+  const int64_t Tl = positions.dim(1);
+  return positions.slice0(r, r + 1).view({Tl});
+}
+
+void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v) {
+  const int P = cp.size(), r = cp.rank();
+  const Tensor q_pos = cp.positions_of(r);
+  ops::fill(o, 0.f);
+  ops::fill(lse, -INFINITY);
+  Tensor kc = k, vc = v;  // the block in hand: rank (r - s) mod P's at step s
+  for (int s = 0; s < P; ++s) {
+    const int src = (r - s + P) % P;
+    ops::attention_forward_pos(cp.part_o, cp.part_lse, q, kc, vc, q_pos, cp.positions_of(src));
+    ops::attention_merge(o, lse, cp.part_o, cp.part_lse);
+    if (s + 1 == P) break;
+    // Pass the block on, take the previous rank's: the buffer received
+    // into is never the one being sent.
+    const Tensor kn = cp.k[s % 2], vn = cp.v[s % 2];
+    cp.group->batch_send_recv({{true, kc, (r + 1) % P},
+                               {true, vc, (r + 1) % P},
+                               {false, kn, (r + P - 1) % P},
+                               {false, vn, (r + P - 1) % P}});
+    kc = kn;
+    vc = vn;
+  }
+}
+
+void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                             Tensor k, Tensor v, Tensor o, Tensor lse) {
+  const int P = cp.size(), r = cp.rank();
+  const Tensor q_pos = cp.positions_of(r);
+  ops::fill(dq, 0.f);
+  ops::fill(dk, 0.f);
+  ops::fill(dv, 0.f);
+  // The block in hand with its gradient so far; after P passes every
+  // block's gradient is back on its owner, in dk, dv.
+  Tensor kc = k, vc = v, dkc = dk, dvc = dv;
+  for (int s = 0; s < P; ++s) {
+    const int src = (r - s + P) % P;
+    ops::attention_backward_pos(dq, dkc, dvc, dout, q, kc, vc, o, lse, q_pos, cp.positions_of(src));
+    if (P == 1) break;
+    const int next = (r + 1) % P, prev = (r + P - 1) % P;
+    const bool last = s + 1 == P;
+    const Tensor dkn = last ? dk : cp.dk[s % 2], dvn = last ? dv : cp.dv[s % 2];
+    std::vector<P2POp> ops_ = {{true, dkc, next}, {true, dvc, next}, {false, dkn, prev}, {false, dvn, prev}};
+    if (!last) {
+      ops_.push_back({true, kc, next});
+      ops_.push_back({true, vc, next});
+      ops_.push_back({false, cp.k[s % 2], prev});
+      ops_.push_back({false, cp.v[s % 2], prev});
+    }
+    cp.group->batch_send_recv(ops_);
+    if (last) break;
+    kc = cp.k[s % 2];
+    vc = cp.v[s % 2];
+    dkc = dkn;
+    dvc = dvn;
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,52 @@
+// Context parallelism (docs/ARCHITECTURE.md "Context parallelism"): the cp
+// ranks of a data-parallel replica read the same sequences and each keeps
+// two of the 2 cp equal chunks of every sequence, rank r chunks r and
+// 2 cp - 1 - r (zigzag), so that under the causal mask every rank has the
+// same attention work. Everything but attention is per token and runs on
+// the local rows unchanged; positions (RoPE, learned position tables) are
+// the tokens' places in the whole sequence. Attention runs as a ring: each
+// rank's keys and values travel around the cp group, every rank attends
+// with its queries to each block it holds (the mask by global position)
+// and merges the partial results with their log-sum-exp; the backward
+// sends the blocks around again with their key/value gradients, which end
+// on their owner. A group of one is plain attention.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/dims.h"
+
+namespace trainer {
+
+// The global positions of rank `rank`'s local tokens of a sequence of T
+// (2 cp chunks of T / (2 cp); T must be a multiple of 2 cp): its first
+// chunk, then its second.
+std::vector<int32_t> zigzag_positions(int64_t T, int cp, int rank);
+
+// The local token rows of a micro-batch of B whole sequences of T tokens:
+// out[b T/cp + t] = full[b T + positions[t]].
+void zigzag_tokens(const int32_t* full, int64_t B, int64_t T, int cp, int rank, int32_t* out);
+
+// What attention needs for the ring: the group, every rank's positions
+// [cp, T_local] (I32), and its transfer and partial-result buffers.
+struct ContextParallel {
+  Communicator* group = nullptr;
+  Tensor positions;             // row s: rank s's token positions
+  Tensor k[2], v[2];            // blocks received in turn [B, T_local, Hkv, D]
+  Tensor dk[2], dv[2];          // their travelling gradients
+  Tensor part_o, part_lse;      // one block's partial attention [B, T_local, Hq, D], [B, Hq, T_local]
+  int rank() const { return group->rank(); }
+  int size() const { return group->size(); }
+  Tensor positions_of(int r) const;
+};
+
+// o [B,T,Hq,D], lse [B,Hq,T]: attention of the local queries over the whole
+// sequence's keys (causal by position); q, k, v are this rank's.
+void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v);
+// dq, dk, dv overwritten with the gradients of this rank's q, k, v.
+void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                             Tensor k, Tensor v, Tensor o, Tensor lse);
+
+}  // namespace trainer

@@ -1,0 +1,108 @@
+// Context parallelism through the real binary on CPU processes over Gloo: 20
+// steps of cp 2 and cp 4 (causal llama with grouped-query attention, gpt2
+// with learned positions), cp 2 x tp 2 x dp 2 on 8 ranks with sp and ZeRO-1,
+// cp 2 inside a pp 2 pipeline, and MoE under cp reproduce the one-process
+// run (losses, validation losses, final weights); a checkpoint of cp 2
+// resumes in one process on the same curve.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "e2e_util.h"
+
+namespace fs = std::filesystem;
+using namespace trainer;
+using e2e::losses;
+using e2e::max_rel_diff;
+using e2e::run;
+using e2e::Setup;
+
+namespace {
+
+const char* const kLlamaGqa =
+    "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}";
+const char* const kGpt2 = "{arch: gpt2, vocab_size: 259, d_model: 32, n_layers: 2, n_heads: 4, max_seq_len: 32}";
+// Without the load-balancing loss, whose statistics are per chunk under cp.
+const char* const kMoe =
+    "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32, "
+    "moe: {num_experts: 4, top_k: 2, d_ff: 32, aux_loss_coeff: 0}}";
+
+void run_cases(const Setup& s, const std::vector<e2e::Case>& cases) {
+  e2e::run_cases(s, "cp", cases, {"context parallel "});
+}
+
+}  // namespace
+
+TEST_CASE("context parallel llama GQA: cp 2, cp 4, cp 2 x tp 2 x dp 2, cp 2 x pp 2 == one process", "[cp][e2e]") {
+  const Setup s = e2e::make_setup("cp", "llama", kLlamaGqa);
+  run_cases(s, {
+                   {"llama cp2", 2, "--set parallel.cp=2"},
+                   {"llama cp4", 4, "--set parallel.cp=4"},
+                   {"llama cp2 dp2 zero1", 4, "--set parallel.cp=2 --set parallel.zero_stage=1"},
+                   {"llama cp2 x tp2 sp x dp2", 8,
+                    "--set parallel.cp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero_stage=1"},
+                   {"llama cp2 x pp2", 4, "--set parallel.cp=2 --set parallel.pp=2"},
+               });
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("context parallel gpt2 (learned positions) and MoE: cp 2 == one process", "[cp][e2e]") {
+  {
+    const Setup s = e2e::make_setup("cp", "gpt2", kGpt2);
+    run_cases(s, {{"gpt2 cp2", 2, "--set parallel.cp=2"}, {"gpt2 cp4 zero2", 4, "--set parallel.cp=4 --set parallel.zero_stage=2"}});
+    fs::remove_all(s.dir);
+  }
+  {
+    const Setup s = e2e::make_setup("cp", "moe", kMoe);
+    run_cases(s, {{"moe cp2 ep2", 2, "--set parallel.cp=2 --set parallel.ep=2"}});
+    fs::remove_all(s.dir);
+  }
+}
+
+TEST_CASE("a checkpoint of cp 2 x dp 2 resumes in one process (cp 1) on the same curve", "[cp][reshard][e2e]") {
+  const Setup s = e2e::make_setup("cp", "reshard", kLlamaGqa);
+  const auto straight = losses(fs::path(s.single()) / "metrics.jsonl");
+  REQUIRE(straight.size() == 20);
+  const std::string a = (s.dir / "a").string(), b = (s.dir / "b").string();
+  std::string out;
+  REQUIRE(e2e::run_by_hand(s.cfg, 4, a, &out, "--set parallel.cp=2 --set parallel.zero_stage=1 --stop-after 10") == 0);
+  out.clear();
+  REQUIRE(run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + b + " --set checkpoint.resume=" +
+                  a + "/ckpt/step_00000010",
+              &out) == 0);
+  INFO(out);
+  CHECK(out.find("resumed from " + a + "/ckpt/step_00000010 at step 10") != std::string::npos);
+  const std::vector<double> joined = e2e::joined_losses({a, b});
+  REQUIRE(joined.size() == 20);
+  const double worst = max_rel_diff(joined, straight);
+  const double w = e2e::weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(b) / "ckpt/step_00000020");
+  std::printf("[cp] reshard cp2 dp2 zero1 -> 1: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+              worst, w);
+  CHECK(worst < 1e-5);
+  CHECK(w < 1e-4);
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("context-parallel configuration mistakes exit 2 naming the keys", "[cp][cli][config]") {
+  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";  // seq_len 64
+  struct Bad {
+    const char* args;
+    const char* want;
+  };
+  const Bad cases[] = {
+      {"--world 3 --set parallel.cp=3", "train.seq_len=64 must be divisible by 2 x parallel.cp=3 = 6"},
+      {"--world 2 --set parallel.cp=2 --set train.seq_len=34", "train.seq_len=34 must be divisible by 2 x parallel.cp=2 = 4"},
+      {"--world 8 --set parallel.cp=2 --set parallel.tp=4 --set parallel.sp=true --set train.seq_len=36",
+       "train.seq_len=36 / parallel.cp=2 must be divisible by parallel.tp=4"},
+  };
+  for (const Bad& b : cases) {
+    std::string out;
+    const int rc = run(std::string(TRAINER_BIN) + " schedule --config " + cfg + " " + b.args, &out);
+    INFO(b.args << "\n" << out);
+    CHECK(rc == 2);
+    CHECK(out.find(b.want) != std::string::npos);
+  }
+}
