@@ -36,6 +36,7 @@
 #include "data/prefetch.h"
 #include "trainer/reference_dump.h"
 #include "trainer/smoke_roundtrip.h"
+#include "trainer/context_report.h"
 #include "trainer/expert_report.h"
 #include "trainer/stage_models.h"
 #include "runtime/distributed_run.h"
@@ -210,6 +211,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans, M)).c_str());
   if (lead && mesh.ep > 1) std::printf("%s", format_expert_plan(expert_plan(plans), M).c_str());
+  if (lead && mesh.cp > 1) std::printf("%s", format_context_plan(plans.front(), M).c_str());
   models.initialise(cfg.run.seed);
   summary.optimizer_bytes = models.optimizer_bytes();
   if (models.optimizer_bytes() != plan.optimizer_bytes)
