@@ -201,6 +201,40 @@ void run_cases(const Setup& s, const std::string& tag, const std::vector<Case>& 
   }
 }
 
+void check_reshard_to_one(const Setup& s, const std::string& tag, const std::string& label, int world,
+                          const std::string& layout) {
+  const auto straight = losses(fs::path(s.single()) / "metrics.jsonl");
+  REQUIRE(straight.size() == 20);
+  const std::string a = (s.dir / "a").string(), b = (s.dir / "b").string();
+  std::string out;
+  REQUIRE(run_by_hand(s.cfg, world, a, &out, layout + " --stop-after 10") == 0);
+  out.clear();
+  REQUIRE(run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + b + " --set checkpoint.resume=" +
+                  a + "/ckpt/step_00000010",
+              &out) == 0);
+  INFO(out);
+  CHECK(out.find("resumed from " + a + "/ckpt/step_00000010 at step 10") != std::string::npos);
+  const std::vector<double> joined = joined_losses({a, b});
+  REQUIRE(joined.size() == 20);
+  const double worst = max_rel_diff(joined, straight);
+  const double w = weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(b) / "ckpt/step_00000020");
+  std::printf("[%s] reshard %s -> 1: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+              tag.c_str(), label.c_str(), worst, w);
+  CHECK(worst < 1e-5);
+  CHECK(w < 1e-4);
+}
+
+void expect_config_errors(const std::vector<ConfigMistake>& cases) {
+  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";
+  for (const ConfigMistake& c : cases) {
+    std::string out;
+    const int rc = run(std::string(TRAINER_BIN) + " schedule --config " + cfg + " " + c.args, &out);
+    INFO(c.args << "\n" << out);
+    CHECK(rc == 2);
+    CHECK(out.find(c.want) != std::string::npos);
+  }
+}
+
 void check_smoke(const std::string& log0, const std::vector<int>& codes) {
   REQUIRE(!codes.empty());
   REQUIRE(codes[0] >= 0);

@@ -77,6 +77,20 @@ struct Case {
 void run_cases(const Setup& s, const std::string& tag, const std::vector<Case>& cases,
                const std::vector<std::string>& must_print);
 
+// A checkpoint of `layout` (world ranks, its --set arguments) at step 10
+// resumes in one process and continues the one-process curve to step 20:
+// losses rel 1e-5, final weights rel 1e-4, both printed under `label`.
+void check_reshard_to_one(const Setup& s, const std::string& tag, const std::string& label, int world,
+                          const std::string& layout);
+
+// Configuration mistakes: `trainer schedule --config configs/tiny.yaml ARGS`
+// exits 2 with the message holding `want`.
+struct ConfigMistake {
+  std::string args;
+  std::string want;
+};
+void expect_config_errors(const std::vector<ConfigMistake>& cases);
+
 // A smoke test on every rank of a job: one verdict (every rank's exit code
 // the same) and rank 0's checks passed.
 void check_smoke(const std::string& rank0_log, const std::vector<int>& codes);

@@ -15,9 +15,6 @@
 
 namespace fs = std::filesystem;
 using namespace trainer;
-using e2e::losses;
-using e2e::max_rel_diff;
-using e2e::run;
 using e2e::Setup;
 
 namespace {
@@ -64,45 +61,16 @@ TEST_CASE("context parallel gpt2 (learned positions) and MoE: cp 2 == one proces
 
 TEST_CASE("a checkpoint of cp 2 x dp 2 resumes in one process (cp 1) on the same curve", "[cp][reshard][e2e]") {
   const Setup s = e2e::make_setup("cp", "reshard", kLlamaGqa);
-  const auto straight = losses(fs::path(s.single()) / "metrics.jsonl");
-  REQUIRE(straight.size() == 20);
-  const std::string a = (s.dir / "a").string(), b = (s.dir / "b").string();
-  std::string out;
-  REQUIRE(e2e::run_by_hand(s.cfg, 4, a, &out, "--set parallel.cp=2 --set parallel.zero_stage=1 --stop-after 10") == 0);
-  out.clear();
-  REQUIRE(run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + b + " --set checkpoint.resume=" +
-                  a + "/ckpt/step_00000010",
-              &out) == 0);
-  INFO(out);
-  CHECK(out.find("resumed from " + a + "/ckpt/step_00000010 at step 10") != std::string::npos);
-  const std::vector<double> joined = e2e::joined_losses({a, b});
-  REQUIRE(joined.size() == 20);
-  const double worst = max_rel_diff(joined, straight);
-  const double w = e2e::weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(b) / "ckpt/step_00000020");
-  std::printf("[cp] reshard cp2 dp2 zero1 -> 1: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
-              worst, w);
-  CHECK(worst < 1e-5);
-  CHECK(w < 1e-4);
+  e2e::check_reshard_to_one(s, "cp", "cp2 dp2 zero1", 4, "--set parallel.cp=2 --set parallel.zero_stage=1");
   fs::remove_all(s.dir);
 }
 
 TEST_CASE("context-parallel configuration mistakes exit 2 naming the keys", "[cp][cli][config]") {
-  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";  // seq_len 64
-  struct Bad {
-    const char* args;
-    const char* want;
-  };
-  const Bad cases[] = {
+  // configs/tiny.yaml: seq_len 64.
+  e2e::expect_config_errors({
       {"--world 3 --set parallel.cp=3", "train.seq_len=64 must be divisible by 2 x parallel.cp=3 = 6"},
       {"--world 2 --set parallel.cp=2 --set train.seq_len=34", "train.seq_len=34 must be divisible by 2 x parallel.cp=2 = 4"},
       {"--world 8 --set parallel.cp=2 --set parallel.tp=4 --set parallel.sp=true --set train.seq_len=36",
        "train.seq_len=36 / parallel.cp=2 must be divisible by parallel.tp=4"},
-  };
-  for (const Bad& b : cases) {
-    std::string out;
-    const int rc = run(std::string(TRAINER_BIN) + " schedule --config " + cfg + " " + b.args, &out);
-    INFO(b.args << "\n" << out);
-    CHECK(rc == 2);
-    CHECK(out.find(b.want) != std::string::npos);
-  }
+  });
 }

@@ -16,9 +16,6 @@
 
 namespace fs = std::filesystem;
 using namespace trainer;
-using e2e::losses;
-using e2e::max_rel_diff;
-using e2e::run;
 using e2e::Setup;
 
 namespace {
@@ -92,46 +89,16 @@ TEST_CASE("expert parallel gpt2 MoE (8 experts every second layer): ep 2 and ep 
 
 TEST_CASE("a checkpoint of ep 2 x dp 2 resumes in one process (ep 1) on the same curve", "[ep][reshard][e2e]") {
   const Setup s = e2e::make_setup("ep", "reshard", kMoe);
-  const auto straight = losses(fs::path(s.single()) / "metrics.jsonl");
-  REQUIRE(straight.size() == 20);
-  const std::string a = (s.dir / "a").string(), b = (s.dir / "b").string();
-  std::string out;
-  REQUIRE(e2e::run_by_hand(s.cfg, 2, a, &out, "--set parallel.ep=2 --set parallel.zero_stage=1 --stop-after 10") == 0);
-  out.clear();
-  REQUIRE(run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + b + " --set checkpoint.resume=" +
-                  a + "/ckpt/step_00000010",
-              &out) == 0);
-  INFO(out);
-  CHECK(out.find("resumed from " + a + "/ckpt/step_00000010 at step 10") != std::string::npos);
-  const std::vector<double> joined = e2e::joined_losses({a, b});
-  REQUIRE(joined.size() == 20);
-  const double worst = max_rel_diff(joined, straight);
-  const double w = e2e::weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(b) / "ckpt/step_00000020");
-  std::printf("[ep] reshard ep2 dp2 zero1 -> 1: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
-              worst, w);
-  CHECK(worst < 1e-5);
-  CHECK(w < 1e-4);
+  e2e::check_reshard_to_one(s, "ep", "ep2 dp2 zero1", 2, "--set parallel.ep=2 --set parallel.zero_stage=1");
   fs::remove_all(s.dir);
 }
 
 TEST_CASE("expert-parallel configuration mistakes exit 2 naming the keys", "[ep][cli][config]") {
-  const std::string cfg = std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml";
   const std::string moe = " --set model.moe.num_experts=4 --set model.moe.top_k=2";
-  struct Bad {
-    std::string args;
-    const char* want;
-  };
-  const Bad cases[] = {
+  e2e::expect_config_errors({
       {"--world 4 --set parallel.ep=3" + moe, "parallel.ep=3 must divide data-parallel x parallel.cp = 4 x 1"},
       {"--world 4 --set parallel.ep=4 --set model.moe.num_experts=6 --set model.moe.top_k=2",
        "model.moe.num_experts=6 must be divisible by parallel.ep=4"},
       {"--world 2 --set parallel.ep=2", "parallel.ep=2 splits experts, but model.moe.num_experts=0"},
-  };
-  for (const Bad& b : cases) {
-    std::string out;
-    const int rc = run(std::string(TRAINER_BIN) + " schedule --config " + cfg + " " + b.args, &out);
-    INFO(b.args << "\n" << out);
-    CHECK(rc == 2);
-    CHECK(out.find(b.want) != std::string::npos);
-  }
+  });
 }
