@@ -166,8 +166,8 @@ TRAINER_OP(device, void, attention_forward_pos,
 // Merges a partial result into the running one, in place, per query row:
 //   lse' = logaddexp(lse, part_lse),
 //   out  = out * exp(lse - lse') + part_out * exp(part_lse - lse'), lse = lse'.
-// Both -inf (no key seen yet): out = 0, lse = -inf. A NaN lse makes the row
-// NaN. out, part_out [B,T,H,D] (same shape); lse, part_lse [B,H,T] F32. The
+// A side at -inf weighs 0 and its out is not read; both -inf (no key seen
+// yet): out = 0, lse = -inf. A NaN lse makes the row NaN. out, part_out [B,T,H,D] (same shape); lse, part_lse [B,H,T] F32. The
 // ring starts from out = 0, lse = -inf; merging into that copies the part.
 TRAINER_OP(device, void, attention_merge,
            (Tensor out, Tensor lse, Tensor part_out, Tensor part_lse),
@@ -177,7 +177,8 @@ TRAINER_OP(device, void, attention_merge,
 // block) out and lse of the queries. P_ij = exp(scale s_ij - lse_i) for
 // visible keys, else 0; D_i = dout_i . out_i; dS = P (dout v^T - D);
 // dq += scale dS k, dk += scale dS^T q, dv += P^T dout (dk, dv summed over
-// the query heads sharing a kv head). Rows with lse = -inf add nothing.
+// the query heads sharing a kv head). Rows with lse = -inf add nothing. The
+// sum is added in the storage type (a BF16 accumulator rounds once per call).
 // Summed over all blocks: attention_backward of the whole (CPU, identity
 // positions, one block: bit for bit attention_backward into zeroed buffers).
 TRAINER_OP(device, void, attention_backward_pos,

@@ -67,6 +67,7 @@ FAMILIES=(
   "attention_f32|[attention][f32]|60"
   "attention_bf16|[attention][bf16]|60"
   "attention_f16|[attention][f16]|30"
+  "ring_attention|[cp]|30"
   "training|[training]~[nccl]|90"
   "training_nccl|[nccl]|60"
 )

@@ -77,7 +77,7 @@ expect() {  # expect LABEL REGEX
 }
 expect "norms failed, with its checks counted" '^\| gpu: norms \| FAILED \(exit 1\): 1 checks ok, 1 failed; worst error 20\.00 of its tolerance'
 expect "moe timed out, keeping its output" '^\| gpu: moe \| TIMEOUT after 4 s: 1 checks ok, 0 failed'
-for f in basic linear rope activations cross_entropy optimizer attention_f32 attention_bf16 attention_f16 training training_nccl; do
+for f in basic linear rope activations cross_entropy optimizer attention_f32 attention_bf16 attention_f16 ring_attention training training_nccl; do
   expect "$f ran" "^\| gpu: $f \| ok: 2 checks ok, 0 failed; worst error 0\.20 of its tolerance"
 done
 expect "memcheck of norms" '^\| memcheck: norms \| 0 errors \(exit 1\)'
@@ -88,7 +88,7 @@ expect "trainer llama" '^\| trainer: bench_llama_1b \| ok: 3 steps logged'
 expect "no racecheck after a failure" '^\| elapsed \|'
 grep -q 'racecheck' "$S" && { echo "UNEXPECTED racecheck after a failure"; fail=1; }
 rows=$(grep -c '^| gpu: ' "$S")
-[ "$rows" = 13 ] && echo "ok      13 family rows" || { echo "WRONG   $rows family rows, expected 13"; fail=1; }
+[ "$rows" = 14 ] && echo "ok      14 family rows" || { echo "WRONG   $rows family rows, expected 14"; fail=1; }
 ((rc == 1)) && echo "ok      gpu-check exits 1 on a failure" || { echo "WRONG   gpu-check exit $rc, expected 1"; fail=1; }
 grep -q 'stand-in check for \[rope\]' "$W/out/tests.log" && echo "ok      tests.log holds each family's lines" ||
   { echo "MISSING tests.log lines"; fail=1; }
