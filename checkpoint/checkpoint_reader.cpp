@@ -109,6 +109,8 @@ Manifest read_manifest(const fs::path& dir) {
     m.meta.seed = json::as_uint64(json::at(root, "seed"));
     field = "optimizer_step";
     m.meta.optimizer_step = json::as_int64(json::at(root, "optimizer_step"));
+    field = "data_offset";
+    if (const json::Value* v = json::find(root, "data_offset")) m.meta.data_offset = json::as_int64(*v);
     field = "world_size";
     const int64_t ws = json::as_int64(json::at(root, "world_size"));
     if (ws < 1 || ws > (1 << 24)) throw json::TypeError("world_size " + std::to_string(ws) + " is out of range");

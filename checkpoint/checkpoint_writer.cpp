@@ -192,6 +192,7 @@ json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankRep
   m["tokens"] = meta.tokens;
   m["seed"] = meta.seed;
   m["optimizer_step"] = meta.optimizer_step;
+  m["data_offset"] = meta.data_offset;
   m["world_size"] = meta.world_size;
   m["layout"] = meta.layout;
   m["created"] = utc_now_iso8601();

@@ -71,6 +71,14 @@ struct TrainConfig {
   std::string loss_scaling = "auto";  // auto | dynamic | off (auto: dynamic with fp16)
   double initial_loss_scale = 65536;  // a power of two
   int64_t loss_scale_window = 1000;   // steps without overflow before the scale doubles
+  // A step whose loss or gradient norm is NaN/Inf, or whose loss spikes
+  // (trainer/step_policy.h): skip its update (stop after nonfinite_limit
+  // in a row), skip then roll back to the newest checkpoint, or stop.
+  std::string nonfinite = "skip";     // skip | rollback | stop
+  int64_t nonfinite_limit = 5;        // consecutive flagged steps skip/rollback tolerate
+  double spike_zscore = 12;           // loss z-score over the window that flags a spike; 0: off
+  int64_t spike_window = 100;         // healthy steps the z-score looks back on
+  double peak_tflops = 0;             // per device, for MFU; 0: from the GPU table (none on the CPU)
 };
 
 struct OptimConfig {
@@ -110,6 +118,10 @@ struct LogConfig {
   int sample_tokens = 0;           // > 0: print this many generated tokens after training
   std::string sample_prompt = "";
   double sample_temperature = 0.8;
+  // Per-rank monitor (trainer/rank_monitor.h): a rank this much slower
+  // than the median, this many log intervals in a row, is named.
+  double straggler_threshold = 0.2;
+  int64_t straggler_intervals = 3;
 };
 
 struct SmokeConfig {

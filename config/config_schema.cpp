@@ -140,6 +140,22 @@ std::vector<KeySpec> build_schema() {
           .at_least(1).aka("init_loss_scale initial_scale initial_scale_power"),
       Row("train.loss_scale_window", FIELD(train.loss_scale_window), "steps without overflow before the loss scale doubles")
           .at_least(1).aka("scale_window loss_scale_growth_interval growth_interval"),
+      Row("train.nonfinite", FIELD(train.nonfinite),
+          "a step with a NaN/Inf loss or gradient norm, or a loss spike: skip its update, skip then roll back to "
+          "the newest checkpoint after train.nonfinite_limit in a row, or stop")
+          .one_of("skip|rollback|stop").aka("nan_policy on_nan skip_nan"),
+      Row("train.nonfinite_limit", FIELD(train.nonfinite_limit),
+          "flagged steps in a row that skip (then stop) or rollback (then roll back) tolerate")
+          .at_least(1).aka("max_skipped_steps nan_limit"),
+      Row("train.spike_zscore", FIELD(train.spike_zscore),
+          "a loss this many standard deviations above the mean of the last train.spike_window healthy steps is "
+          "a spike, handled like a NaN; 0: off")
+          .at_least(0).aka("loss_spike_zscore spike_threshold"),
+      Row("train.spike_window", FIELD(train.spike_window), "healthy steps the loss-spike z-score looks back on")
+          .at_least(2).aka("loss_spike_window"),
+      Row("train.peak_tflops", FIELD(train.peak_tflops),
+          "peak TFLOP/s of one device for the MFU figure; 0: from the table of known GPUs")
+          .at_least(0).aka("peak_flops device_tflops"),
 
       Row("optim.name", FIELD(optim.name), "optimizer").one_of("adamw").aka("optimizer type"),
       Row("optim.lr", FIELD(optim.lr), "peak learning rate").above(0)
@@ -192,6 +208,12 @@ std::vector<KeySpec> build_schema() {
           .aka("prompt start"),
       Row("log.sample_temperature", FIELD(log.sample_temperature), "sampling temperature")
           .above(0).aka("temperature"),
+      Row("log.straggler_threshold", FIELD(log.straggler_threshold),
+          "a rank whose compute time per step is this share above the median is slow")
+          .above(0).aka("straggler_ratio slow_rank_threshold"),
+      Row("log.straggler_intervals", FIELD(log.straggler_intervals),
+          "log intervals in a row a rank must be slow before the alert")
+          .at_least(1).aka("straggler_patience"),
 
       Row("smoke.steps", FIELD(smoke.steps), "steps of the built-in smoke test").at_least(1)
           .aka("iters max_steps"),

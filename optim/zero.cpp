@@ -1,6 +1,8 @@
 #include "optim/zero.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -384,7 +386,14 @@ bool ZeroOptimizer::has_tied(int unit) const {
   return false;
 }
 
+void ZeroOptimizer::maybe_poison(Tensor grads) {
+  if (!poison_ || grads.numel() == 0) return;
+  poison_ = false;
+  ops::fill(grads.view({grads.numel()}).slice0(0, 1), std::numeric_limits<float>::quiet_NaN());
+}
+
 void ZeroOptimizer::issue_reduction(int unit) {
+  if (units_[size_t(unit)].bytes > 0) maybe_poison(unit_range(m_.grad_arena, unit));
   if (shards(unit) == 1 || units_[size_t(unit)].bytes == 0) return;
   if (stage_ == 0)
     pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));
@@ -449,6 +458,7 @@ void ZeroOptimizer::close_grads(int unit) {
         return;
       }
       const int64_t se = shard_elems(u, elem_);
+      maybe_poison(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
       s.pending = comm(unit).reduce_scatter_async(flat(s.staging.data, m_.dims.act, 0, se),
                                                   flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
       return;
@@ -496,6 +506,12 @@ double ZeroOptimizer::grad_sum_squares() {
   }
   if (host_.size() > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
   return s;
+}
+
+std::string ZeroOptimizer::first_nonfinite_gradient() {
+  for (const ZeroPiece& p : opt_pieces_)
+    if (!std::isfinite(ops::sum_squares(grad_view(p)))) return m_.params[size_t(p.param)].spec.name;
+  return "";
 }
 
 void ZeroOptimizer::step(double lr, double grad_scale) {

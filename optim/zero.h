@@ -86,6 +86,13 @@ class ZeroOptimizer final : public UnitHooks {
   void begin_step();
   void finish_backward();          // every reduction of this step has landed
   double grad_sum_squares();       // of the summed gradient, over all ranks
+  // The first of this rank's parameters (in parameter order) whose reduced
+  // gradient holds a NaN or Inf; "" when none. Not collective.
+  std::string first_nonfinite_gradient();
+  // Test hook (trainer/test_hooks.h): the next unit whose gradients are
+  // complete gets a NaN in its first element on this rank, before they are
+  // reduced, as a NaN produced by this rank's backward would.
+  void poison_next_gradient() { poison_ = true; }
   void step(double lr, double grad_scale);
 
   // The elements this rank writes to a checkpoint (its dp shard at every
@@ -150,6 +157,8 @@ class ZeroOptimizer final : public UnitHooks {
   std::vector<int> urank_;                // this rank's shard of each unit
   AdamWConfig cfg_;
   int64_t step_ = 0;
+  bool poison_ = false;
+  void maybe_poison(Tensor grads);
   bool mixed_ = false;
   size_t elem_ = 4;
   std::vector<UnitLayout> units_;

@@ -4,12 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/mesh.h"
@@ -38,6 +40,9 @@
 #include "trainer/smoke_roundtrip.h"
 #include "trainer/context_report.h"
 #include "trainer/expert_report.h"
+#include "trainer/preemption.h"
+#include "trainer/step_policy.h"
+#include "trainer/test_hooks.h"
 #include "trainer/stage_models.h"
 #include "runtime/distributed_run.h"
 #include "runtime/watchdog.h"
@@ -224,10 +229,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   const std::string ckpt_root = checkpoint_root(cfg);
   int64_t start_step = 0, tokens = 0;
+  int64_t data_offset = 0;  // data steps skipped by rollbacks (checkpoint meta data_offset)
   if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, models.states(), host, lead)) {
     restore_checkpoint(*ck, models.states());
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;
+    data_offset = ck->meta.data_offset;
     if (lead) std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(),
                 (long long)start_step, (long long)tokens);
   } else if (cfg.checkpoint.resume == "auto" && lead) {
@@ -239,12 +246,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   MetricsLog log(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines");
 
   // Every rank writes its shard; rank 0 adds the manifest once all are in.
-  std::unique_ptr<CheckpointWriter> writer;
-  if (cfg.checkpoint.interval > 0)
-    writer = std::make_unique<CheckpointWriter>(
-        ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
-        CheckpointGroup{dist.store(), opt.launch.rank, opt.launch.world_size,
-                        cfg.parallel.timeout_s});
+  // There is a writer even without periodic saves: a preemption saves too.
+  const auto writer = std::make_unique<CheckpointWriter>(ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
+                                                         CheckpointGroup{dist.store(), opt.launch.rank,
+                                                                         opt.launch.world_size, cfg.parallel.timeout_s});
 
   std::unique_ptr<ReferenceDump> dump;
   if (!opt.dump_reference_dir.empty())
@@ -262,20 +267,32 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   auto window_start = clock_type::now();
   int64_t window_tokens = 0, window_steps = 0;
   double window_wait_s = 0;  // time this rank waited for pipeline neighbours
+  install_preemption_handlers();
+  const TestHooks hooks = test_hooks_for(opt.launch.rank);
+  StepPolicy policy(cfg.train);
+  const std::vector<ParamInfo> global_params = single_plan(dims, cfg.model.init_std).params;
+  bool preempt = false;       // the ranks agreed to stop after this step
+  bool last_flagged = false;  // the last step run was flagged by the policy (nothing may be saved from it)
+  bool save_pending = false;  // a flagged step's interval save, owed by the next healthy step
+  int64_t completed = start_step;  // steps run, applied or skipped
 
   // A failed collective ends the run on every rank naming the step, the
   // phase and the heartbeats (runtime/watchdog.h).
   try {
     for (int64_t step = start_step; step < end_step; ++step) {
+      if (preempt) break;
+      if (hooks.kill_step == step + 1) ::raise(SIGKILL);
+      if (hooks.signal_step == step + 1) ::raise(SIGTERM);
       const auto t0 = clock_type::now();
       if (watchdog) watchdog->progress(step + 1, "forward/backward");
       models.begin_step();
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
+      if (hooks.nan_grad_step == step + 1) models.zero(0).poison_next_gradient();
       // The load-balancing loss is each micro-batch's (under cp each
       // chunk's): their mean over the step.
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp * mesh.cp));
-      const HostBatch& batch = prefetch.get(step);
+      const HostBatch& batch = prefetch.get(step + data_offset);
       // The steps that log also count each expert's tokens.
       const bool log_step = (step + 1) % cfg.log.interval == 0 || step + 1 == end_step;
       if (dims.E > 0) {
@@ -291,16 +308,22 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                                                         if (dump) dump->before_forward(step, mb);
                                                       });
       for (Model* m : models.models()) m->expert_load = nullptr;
+      if (hooks.delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hooks.delay_ms));
       double loss_sum = pr.loss_sum, aux_sum = pr.aux_sum;
       window_wait_s += pr.wait_s;
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
       models.finish_backward();  // the unit reductions overlapped backward; the last ones land here
+      // The loss sums carry the ranks' stop requests (trainer/preemption.h):
+      // all ranks learn of a signal at the same step.
+      preempt = preemption_requests() > 0;
       if (dist.launched()) {
-        double sums[2] = {counts_loss ? loss_sum : 0, counts_loss ? aux_sum : 0};
-        host.all_reduce(Tensor(sums, DType::F64, {2}));
+        double sums[3] = {counts_loss ? loss_sum : 0, counts_loss ? aux_sum : 0, preempt ? 1.0 : 0.0};
+        host.all_reduce(Tensor(sums, DType::F64, {3}));
         loss_sum = sums[0];
         aux_sum = sums[1];
+        preempt = sums[2] > 0;
       }
+      completed = step + 1;
       const double loss = loss_sum / double(M * dims.N() * dp);
       const double aux = aux_sum / double(M * dp * mesh.cp);
       const double norm = std::sqrt(models.grad_sum_squares()) / loss_scale;
@@ -320,18 +343,59 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
         }
         continue;
       }
-      if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      if (opt.smoke && (!std::isfinite(loss) || !std::isfinite(norm))) {
         char buf[256];
         std::snprintf(buf, sizeof buf,
                       "training diverged at step %lld: loss %g, grad norm %g (lower optim.lr, "
                       "raise optim.warmup_steps or set train.grad_clip)",
                       (long long)step + 1, loss, norm);
-        if (!opt.smoke) throw std::runtime_error(buf);
         summary.diverged = true;
         summary.divergence = buf;
         summary.losses.push_back(loss);
         summary.grad_norms.push_back(norm);
         break;
+      }
+      last_flagged = false;
+      if (!opt.smoke) {
+        const StepVerdict v = policy.judge(loss, norm);
+        if (v.flag != StepFlag::Healthy) {
+          last_flagged = true;
+          const std::string param = v.flag == StepFlag::NonFinite ? models.first_nonfinite_gradient(global_params, host) : "";
+          const std::string what = "step " + std::to_string(step + 1) + ": " + v.why +
+                                   (param.empty() ? "" : "; first non-finite gradient: " + param);
+          summary.flagged_steps.push_back(step + 1);
+          if (writer && cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0) save_pending = true;
+          if (v.action == StepAction::Stop)
+            throw StepPolicyStop(what + " (train.nonfinite=" + policy.mode() +
+                                 (policy.mode() == "stop" ? "" : ", " + std::to_string(v.in_a_row) + " flagged steps in a row") +
+                                 "; the newest checkpoint holds the last healthy state)");
+          if (v.action == StepAction::Rollback) {
+            // Back to the newest complete checkpoint; the data of the steps
+            // since is skipped, so the run does not meet the same batches again.
+            if (writer) writer->wait();
+            auto ck = load_resume_checkpoint(ckpt_root, "auto", models.states(), host, lead);
+            if (!ck)
+              throw StepPolicyStop(what + ": train.nonfinite=rollback found no complete checkpoint under " + ckpt_root);
+            restore_checkpoint(*ck, models.states());
+            data_offset += step + 1 - ck->meta.step;
+            tokens = ck->meta.tokens;
+            policy.reset();
+            summary.rollbacks.push_back(step + 1);
+            if (!metrics_path.empty()) trim_metrics(metrics_path, ck->meta.step);
+            if (!opt.quiet)
+              std::printf("%s: %lld flagged steps in a row, rolled back to %s (step %lld); the data of steps %lld-%lld "
+                          "is skipped\n",
+                          what.c_str(), (long long)v.in_a_row, ck->dir.c_str(), (long long)ck->meta.step,
+                          (long long)ck->meta.step + 1, (long long)step + 1);
+            step = ck->meta.step - 1;
+            completed = ck->meta.step;
+            continue;
+          }
+          if (!opt.quiet)
+            std::printf("%s: update skipped on every rank (%lld in a row, train.nonfinite_limit=%lld)\n", what.c_str(),
+                        (long long)v.in_a_row, (long long)cfg.train.nonfinite_limit);
+          continue;
+        }
       }
       if (dump && step == 0) dump->after_step0_backward();
       const double lr = learning_rate(sched, step);
@@ -392,10 +456,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       } else if (!opt.quiet) {
         log.progress(sm);
       }
-      if (writer && ((step + 1) % cfg.checkpoint.interval == 0 || last)) {
+      if (writer && cfg.checkpoint.interval > 0 && ((step + 1) % cfg.checkpoint.interval == 0 || last || save_pending)) {
+        save_pending = false;
         if (watchdog) watchdog->progress(step + 1, "checkpoint");
         const auto c0 = clock_type::now();
         Snapshot snap = take_snapshot(cfg, models.states(), step + 1, tokens, opt.launch.rank, opt.launch.world_size);
+        snap.meta.data_offset = data_offset;
         const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
         const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
         writer->save(std::move(snap));
@@ -414,6 +480,29 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);
         window_start = clock_type::now();  // eval time is not training throughput
+      }
+    }
+    if (preempt && completed < end_step) {
+      // Every rank stops after the same step and saves it, unless the
+      // policy flagged it (then the newest checkpoint stays the last one).
+      summary.preempted = true;
+      if (lead)
+        std::printf("preemption: %s, all ranks stop after step %lld%s; relaunch with checkpoint.resume=auto to "
+                    "continue (exit code %d)\n",
+                    preemption_requests() > 0 ? (std::string(preemption_signal()) + " received").c_str()
+                                              : "another rank received a signal",
+                    (long long)completed, last_flagged ? " (flagged by train.nonfinite: not saved)" : ", saving it",
+                    kPreemptedExitCode);
+      if (!last_flagged && writer) {
+        if (watchdog) watchdog->progress(completed, "checkpoint");
+        const bool already = !summary.checkpoints.empty() &&
+                             summary.checkpoints.back() == ckpt_root + "/" + checkpoint_dir_name(completed);
+        if (!already) {
+          Snapshot snap = take_snapshot(cfg, models.states(), completed, tokens, opt.launch.rank, opt.launch.world_size);
+          snap.meta.data_offset = data_offset;
+          writer->save(std::move(snap));
+          summary.checkpoints.push_back(ckpt_root + "/" + checkpoint_dir_name(completed));
+        }
       }
     }
     if (watchdog) watchdog->progress(summary.end_step, "finishing");

@@ -26,6 +26,9 @@ struct TrainSummary {
   std::vector<double> val_losses;
   std::vector<double> loss_scales;     // the loss scale each recorded step used (1 without scaling)
   std::vector<int64_t> skipped_steps;  // steps skipped for a gradient overflow under loss scaling (1-based)
+  std::vector<int64_t> flagged_steps;  // steps train.nonfinite flagged (NaN/Inf or a loss spike), 1-based
+  std::vector<int64_t> rollbacks;      // steps after which the run rolled back to a checkpoint
+  bool preempted = false;              // stopped on a signal after saving (exit kPreemptedExitCode)
   double final_val_loss = -1;
   bool diverged = false;
   std::string divergence;          // what went non-finite, at which step

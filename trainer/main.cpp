@@ -20,6 +20,8 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "trainer/step_policy.h"
+#include "trainer/preemption.h"
 #include "trainer/engine.h"
 #include "comm/launch.h"
 #include "trainer/schedule_command.h"
@@ -108,11 +110,14 @@ int main(int argc, char** argv) {
     opt.launch = launch;
     if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps, launch);
     if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
-    trainer::run_training(cfg, opt);
-    return 0;
+    const trainer::TrainSummary summary = trainer::run_training(cfg, opt);
+    return summary.preempted ? trainer::kPreemptedExitCode : 0;
   } catch (const trainer::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const trainer::StepPolicyStop& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return trainer::kStoppedByPolicyExitCode;
   } catch (const trainer::DistributedFailure& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return trainer::kDistributedFailureExitCode;

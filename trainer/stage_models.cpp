@@ -1,5 +1,7 @@
 #include "trainer/stage_models.h"
 
+#include <algorithm>
+
 namespace trainer {
 
 StageModels::StageModels(const std::vector<ShardingPlan>& plans, Device device, int zero_stage,
@@ -57,6 +59,18 @@ double StageModels::grad_sum_squares() {
   double s = 0;
   for (auto& c : chunks_) s += c->zero->grad_sum_squares();
   return s;
+}
+
+std::string StageModels::first_nonfinite_gradient(const std::vector<ParamInfo>& global, Communicator& host) {
+  // Each rank's first, as a place in the global order; the earliest wins.
+  double best = 0;  // global.size() - index, 0: none
+  for (auto& c : chunks_) {
+    const std::string name = c->zero->first_nonfinite_gradient();
+    for (size_t i = 0; i < global.size() && !name.empty(); ++i)
+      if (global[i].spec.name == name) best = std::max(best, double(global.size() - i));
+  }
+  if (host.size() > 1) host.all_reduce(Tensor(&best, DType::F64, {1}), ReduceOp::Max);
+  return best > 0 ? global[global.size() - size_t(best)].spec.name : "";
 }
 
 void StageModels::step(double lr, double grad_scale) {

@@ -47,6 +47,9 @@ class StageModels {
   void begin_step();
   void finish_backward();
   double grad_sum_squares();  // collective over the host group, once per chunk
+  // The first parameter of the whole model (in `global` order) whose
+  // gradient is non-finite on some rank; "" when none (collective).
+  std::string first_nonfinite_gradient(const std::vector<ParamInfo>& global, Communicator& host);
   void step(double lr, double grad_scale);
   size_t optimizer_bytes() const;
   // The whole model's fp32 weights on every rank (collective; for sampling).

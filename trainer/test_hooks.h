@@ -1,0 +1,27 @@
+// Faults on purpose, for the tests of the operations features only: the
+// environment variable TRAINER_TEST_HOOKS holds comma-separated entries
+//   nan_grad=RANK:STEP   this rank's first owned gradient element becomes NaN
+//                        after the backward of STEP (1-based)
+//   delay=RANK:MS        this rank sleeps MS milliseconds in every step's compute
+//   kill=RANK:STEP       this rank SIGKILLs itself at the start of STEP, on the
+//                        first launch only (torchrun's TORCHELASTIC_RESTART_COUNT
+//                        unset or 0)
+//   signal=RANK:STEP     this rank sends itself SIGTERM at the start of STEP
+//                        (first launch only)
+// Unset in every real run; a malformed entry is an error naming it.
+#pragma once
+
+#include <cstdint>
+
+namespace trainer {
+
+struct TestHooks {
+  int64_t nan_grad_step = -1;  // for this rank; -1: none
+  double delay_ms = 0;
+  int64_t kill_step = -1, signal_step = -1;
+};
+
+// The hooks that apply to `rank`.
+TestHooks test_hooks_for(int rank);
+
+}  // namespace trainer
