@@ -145,8 +145,8 @@ std::vector<KeySpec> build_schema() {
           "the newest checkpoint after train.nonfinite_limit in a row, or stop")
           .one_of("skip|rollback|stop").aka("nan_policy on_nan skip_nan"),
       Row("train.nonfinite_limit", FIELD(train.nonfinite_limit),
-          "flagged steps in a row that skip (then stop) or rollback (then roll back) tolerate")
-          .at_least(1).aka("max_skipped_steps nan_limit"),
+          "flagged steps in a row that skip (then stop) or rollback (then roll back) tolerate; 0: act at the first")
+          .at_least(0).aka("max_skipped_steps nan_limit"),
       Row("train.spike_zscore", FIELD(train.spike_zscore),
           "a loss this many standard deviations above the mean of the last train.spike_window healthy steps is "
           "a spike, handled like a NaN; 0: off")

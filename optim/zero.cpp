@@ -504,6 +504,7 @@ double ZeroOptimizer::grad_sum_squares() {
     if (stage_ == 0 && urank_[size_t(p.unit)] != 0) continue;
     s += ops::sum_squares(grad_view(p));
   }
+  local_sum_squares_ = s;
   if (host_.size() > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
   return s;
 }

@@ -89,6 +89,8 @@ class ZeroOptimizer final : public UnitHooks {
   // The first of this rank's parameters (in parameter order) whose reduced
   // gradient holds a NaN or Inf; "" when none. Not collective.
   std::string first_nonfinite_gradient();
+  // This rank's part of the last grad_sum_squares (before the host sum).
+  double local_sum_squares() const { return local_sum_squares_; }
   // Test hook (trainer/test_hooks.h): the next unit whose gradients are
   // complete gets a NaN in its first element on this rank, before they are
   // reduced, as a NaN produced by this rank's backward would.
@@ -158,6 +160,7 @@ class ZeroOptimizer final : public UnitHooks {
   AdamWConfig cfg_;
   int64_t step_ = 0;
   bool poison_ = false;
+  double local_sum_squares_ = 0;
   void maybe_poison(Tensor grads);
   bool mixed_ = false;
   size_t elem_ = 4;

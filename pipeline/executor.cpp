@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/timed_communicator.h"
+
 namespace trainer {
 
 namespace {
@@ -124,6 +126,8 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
     }
     Model& m = chunk_of(chunks, a);
     const ModelDims& d = m.dims;
+    const auto t0 = clock_type::now();
+    const double blocked0 = total_blocked_seconds();
     switch (a.kind) {
       case ActionKind::Forward:
         touch(m, a.mb, load);
@@ -153,6 +157,9 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
       default:
         throw std::logic_error("pipeline executor: " + describe(a) + " is not a compute action");
     }
+    const double busy = std::chrono::duration<double>(clock_type::now() - t0).count() -
+                        (total_blocked_seconds() - blocked0);
+    (a.kind == ActionKind::Forward ? r.forward_s : r.backward_s) += busy;
     release(i);
     ++i;
   }

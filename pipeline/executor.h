@@ -24,6 +24,10 @@ struct PipelineStepResult {
   double loss_sum = 0;  // this rank's (the last stage's) cross-entropy sum
   double aux_sum = 0;   // load-balancing loss of this rank's MoE layers
   double wait_s = 0;    // time blocked in transfers: receives, and sends not yet delivered when their slot is reused
+  // Compute time of the forwards and the backwards (split halves included),
+  // without the time their collectives (tp, ep, cp) blocked
+  // (comm/timed_communicator.h).
+  double forward_s = 0, backward_s = 0;
 };
 
 // Loads micro-batch mb's tokens into its (already acquired) activation slot

@@ -19,6 +19,7 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     ep_group_ = solo_ep_.get();
     tp_group_ = solo_tp_.get();
     pp_group_ = solo_pp_.get();
+    wrap_groups();
     return;
   }
   const MeshShape mesh = resolve_mesh(cfg.parallel, launch.world_size, launch.local_world_size);
@@ -42,6 +43,21 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
   // Like dp: a one-rank mesh reduces over the world.
   edp_group_ = mesh.world() == 1 ? &groups_->world() : &groups_->group(Axis::EDP);
   host_ = &groups_->host_world();
+  wrap_groups();
+}
+
+void DistributedRun::wrap_groups() {
+  auto wrap = [&](Communicator*& c, const char* label) {
+    timed_.push_back(std::make_unique<TimedCommunicator>(*c, label));
+    c = timed_.back().get();
+  };
+  wrap(tp_group_, "tp");
+  wrap(dp_group_, "dp_cp");
+  wrap(pp_group_, "pp");
+  wrap(ep_group_, "ep");
+  wrap(edp_group_, "edp");
+  wrap(cp_group_, "cp");
+  wrap(host_, "host");
 }
 
 void DistributedRun::finish() {

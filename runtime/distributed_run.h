@@ -7,8 +7,10 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comm/process_group.h"
+#include "comm/timed_communicator.h"
 #include "config/config.h"
 #include "comm/launch.h"
 #include "runtime/watchdog.h"
@@ -48,6 +50,9 @@ class DistributedRun {
   Watchdog* watchdog() { return watchdog_.get(); }
   // Stops the watchdog and waits for every rank (rank 0 serves the store).
   void finish();
+  // Every group above counts the time its callers block in it
+  // (comm/timed_communicator.h), named tp, dp_cp, pp, ep, edp, cp, host.
+  const std::vector<std::unique_ptr<TimedCommunicator>>& timed_groups() const { return timed_; }
 
  private:
   std::unique_ptr<ProcessGroups> groups_;
@@ -62,6 +67,8 @@ class DistributedRun {
   Communicator* host_ = nullptr;
   MeshShape mesh_;
   Coords at_;
+  std::vector<std::unique_ptr<TimedCommunicator>> timed_;
+  void wrap_groups();
 };
 
 }  // namespace trainer

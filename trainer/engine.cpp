@@ -21,6 +21,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/pipeline_plan.h"
 #include "trainer/pipeline_report.h"
+#include "comm/timed_communicator.h"
 #include "model/context_parallel.h"
 #include "model/expert_load.h"
 #include "model/transformer.h"
@@ -41,6 +42,8 @@
 #include "trainer/context_report.h"
 #include "trainer/expert_report.h"
 #include "trainer/preemption.h"
+#include "trainer/rank_monitor.h"
+#include "trainer/step_time.h"
 #include "trainer/step_policy.h"
 #include "trainer/test_hooks.h"
 #include "trainer/stage_models.h"
@@ -275,12 +278,35 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   bool last_flagged = false;  // the last step run was flagged by the policy (nothing may be saved from it)
   bool save_pending = false;  // a flagged step's interval save, owed by the next healthy step
   int64_t completed = start_step;  // steps run, applied or skipped
+  // Where the time went (trainer/step_time.h), per log window and for the run.
+  auto seconds_since = [](clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); };
+  const auto& timed = dist.timed_groups();
+  auto comm_now = [&] {
+    StepTime t;
+    for (const auto& g : timed) t.add_comm(g->label(), g->blocked_seconds());
+    return t;
+  };
+  StepTime window_parts, run_parts;
+  StepTime window_comm0 = comm_now(), run_comm0 = window_comm0;
+  auto window_wall0 = clock_type::now(), run_wall0 = window_wall0;
+  int64_t window_iterations = 0, run_iterations = 0;
+  auto comm_delta = [&](const StepTime& from) {
+    StepTime d;
+    const StepTime now = comm_now();
+    for (size_t i = 0; i < now.comm.size(); ++i) d.add_comm(now.comm[i].first, now.comm[i].second - from.comm[i].second);
+    return d;
+  };
+  const double model_flops = flops_per_token(dims, global_params);
+  const double peak = peak_tflops(dev.line, storage != DType::F32, cfg.train.peak_tflops);
+  RankMonitor monitor(host, opt.launch.local_rank, cfg.log, lead ? run_dir : "", start_step > 0);
 
   // A failed collective ends the run on every rank naming the step, the
   // phase and the heartbeats (runtime/watchdog.h).
   try {
     for (int64_t step = start_step; step < end_step; ++step) {
       if (preempt) break;
+      ++window_iterations;
+      ++run_iterations;
       if (hooks.kill_step == step + 1) ::raise(SIGKILL);
       if (hooks.signal_step == step + 1) ::raise(SIGTERM);
       const auto t0 = clock_type::now();
@@ -292,7 +318,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       // The load-balancing loss is each micro-batch's (under cp each
       // chunk's): their mean over the step.
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp * mesh.cp));
+      const auto d0 = clock_type::now();
       const HostBatch& batch = prefetch.get(step + data_offset);
+      window_parts.data += seconds_since(d0);
       // The steps that log also count each expert's tokens.
       const bool log_step = (step + 1) % cfg.log.interval == 0 || step + 1 == end_step;
       if (dims.E > 0) {
@@ -308,7 +336,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                                                         if (dump) dump->before_forward(step, mb);
                                                       });
       for (Model* m : models.models()) m->expert_load = nullptr;
-      if (hooks.delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hooks.delay_ms));
+      if (hooks.delay_ms > 0) {
+        // A slow device, on purpose: counted as compute.
+        const auto s0 = clock_type::now();
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hooks.delay_ms));
+        window_parts.forward += seconds_since(s0);
+      }
+      window_parts.forward += pr.forward_s;
+      window_parts.backward += pr.backward_s;
       double loss_sum = pr.loss_sum, aux_sum = pr.aux_sum;
       window_wait_s += pr.wait_s;
       if (watchdog) watchdog->progress(step + 1, "gradient reduction");
@@ -357,7 +392,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       }
       last_flagged = false;
       if (!opt.smoke) {
-        const StepVerdict v = policy.judge(loss, norm);
+        const StepVerdict v = hooks.skip_step == step + 1 ? policy.flag("skipped by the test hook")
+                                                          : policy.judge(loss, norm);
         if (v.flag != StepFlag::Healthy) {
           last_flagged = true;
           const std::string param = v.flag == StepFlag::NonFinite ? models.first_nonfinite_gradient(global_params, host) : "";
@@ -400,7 +436,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (dump && step == 0) dump->after_step0_backward();
       const double lr = learning_rate(sched, step);
       if (watchdog) watchdog->progress(step + 1, "optimizer step");
+      const auto o0 = clock_type::now();
+      const double ob0 = total_blocked_seconds();
       models.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
+      window_parts.optimizer += seconds_since(o0) - (total_blocked_seconds() - ob0);
       scaler.step_applied();  // only now may the scale grow: this step divided by loss_scale
       const int64_t step_tokens = M * dims.N() * dp;
       tokens += step_tokens;
@@ -427,8 +466,29 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       sm.tokens = tokens;
       sm.tokens_per_s = double(window_tokens) / secs;
       sm.ms_per_step = 1e3 * secs / double(window_steps);
+      sm.tflops = model_flops * sm.tokens_per_s / double(opt.launch.world_size) / 1e12;
+      sm.mfu = peak > 0 ? sm.tflops / peak : -1;
       if ((step + 1) % cfg.log.interval == 0 || last) {
         log.step(sm, !opt.quiet);
+        {
+          // The window's parts per step, and every rank's report to rank 0.
+          StepTime w = window_parts;
+          for (const auto& [g, t] : comm_delta(window_comm0).comm) w.add_comm(g, t);
+          const StepTime per = per_step(w, seconds_since(window_wall0), window_iterations);
+          run_parts += window_parts;
+          if (lead) log.record("{\"step\": " + std::to_string(step + 1) + ", " + step_time_json(per) + "}");
+          RankReport rr;
+          rr.tokens_per_s = sm.tokens_per_s / double(opt.launch.world_size);
+          rr.step_ms = 1e3 * seconds_since(window_wall0) / double(window_iterations);
+          rr.grad_norm = std::sqrt(models.local_grad_sum_squares()) / loss_scale;
+          rr.time = per;
+          const std::string alerts = monitor.report(step + 1, rr);
+          if (lead && !alerts.empty()) std::printf("%s", alerts.c_str());
+          window_parts = StepTime{};
+          window_comm0 = comm_now();
+          window_wall0 = clock_type::now();
+          window_iterations = 0;
+        }
         if (dims.E > 0) {
           // Every rank counted its own tokens of its own layers; tp ranks
           // route alike, so the world's sum counts each token tp times.
@@ -458,6 +518,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       }
       if (writer && cfg.checkpoint.interval > 0 && ((step + 1) % cfg.checkpoint.interval == 0 || last || save_pending)) {
         save_pending = false;
+        const auto k0 = clock_type::now();
         if (watchdog) watchdog->progress(step + 1, "checkpoint");
         const auto c0 = clock_type::now();
         Snapshot snap = take_snapshot(cfg, models.states(), step + 1, tokens, opt.launch.rank, opt.launch.world_size);
@@ -471,15 +532,19 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
                       cfg.checkpoint.async ? "writing in the background while training continues"
                                            : "written");
         window_start = clock_type::now();
+        window_parts.checkpoint += seconds_since(k0);
       }
       // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
       if (valid_batch && ((cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0) || last)) {
         if (watchdog) watchdog->progress(step + 1, "evaluation");
+        const auto e0 = clock_type::now();
+        const double eb0 = total_blocked_seconds();
         const double vl = evaluate(*valid_batch, models, pp_group, host, dp, counts_loss, dims.N());
         summary.val_losses.push_back(vl);
         summary.final_val_loss = vl;
         if (lead) log.eval(step + 1, vl);
         window_start = clock_type::now();  // eval time is not training throughput
+        window_parts.eval += seconds_since(e0) - (total_blocked_seconds() - eb0);
       }
     }
     if (preempt && completed < end_step) {
@@ -504,6 +569,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
           summary.checkpoints.push_back(ckpt_root + "/" + checkpoint_dir_name(completed));
         }
       }
+    }
+    if (lead && !opt.quiet && run_iterations > 0) {
+      StepTime all = run_parts;
+      all += window_parts;
+      for (const auto& [g, t] : comm_delta(run_comm0).comm) all.add_comm(g, t);
+      std::printf("%s", format_step_time(all, seconds_since(run_wall0), run_iterations).c_str());
     }
     if (watchdog) watchdog->progress(summary.end_step, "finishing");
     if (writer) {

@@ -56,17 +56,22 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
     if (m.has_aux) std::printf(" | aux %.4f", m.aux_loss);
     std::printf(" | lr %.3e | grad norm %.3f", m.lr, m.grad_norm);
     if (m.loss_scale > 0) std::printf(" | loss scale %g", m.loss_scale);
-    std::printf(" | %.0f tok/s | %.1f ms/step\n", m.tokens_per_s, m.ms_per_step);
+    std::printf(" | %.0f tok/s | %.1f ms/step", m.tokens_per_s, m.ms_per_step);
+    if (m.tflops > 0) std::printf(" | %.3g TFLOP/s/device", m.tflops);
+    if (m.mfu >= 0) std::printf(" | MFU %.1f%%", 100 * m.mfu);
+    std::printf("\n");
     std::fflush(stdout);
   }
   if (jsonl_) {
     std::fprintf(jsonl_,
                  "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens_per_s\": %s, "
-                 "\"ms_per_step\": %s, \"tokens\": %lld%s%s%s%s}\n",
+                 "\"ms_per_step\": %s, \"tokens\": %lld%s%s%s%s%s%s%s%s}\n",
                  (long long)m.step, num(m.loss).c_str(), num(m.lr).c_str(), num(m.grad_norm).c_str(),
                  num(m.tokens_per_s).c_str(), num(m.ms_per_step).c_str(), (long long)m.tokens,
                  m.has_aux ? ", \"aux_loss\": " : "", m.has_aux ? num(m.aux_loss).c_str() : "",
-                 m.loss_scale > 0 ? ", \"loss_scale\": " : "", m.loss_scale > 0 ? num(m.loss_scale).c_str() : "");
+                 m.loss_scale > 0 ? ", \"loss_scale\": " : "", m.loss_scale > 0 ? num(m.loss_scale).c_str() : "",
+                 m.tflops > 0 ? ", \"tflops_per_device\": " : "", m.tflops > 0 ? num(m.tflops).c_str() : "",
+                 m.mfu >= 0 ? ", \"mfu\": " : "", m.mfu >= 0 ? num(m.mfu).c_str() : "");
     std::fflush(jsonl_);
   }
 }

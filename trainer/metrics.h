@@ -17,6 +17,8 @@ struct StepMetrics {
   int64_t tokens = 0;        // tokens seen so far
   bool has_aux = false;
   double loss_scale = 0;     // > 0: dynamic loss scaling is on (the scale this step used)
+  double tflops = 0;         // model TFLOP/s per device (trainer/step_time.h); 0: not shown
+  double mfu = -1;           // share of the device's peak; < 0: peak unknown, not shown
 };
 
 class MetricsLog {

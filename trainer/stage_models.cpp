@@ -73,6 +73,12 @@ std::string StageModels::first_nonfinite_gradient(const std::vector<ParamInfo>& 
   return best > 0 ? global[global.size() - size_t(best)].spec.name : "";
 }
 
+double StageModels::local_grad_sum_squares() const {
+  double s = 0;
+  for (const auto& c : chunks_) s += c->zero->local_sum_squares();
+  return s;
+}
+
 void StageModels::step(double lr, double grad_scale) {
   for (auto& c : chunks_) c->zero->step(lr, grad_scale);
 }

@@ -49,6 +49,17 @@ StepVerdict StepPolicy::judge(double loss, double grad_norm) {
     if (losses_.size() > window_) losses_.pop_front();
     return v;
   }
+  return act(v);
+}
+
+StepVerdict StepPolicy::flag(const std::string& why) {
+  StepVerdict v;
+  v.flag = StepFlag::NonFinite;
+  v.why = why;
+  return act(v);
+}
+
+StepVerdict StepPolicy::act(StepVerdict v) {
   v.in_a_row = ++in_a_row_;
   if (mode_ == "stop")
     v.action = StepAction::Stop;

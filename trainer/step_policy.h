@@ -46,6 +46,8 @@ class StepPolicy {
   explicit StepPolicy(const TrainConfig& t);
   // Judges one step and, when healthy, adds its loss to the window.
   StepVerdict judge(double loss, double grad_norm);
+  // A step flagged from outside (test hook), counted like a non-finite one.
+  StepVerdict flag(const std::string& why);
   // After a rollback: the window and the count start again.
   void reset();
   const std::string& mode() const { return mode_; }
@@ -57,6 +59,7 @@ class StepPolicy {
   size_t window_;
   std::deque<double> losses_;
   int64_t in_a_row_ = 0;
+  StepVerdict act(StepVerdict v);
 };
 
 }  // namespace trainer

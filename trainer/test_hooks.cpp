@@ -22,7 +22,8 @@ TestHooks test_hooks_for(int rank) {
     int r = 0;
     double value = 0;
     try {
-      r = std::stoi(entry.substr(eq + 1, colon - eq - 1));
+      const std::string who = entry.substr(eq + 1, colon - eq - 1);
+      r = who == "*" ? rank : std::stoi(who);
       value = std::stod(entry.substr(colon + 1));
     } catch (const std::exception&) {
       throw std::invalid_argument("TRAINER_TEST_HOOKS: '" + entry + "' is not NAME=RANK:VALUE");
@@ -36,8 +37,10 @@ TestHooks test_hooks_for(int rank) {
       h.kill_step = first_launch ? int64_t(value) : -1;
     else if (name == "signal")
       h.signal_step = first_launch ? int64_t(value) : -1;
+    else if (name == "skip")
+      h.skip_step = int64_t(value);
     else
-      throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, signal)");
+      throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, signal, skip)");
   }
   return h;
 }

@@ -8,6 +8,9 @@
 //                        unset or 0)
 //   signal=RANK:STEP     this rank sends itself SIGTERM at the start of STEP
 //                        (first launch only)
+//   skip=*:STEP          every rank treats STEP as flagged by train.nonfinite
+//                        (the reference a NaN run is compared with)
+// RANK may be * (every rank).
 // Unset in every real run; a malformed entry is an error naming it.
 #pragma once
 
@@ -19,6 +22,7 @@ struct TestHooks {
   int64_t nan_grad_step = -1;  // for this rank; -1: none
   double delay_ms = 0;
   int64_t kill_step = -1, signal_step = -1;
+  int64_t skip_step = -1;
 };
 
 // The hooks that apply to `rank`.

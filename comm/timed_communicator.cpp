@@ -1,0 +1,85 @@
+#include "comm/timed_communicator.h"
+
+#include <atomic>
+#include <chrono>
+
+namespace trainer {
+
+namespace {
+
+std::atomic<int64_t> g_blocked_ns{0};
+
+using clock_type = std::chrono::steady_clock;
+
+// Times one call on the calling thread.
+template <typename F>
+auto timed(TimedCommunicator& c, F&& f) {
+  const auto t0 = clock_type::now();
+  struct Done {
+    TimedCommunicator& c;
+    clock_type::time_point t0;
+    ~Done() { c.add(std::chrono::duration<double>(clock_type::now() - t0).count()); }
+  } done{c, t0};
+  return f();
+}
+
+class TimedWork final : public Work {
+ public:
+  TimedWork(TimedCommunicator& c, std::unique_ptr<Work> w) : c_(c), w_(std::move(w)) {}
+  void wait() override {
+    timed(c_, [&] { w_->wait(); });
+  }
+
+ private:
+  TimedCommunicator& c_;
+  std::unique_ptr<Work> w_;
+};
+
+}  // namespace
+
+double total_blocked_seconds() { return double(g_blocked_ns.load()) * 1e-9; }
+
+void TimedCommunicator::add(double seconds) {
+  blocked_s_ += seconds;
+  g_blocked_ns.fetch_add(int64_t(seconds * 1e9));
+}
+
+void TimedCommunicator::all_reduce(Tensor t, ReduceOp op) {
+  timed(*this, [&] { inner_.all_reduce(t, op); });
+}
+void TimedCommunicator::reduce_scatter(Tensor out, Tensor in) {
+  timed(*this, [&] { inner_.reduce_scatter(out, in); });
+}
+void TimedCommunicator::all_gather(Tensor out, Tensor in) {
+  timed(*this, [&] { inner_.all_gather(out, in); });
+}
+void TimedCommunicator::broadcast(Tensor t, int root) {
+  timed(*this, [&] { inner_.broadcast(t, root); });
+}
+void TimedCommunicator::all_to_all(Tensor out, Tensor in) {
+  timed(*this, [&] { inner_.all_to_all(out, in); });
+}
+void TimedCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                                     const std::vector<int64_t>& in_counts) {
+  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); });
+}
+void TimedCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
+  timed(*this, [&] { inner_.batch_send_recv(ops); });
+}
+std::unique_ptr<Work> TimedCommunicator::batch_send_recv_posted(const std::vector<P2POp>& ops) {
+  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }));
+}
+void TimedCommunicator::barrier() {
+  timed(*this, [&] { inner_.barrier(); });
+}
+std::unique_ptr<Work> TimedCommunicator::all_reduce_async(Tensor t) {
+  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.all_reduce_async(t); }));
+}
+std::unique_ptr<Work> TimedCommunicator::reduce_scatter_async(Tensor out, Tensor in) {
+  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.reduce_scatter_async(out, in); }));
+}
+std::unique_ptr<Work> TimedCommunicator::all_gather_async(Tensor out, Tensor in) {
+  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.all_gather_async(out, in); }));
+}
+
+}  // namespace trainer

@@ -1,0 +1,56 @@
+// A communicator that counts the time its caller spends blocked in it: in
+// every synchronous collective, and in the wait() of every asynchronous one
+// (docs/ARCHITECTURE.md "Where the time went"). The engine wraps each of its
+// groups so that a step's exposed communication is known per group; a
+// process-wide total lets the pipeline executor take communication out of
+// its compute times. On NCCL only host-side blocking is seen (the device
+// waits on streams), so there it measures what the host waits for.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace trainer {
+
+// Seconds every TimedCommunicator of this process has blocked its callers.
+double total_blocked_seconds();
+
+class TimedCommunicator final : public Communicator {
+ public:
+  // `label`: how the time breakdown names the group ("tp", "dp_cp", ...).
+  TimedCommunicator(Communicator& inner, std::string label) : inner_(inner), label_(std::move(label)) {}
+  const std::string& label() const { return label_; }
+  double blocked_seconds() const { return blocked_s_; }
+  Communicator& inner() { return inner_; }
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& name() const override { return inner_.name(); }
+  const std::vector<int>& members() const override { return inner_.members(); }
+  Device device() const override { return inner_.device(); }
+  void all_reduce(Tensor t, ReduceOp op) override;
+  void reduce_scatter(Tensor out, Tensor in) override;
+  void all_gather(Tensor out, Tensor in) override;
+  void broadcast(Tensor t, int root) override;
+  void all_to_all(Tensor out, Tensor in) override;
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                    const std::vector<int64_t>& in_counts) override;
+  void batch_send_recv(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> batch_send_recv_posted(const std::vector<P2POp>& ops) override;
+  void barrier() override;
+  std::unique_ptr<Work> all_reduce_async(Tensor t) override;
+  std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) override;
+  void abort() override { inner_.abort(); }
+
+  void add(double seconds);
+
+ private:
+  Communicator& inner_;
+  std::string label_;
+  double blocked_s_ = 0;
+};
+
+}  // namespace trainer

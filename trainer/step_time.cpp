@@ -1,0 +1,119 @@
+#include "trainer/step_time.h"
+
+#include <cstdio>
+
+namespace trainer {
+
+double StepTime::comm_total() const {
+  double s = 0;
+  for (const auto& [g, t] : comm) s += t;
+  return s;
+}
+
+double StepTime::named() const { return data + forward + backward + optimizer + checkpoint + eval + comm_total(); }
+
+void StepTime::add_comm(const std::string& group, double seconds) {
+  for (auto& [g, t] : comm)
+    if (g == group) {
+      t += seconds;
+      return;
+    }
+  comm.emplace_back(group, seconds);
+}
+
+StepTime& StepTime::operator+=(const StepTime& o) {
+  data += o.data;
+  forward += o.forward;
+  backward += o.backward;
+  optimizer += o.optimizer;
+  checkpoint += o.checkpoint;
+  eval += o.eval;
+  other += o.other;
+  for (const auto& [g, t] : o.comm) add_comm(g, t);
+  return *this;
+}
+
+StepTime per_step(StepTime w, double wall, int64_t steps) {
+  w.other = wall - w.named();
+  const double k = steps > 0 ? 1.0 / double(steps) : 0;
+  for (double* x : {&w.data, &w.forward, &w.backward, &w.optimizer, &w.checkpoint, &w.eval, &w.other}) *x *= k;
+  for (auto& [g, t] : w.comm) t *= k;
+  return w;
+}
+
+std::string step_time_json(const StepTime& t) {
+  char buf[64];
+  std::string s = "\"time_ms\": {";
+  auto put = [&](const std::string& name, double v, bool first = false) {
+    std::snprintf(buf, sizeof buf, "%.4f", 1e3 * v);
+    s += (first ? "\"" : ", \"") + name + "\": " + buf;
+  };
+  put("data", t.data, true);
+  put("forward", t.forward);
+  put("backward", t.backward);
+  put("optimizer", t.optimizer);
+  put("checkpoint", t.checkpoint);
+  put("eval", t.eval);
+  for (const auto& [g, v] : t.comm) put("comm_" + g, v);
+  put("other", t.other);
+  return s + "}";
+}
+
+std::string format_step_time(const StepTime& total, double wall, int64_t steps) {
+  const StepTime t = per_step(total, wall, steps);
+  const double step = wall / double(steps > 0 ? steps : 1);
+  std::string out = "where the time went (rank 0, " + std::to_string(steps) + " steps, ms per step):\n";
+  char buf[160];
+  auto row = [&](const std::string& name, double v) {
+    std::snprintf(buf, sizeof buf, "  %-26s %9.2f  %5.1f%%\n", name.c_str(), 1e3 * v, step > 0 ? 100 * v / step : 0);
+    out += buf;
+  };
+  row("forward (compute)", t.forward);
+  row("backward (compute)", t.backward);
+  row("optimizer", t.optimizer);
+  row("data wait", t.data);
+  for (const auto& [g, v] : t.comm)
+    if (v > 0) row(g == "pp" ? "pipeline idle (pp)" : "communication " + g, v);
+  row("checkpoint stall", t.checkpoint);
+  row("evaluation", t.eval);
+  row("other", t.other);
+  row("step", step);
+  return out;
+}
+
+double flops_per_token(const ModelDims& d, const std::vector<ParamInfo>& params) {
+  double n = 0;
+  const bool tied = d.tied;
+  for (const ParamInfo& p : params) {
+    const std::string& name = p.spec.name;
+    const double count = double(p.spec.numel());
+    if (name == "pos_embed.weight") continue;  // a lookup
+    if (name == "tok_embed.weight") {
+      if (tied) n += count;  // the table is the head too
+      continue;
+    }
+    if (name.find(".moe.w_") != std::string::npos) {
+      n += count * double(d.K) / double(d.E);  // each token visits K of E experts
+      continue;
+    }
+    n += count;
+  }
+  return 6 * n + 12 * double(d.layers_total()) * double(d.T) * double(d.C);
+}
+
+double peak_tflops(const std::string& line, bool low_precision, double configured) {
+  if (configured > 0) return configured;
+  // Dense tensor-core peaks (bf16/fp16; fp32 runs on TF32 at half that),
+  // from the vendors' data sheets, without sparsity.
+  struct Gpu {
+    const char* name;
+    double bf16;
+  };
+  static const Gpu table[] = {{"H200", 989}, {"H100", 989}, {"H800", 989}, {"A100", 312}, {"A800", 312},
+                              {"L40S", 362}, {"A10G", 70},  {"L4", 121}};
+  for (const Gpu& g : table)
+    if (line.find(g.name) != std::string::npos) return low_precision ? g.bf16 : g.bf16 / 2;
+  return 0;
+}
+
+}  // namespace trainer

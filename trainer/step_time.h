@@ -1,0 +1,49 @@
+// Where the time of the steps went on this rank (docs/ARCHITECTURE.md
+// "Where the time went"): compute of the forwards and backwards (without
+// the collectives inside them), the optimizer, waiting for data, the
+// checkpoint stall, evaluation, and the exposed communication per group
+// (the time the rank blocked in each group's collectives, measured by
+// comm/timed_communicator.h: pipeline idle is the pp group's share).
+// "other" is the rest of the wall time (logging, bookkeeping), so the parts
+// always add up; a small "other" is what says the parts explain the step.
+// Also the model FLOPs behind the TFLOP/s and MFU figures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/dims.h"
+#include "model/params.h"
+
+namespace trainer {
+
+struct StepTime {
+  double data = 0, forward = 0, backward = 0, optimizer = 0, checkpoint = 0, eval = 0, other = 0;
+  std::vector<std::pair<std::string, double>> comm;  // per group label, seconds blocked
+  double comm_total() const;
+  double named() const;  // everything but `other`
+  void add_comm(const std::string& group, double seconds);
+  StepTime& operator+=(const StepTime& o);
+};
+
+// "time_ms": {...} per step of a window of `steps` steps lasting `wall` s
+// (other = wall - the named parts).
+StepTime per_step(StepTime window, double wall, int64_t steps);
+std::string step_time_json(const StepTime& per_step);
+// The end-of-run table: each part's share of the run.
+std::string format_step_time(const StepTime& total, double wall, int64_t steps);
+
+// Model FLOPs per trained token, forward and backward: 6 N + 12 L T C (N:
+// the parameters every token's matmuls use, without the embedding lookups,
+// an expert's counted K / E times; 12 L T C: the attention scores and their
+// use, counted for all T keys as PaLM's appendix B does, although a causal
+// mask needs half). Documented in README.
+double flops_per_token(const ModelDims& global, const std::vector<ParamInfo>& global_params);
+// Peak dense TFLOP/s of one device for the run's precision: train.peak_tflops
+// when > 0, else from a table of GPUs by the name in `device_line`; 0 when
+// unknown (the CPU), and MFU is not printed.
+double peak_tflops(const std::string& device_line, bool low_precision, double configured);
+
+}  // namespace trainer
