@@ -278,6 +278,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   bool last_flagged = false;  // the last step run was flagged by the policy (nothing may be saved from it)
   bool save_pending = false;  // a flagged step's interval save, owed by the next healthy step
   int64_t completed = start_step;  // steps run, applied or skipped
+  bool nan_fired = false;
+  // Rollbacks to the same checkpoint in a row: the third means the fault is
+  // not in the data, and the run stops.
+  int64_t rollback_step = -1, rollbacks_there = 0;
   // Where the time went (trainer/step_time.h), per log window and for the run.
   auto seconds_since = [](clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); };
   const auto& timed = dist.timed_groups();
@@ -314,7 +318,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       models.begin_step();
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
-      if (hooks.nan_grad_step == step + 1) models.zero(0).poison_next_gradient();
+      if (hooks.nan_grad_step == step + 1 && !nan_fired) {
+        models.zero(0).poison_next_gradient();
+        nan_fired = true;  // once: a rollback runs the step number again
+      }
       // The load-balancing loss is each micro-batch's (under cp each
       // chunk's): their mean over the step.
       const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp * mesh.cp));
@@ -412,6 +419,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
             auto ck = load_resume_checkpoint(ckpt_root, "auto", models.states(), host, lead);
             if (!ck)
               throw StepPolicyStop(what + ": train.nonfinite=rollback found no complete checkpoint under " + ckpt_root);
+            rollbacks_there = ck->meta.step == rollback_step ? rollbacks_there + 1 : 1;
+            rollback_step = ck->meta.step;
+            if (rollbacks_there > 2)
+              throw StepPolicyStop(what + ": train.nonfinite=rollback went back to " + ck->dir +
+                                   " twice already and the steps after it fail again, with other data");
             restore_checkpoint(*ck, models.states());
             data_offset += step + 1 - ck->meta.step;
             tokens = ck->meta.tokens;
