@@ -182,11 +182,16 @@ TEST_CASE("a rank killed at a random step under torchrun with restarts: 10 trial
                             "TRAINER_TEST_HOOKS=kill=" + std::to_string(rank) + ":" + std::to_string(step));
     INFO("trial " << trial << ": rank " << rank << " killed at step " << step << "\n" << out);
     REQUIRE(rc == 0);
+    // torchrun's log directory holds one attempt per launch: the kill made a second.
+    bool restarted = false;
+    for (const auto& e : fs::recursive_directory_iterator(rd + ".tlog")) restarted |= e.path().filename() == "attempt_1";
+    CHECK(restarted);
     const double w = e2e::weight_diff(fs::path(straight) / "ckpt/step_00000020", fs::path(rd) / "ckpt/step_00000020");
-    std::printf("[restart] trial %d: rank %d SIGKILLed at step %d, torchrun restarted, final weights differ by %.3g\n",
-                trial, rank, step, w);
-    equal += w == 0;
+    std::printf("[restart] trial %d: rank %d SIGKILLed at step %d, torchrun restarted (%s), final weights differ by "
+                "%.3g\n", trial, rank, step, restarted ? "attempt_1 seen" : "NO restart seen", w);
+    equal += w == 0 && restarted;
     fs::remove_all(rd);
+    fs::remove_all(rd + ".tlog");
   }
   std::printf("[restart] %d of 10 trials bit for bit equal to the uninterrupted run (required: 10)\n", equal);
   CHECK(equal == 10);
@@ -196,26 +201,29 @@ TEST_CASE("a rank killed at a random step under torchrun with restarts: 10 trial
 TEST_CASE("the straggler alert names the slowed rank, and nobody without the delay; the time parts explain the step",
           "[ops][monitor][e2e]") {
   const Setup s = e2e::make_setup("ops", "straggler", kLlama);
-  const std::string set = "--set log.interval=2 --set log.straggler_intervals=2";
+  // Two ranks on this 2-core machine (more would share cores and make
+  // everybody look slow now and then); rank 1 sleeps 40 ms a step, about 10
+  // times its compute: busy 87% above the median of the two.
+  const std::string set = "--set log.interval=2 --set log.straggler_intervals=2 --set log.straggler_threshold=0.5";
   std::string out;
-  setenv("TRAINER_TEST_HOOKS", "delay=2:30", 1);
+  setenv("TRAINER_TEST_HOOKS", "delay=1:40", 1);
   const std::string slow = (s.dir / "slow").string();
-  REQUIRE(e2e::run_by_hand(s.cfg, 4, slow, &out, set) == 0);
+  REQUIRE(e2e::run_by_hand(s.cfg, 2, slow, &out, set) == 0);
   unsetenv("TRAINER_TEST_HOOKS");
   {
     INFO(out);
-    CHECK(out.find("straggler: rank 2 (host ") != std::string::npos);
+    const auto at = out.find("straggler: rank 1 (host ");
+    CHECK(at != std::string::npos);
     CHECK(out.find("straggler: rank 0") == std::string::npos);
-    CHECK(out.find("straggler: rank 1") == std::string::npos);
-    CHECK(out.find("straggler: rank 3") == std::string::npos);
+    if (at != std::string::npos) std::printf("[monitor] %s", out.substr(at, out.find('\n', at) - at + 1).c_str());
     // ranks.jsonl: a line per rank and log interval.
     const std::string ranks = read_file(fs::path(slow) / "ranks.jsonl");
-    CHECK(ranks.find("\"rank\": 3") != std::string::npos);
+    CHECK(ranks.find("\"step\": 20, \"rank\": 1") != std::string::npos);
     CHECK(ranks.find("\"grad_norm_shard\"") != std::string::npos);
   }
   out.clear();
   const std::string even = (s.dir / "even").string();
-  REQUIRE(e2e::run_by_hand(s.cfg, 4, even, &out, set) == 0);
+  REQUIRE(e2e::run_by_hand(s.cfg, 2, even, &out, set) == 0);
   CHECK(out.find("straggler:") == std::string::npos);
 
   // One process, a step long enough to time: the named parts (compute, optimizer,
