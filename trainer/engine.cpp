@@ -29,6 +29,8 @@
 #include "optim/lr_schedule.h"
 #include "data/batch_sampler.h"
 #include "trainer/checkpointing.h"
+#include "trainer/checkpoint_saver.h"
+#include "trainer/run_lock.h"
 #include "runtime/device_select.h"
 #include "trainer/generate.h"
 #include "trainer/metrics.h"
@@ -119,6 +121,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
   const bool lead = opt.launch.rank == 0;
   if (!lead) opt.quiet = true;
+  // [ckpt-integrity] One job per run directory (trainer/run_lock.h): a second
+  // trainer stops here with exit 2 naming the holder; held until we return.
+  const RunLock run_lock(cfg, lead, dist.host());
   const DType storage = storage_dtype(cfg.train.precision, dev.device);
   if (!opt.dump_reference_dir.empty() && dev.device != Device::CPU)
     throw ConfigError("--dump-reference compares against the fp32 PyTorch reference: run it with train.device=cpu");
@@ -239,12 +244,15 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   MetricsLog log(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines");
 
   // Every rank writes its shard; rank 0 adds the manifest once all are in.
-  std::unique_ptr<CheckpointWriter> writer;
+  // [ckpt-integrity] A failed save stops or is reported per
+  // checkpoint.on_save_error (trainer/checkpoint_saver.h).
+  std::unique_ptr<CheckpointSaver> writer;
   if (cfg.checkpoint.interval > 0)
-    writer = std::make_unique<CheckpointWriter>(
+    writer = std::make_unique<CheckpointSaver>(
         ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
         CheckpointGroup{dist.store(), opt.launch.rank, opt.launch.world_size,
-                        cfg.parallel.timeout_s});
+                        cfg.parallel.timeout_s},
+        cfg.checkpoint.on_save_error, lead);
 
   std::unique_ptr<ReferenceDump> dump;
   if (!opt.dump_reference_dir.empty())
@@ -398,9 +406,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
         Snapshot snap = take_snapshot(cfg, models.states(), step + 1, tokens, opt.launch.rank, opt.launch.world_size);
         const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
         const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
-        writer->save(std::move(snap));
-        summary.checkpoints.push_back(name);
-        if (!opt.quiet)
+        const bool started = writer->save(std::move(snap));  // [ckpt-integrity] false: failed, on_save_error=continue
+        if (started) summary.checkpoints.push_back(name);
+        if (started && !opt.quiet)
           std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), snap_ms,
                       cfg.checkpoint.async ? "writing in the background while training continues"
                                            : "written");
