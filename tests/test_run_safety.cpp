@@ -131,7 +131,8 @@ TEST_CASE("run lock: a run directory in use stops a second trainer with exit 2 n
     // A checkpoint.dir outside the run directory is locked too.
     out.clear();
     CHECK(e2e::run(kBin + " --config " + cfg + " --set run.dir=" + (dir / "other").string() +
-                       " --set checkpoint.dir=" + (dir / "run").string() + " --stop-after 2",
+                       " --set checkpoint.dir=" + (dir / "run").string() +
+                       " --set checkpoint.interval=1 --stop-after 2",
                    &out) == 2);
     CHECK_THAT(out, Contains(me));
 

@@ -99,7 +99,9 @@ RunLock::RunLock(const Config& cfg, bool lead, Communicator& host) {
   if (lead) {
     std::vector<std::string> dirs = {cfg.run_dir()};
     const std::string root = checkpoint_root(cfg);
-    if (!inside(root, cfg.run_dir())) dirs.push_back(root);
+    // A root elsewhere is locked when this run writes there; one it only
+    // resumes from may be read-only, or another run's.
+    if (cfg.checkpoint.interval > 0 && !inside(root, cfg.run_dir())) dirs.push_back(root);
     for (const std::string& d : dirs) {
       try {
         locks_.push_back(std::make_unique<DirectoryLock>(d));

@@ -47,7 +47,8 @@ class DirectoryLock {
 };
 
 // The locks a run holds while it trains: its run directory and, when
-// checkpoint.dir lies outside it, the checkpoint root. Only rank 0 locks:
+// checkpoint.dir lies outside it and the run saves checkpoints
+// (checkpoint.interval > 0), the checkpoint root. Only rank 0 locks:
 // every rank of a job writes its checkpoint files under that one root
 // (checkpoint_root(): the same for all ranks, on a filesystem they share),
 // and rank 0 alone publishes and deletes there, so holding the root on rank
