@@ -199,9 +199,9 @@ void warn(const std::string& msg) { std::cerr << "checkpoint: " << msg << "\n"; 
 // Deletes one old checkpoint: renamed out of the way first (and the rename
 // made durable), so that a kill or a power cut while its files are removed
 // leaves step_N.deleting, which no reader considers and the next prune
-// finishes, never a step_N with some files gone. False (after a warning)
-// when it could not even be renamed.
-bool retire(const fs::path& root, const fs::path& dir) {
+// finishes, never a step_N with some files gone. One that cannot even be
+// renamed is kept, with a warning.
+void retire(const fs::path& root, const fs::path& dir) {
   fs::path doomed = dir;
   doomed += kDeletingSuffix;
   std::error_code ec;
@@ -209,7 +209,7 @@ bool retire(const fs::path& root, const fs::path& dir) {
   if (std::rename(dir.c_str(), doomed.c_str()) != 0) {
     warn("could not rename old checkpoint " + dir.string() + " to " + doomed.string() + " for deletion: " +
          std::strerror(errno) + "; it is kept");
-    return false;
+    return;
   }
   try {
     fsync_path(root.string(), true);
@@ -219,7 +219,6 @@ bool retire(const fs::path& root, const fs::path& dir) {
   maybe_inject_failure("prune", doomed.string());
   fs::remove_all(doomed, ec);
   if (ec) warn("could not remove old checkpoint " + doomed.string() + ": " + ec.message());
-  return true;
 }
 
 // Deletes leftovers of interrupted saves and deletions, and the complete

@@ -415,14 +415,20 @@ TEST_CASE("on_save_error: stop throws naming step, directory and latest; continu
       CHECK(s.save(small_snapshot(1)));
       s.wait();
       checkpoint_inject_fault({"prepare", EROFS, 0, 1});
-      CHECK(s.save(small_snapshot(2)) == async);  // synchronous: known at once
-      CHECK(s.save(small_snapshot(3)));
-      s.wait();
+      {
+        CaptureStderr err;
+        CHECK(s.save(small_snapshot(2)) == async);  // synchronous: known at once
+        CHECK(s.save(small_snapshot(3)));
+        s.wait();
+        CHECK_THAT(err.text(), Contains("checkpoint: ERROR: checkpoint save of step 2 under " + dir.string()) &&
+                                   Contains("Read-only file system") && Contains("training goes on"));
+      }
       CHECK(s.failures() == 1);
       CHECK(read_bytes(dir / "latest") == "step_00000003\n");
       CHECK(entries(dir) == std::set<std::string>{"latest", "step_00000001", "step_00000003"});
       // The run's last save must succeed, under continue too.
       checkpoint_inject_fault({"rank_file", ENOSPC, 0, 1});
+      CaptureStderr err;
       CHECK(s.save(small_snapshot(4)) == async);
       CHECK_THROWS_WITH(s.wait(), Contains("step 4") && Contains("the run's last save must succeed"));
       fs::remove_all(dir);

@@ -1,7 +1,7 @@
 #include "trainer/checkpoint_saver.h"
 
-#include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <stdexcept>
 
 namespace trainer {
@@ -25,10 +25,9 @@ void CheckpointSaver::report(int64_t step, const std::exception& e) {
   last_error_ = describe(step, e);
   if (policy_ == "stop") throw std::runtime_error(last_error_ + " (checkpoint.on_save_error=stop)");
   if (lead_)
-    std::fprintf(stderr,
-                 "\n!!! checkpoint: ERROR: %s\n!!! checkpoint.on_save_error=continue: training goes on, the next "
-                 "save tries again (%d failed save%s so far)\n\n",
-                 last_error_.c_str(), failures_, failures_ == 1 ? "" : "s");
+    std::cerr << "\n!!! checkpoint: ERROR: " << last_error_
+              << "\n!!! checkpoint.on_save_error=continue: training goes on, the next save tries again (" << failures_
+              << " failed save" << (failures_ == 1 ? "" : "s") << " so far)\n\n";
 }
 
 bool CheckpointSaver::save(Snapshot snap) {
