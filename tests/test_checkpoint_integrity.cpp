@@ -419,12 +419,21 @@ TEST_CASE("on_save_error: stop throws naming step, directory and latest; continu
         CaptureStderr err;
         CHECK(s.save(small_snapshot(2)) == async);  // synchronous: known at once
         CHECK(s.save(small_snapshot(3)));
-        s.wait();
+        s.settle();
         CHECK_THAT(err.text(), Contains("checkpoint: ERROR: checkpoint save of step 2 under " + dir.string()) &&
                                    Contains("Read-only file system") && Contains("training goes on"));
       }
       CHECK(s.failures() == 1);
       CHECK(read_bytes(dir / "latest") == "step_00000003\n");
+      if (async) {
+        // Mid-run, a failed background save under continue is reported, not thrown.
+        checkpoint_inject_fault({"rank_file", ENOSPC, 0, 1});
+        CaptureStderr err;
+        CHECK(s.save(small_snapshot(5)));
+        CHECK_NOTHROW(s.settle());
+        CHECK_THAT(err.text(), Contains("checkpoint save of step 5"));
+        CHECK(s.failures() == 2);
+      }
       CHECK(entries(dir) == std::set<std::string>{"latest", "step_00000001", "step_00000003"});
       // The run's last save must succeed, under continue too.
       checkpoint_inject_fault({"rank_file", ENOSPC, 0, 1});

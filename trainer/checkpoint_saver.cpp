@@ -30,15 +30,19 @@ void CheckpointSaver::report(int64_t step, const std::exception& e) {
               << " failed save" << (failures_ == 1 ? "" : "s") << " so far)\n\n";
 }
 
-bool CheckpointSaver::save(Snapshot snap) {
-  const int64_t step = snap.meta.step;
-  // The previous background save's outcome first, so a failure is reported
-  // under its own step.
+void CheckpointSaver::settle() {
   try {
     writer_.wait();
   } catch (const std::exception& e) {
     report(in_flight_step_, e);
   }
+}
+
+bool CheckpointSaver::save(Snapshot snap) {
+  const int64_t step = snap.meta.step;
+  // The previous background save's outcome first, so a failure is reported
+  // under its own step.
+  settle();
   in_flight_step_ = step;
   last_error_.clear();
   try {

@@ -35,6 +35,10 @@ class CheckpointSaver {
   // save failed; under continue, reports it and returns false when this
   // save did not even start or failed.
   bool save(Snapshot snap);
+  // Waits for the save in flight and applies the policy to its failure (stop:
+  // throws; continue: reports). For a pause mid-run that needs the disk
+  // settled, e.g. before reading the newest checkpoint back.
+  void settle();
   // The end of the run: waits for the last save; throws if it failed.
   void wait();
   std::string last_completed() const { return writer_.last_completed(); }
