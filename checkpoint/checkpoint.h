@@ -10,9 +10,10 @@
 // Saving: the caller hands a host snapshot (copied synchronously); a
 // background thread writes it into step_N.partial/, fsyncs, renames it to
 // step_N/ once every file is complete, then replaces `latest` atomically and
-// removes checkpoints beyond keep_last. A directory without a complete
-// manifest, or whose files do not match the manifest's sizes and checksums,
-// is never loaded.
+// removes checkpoints beyond keep_last (each renamed to step_N.deleting
+// first). A directory without a complete manifest, whose manifest does not
+// match its own checksum, or whose files do not match the manifest's sizes
+// and checksums, is never loaded.
 //
 // Several ranks (a CheckpointGroup): every rank's writer saves the same steps,
 // each with its own snapshot, and they meet in the rendezvous store under
@@ -171,8 +172,10 @@ using ResumeAgreement = std::function<int64_t(const std::string& dir, bool loade
 
 // The first candidate that loads (on every rank, with `agree`). "auto": a
 // candidate that fails is reported on stderr (by the ranks where it failed)
-// and the next is tried; nullopt when none loads. A path must load or this
-// throws, on every rank.
+// and the next is tried; nullopt when there is no candidate at all, and when
+// there are some but none loads this throws, on every rank, naming each and
+// why (starting over is never implicit: checkpoint.resume=none). A path must
+// load or this throws, on every rank.
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
                                                const SliceFilter& want = {}, const ResumeAgreement& agree = {});
 
@@ -184,14 +187,5 @@ std::string describe_checkpoint(const std::string& dir);
 // std::invalid_argument naming the tensor when src is inconsistent (its data
 // size, its slice) or the global shapes differ.
 int64_t copy_overlap(const ShardTensor& src, const SliceSpec& dst_slice, void* dst);
-
-// Test hook: the next save (of any writer) fails at `stage` as a full disk
-// would: "rank_file" (after the rank file, before the manifest), "manifest"
-// (after the manifest, before the rename), "publish" (after an existing
-// directory of the same step was moved aside, before the rename), "latest"
-// (checkpoint complete, before `latest` is replaced). "" disarms it. In a
-// group only rank 0 reaches the last three; "rank_file" fires on whichever
-// rank of this process gets there first.
-void checkpoint_fail_next_save_at(const std::string& stage);
 
 }  // namespace trainer

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_save.h"
+#include "checkpoint/fault_injection.h"
 #include "checkpoint/slice_json.h"
 #include "checkpoint/strict_json.h"
 #include "comm/store.h"
@@ -247,7 +248,7 @@ std::string save_as_rank0(const Rendezvous& rv, const SavePaths& p, int keep_las
   RankResult own;
   try {
     own.report = write_rank_file(p.partial, snap);
-    maybe_inject_failure("rank_file");
+    maybe_inject_failure("rank_file", (p.partial / own.report->file).string());
   } catch (const std::exception& e) {
     own.report.reset();
     own.error = e.what();
@@ -315,7 +316,7 @@ std::string save_as_other_rank(const Rendezvous& rv, const SavePaths& p, Snapsho
     validate_snapshot(snap);
     wait_for_directory(rv, p, snap.meta.step);
     report = write_rank_file(p.partial, snap);
-    maybe_inject_failure("rank_file");
+    maybe_inject_failure("rank_file", (p.partial / report.file).string());
   } catch (const RankZeroFailed& e) {
     throw std::runtime_error(e.what());  // rank 0 gave up already and reads no reports
   } catch (const std::exception& e) {

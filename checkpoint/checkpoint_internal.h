@@ -10,9 +10,13 @@
 namespace trainer::ckpt_detail {
 
 // Bumped whenever a reader of the previous version would misread a manifest.
+// 3: version 2 ending with the manifest's own checksum (manifest_checksum.h);
 // 2: pieces in global terms (real N-d global shape, box, flat range); 1 saved
 // a ZeRO piece flattened, without its tensor's shape.
-constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kFormatVersion = 3;
+// The one older version still read (with a warning: nothing checks the
+// manifest itself).
+constexpr int64_t kUnsealedFormatVersion = 2;
 constexpr const char* kFormatName = "trainer-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kLatestName = "latest";
@@ -20,6 +24,9 @@ constexpr const char* kPartialSuffix = ".partial";
 // An older directory of the same step, moved out of the way while a new one
 // replaces it.
 constexpr const char* kReplacedSuffix = ".replaced";
+// An old checkpoint on its way out (keep_last): renamed to this first, so a
+// kill while its files are deleted leaves nothing that looks like a checkpoint.
+constexpr const char* kDeletingSuffix = ".deleting";
 
 // "step_00001000" -> 1000; nullopt for anything else (".partial" included).
 std::optional<int64_t> parse_step_dir_name(std::string_view name);

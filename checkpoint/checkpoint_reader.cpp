@@ -18,6 +18,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/manifest_checksum.h"
 #include "checkpoint/slice_json.h"
 #include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
@@ -52,6 +53,7 @@ struct Manifest {
   std::string path;
   int64_t format_version = 0;
   std::string created;
+  std::string checksum;  // for `inspect`: "crc32c 1a2b3c4d ok" or why there is none
   CheckpointMeta meta;
   std::vector<ManifestFile> files;
   std::vector<ManifestTensor> tensors;
@@ -79,9 +81,13 @@ Manifest read_manifest(const fs::path& dir) {
   if (!in) throw corrupt(m.path, std::string("cannot open: ") + std::strerror(errno));
   std::stringstream buf;
   buf << in.rdbuf();
+  const std::string text = buf.str();
+  // Before anything of the content is believed (manifest_checksum.h).
+  const ManifestChecksum sum = check_manifest_checksum(text);
+  if (sum.state == ManifestChecksum::State::Broken) throw corrupt(m.path, sum.problem);
   json::Value root;
   try {
-    root = json::parse(buf.str());
+    root = json::parse(text);
   } catch (const json::ParseError& e) {
     throw corrupt(m.path, std::string("not valid JSON: ") + e.what());
   }
@@ -93,14 +99,30 @@ Manifest read_manifest(const fs::path& dir) {
     field = "format_version";
     m.format_version = json::as_int64(json::at(root, "format_version"));
     if (m.format_version == 1)
-      throw std::runtime_error(m.path + ": format_version 1 is not supported: this build reads version " +
-                               std::to_string(kFormatVersion) +
+      throw std::runtime_error(m.path + ": format_version 1 is not supported: this build reads versions " +
+                               std::to_string(kUnsealedFormatVersion) + " and " + std::to_string(kFormatVersion) +
                                " (pieces as box + flat range of the real global shape); version 1 stored ZeRO "
                                "pieces flattened, without their tensor's shape, so it cannot be mapped onto one. "
                                "Resume it with the build that wrote it, or start a new run");
-    if (m.format_version != kFormatVersion)
+    if (m.format_version != kFormatVersion && m.format_version != kUnsealedFormatVersion)
       throw std::runtime_error(m.path + ": format_version " + std::to_string(m.format_version) +
-                               " is not supported (this build reads version " + std::to_string(kFormatVersion) + ")");
+                               " is not supported (this build reads versions " +
+                               std::to_string(kUnsealedFormatVersion) + " and " + std::to_string(kFormatVersion) + ")");
+    if (sum.state == ManifestChecksum::State::Valid) {
+      m.checksum = "crc32c " + sum.stored + " ok";
+    } else if (m.format_version == kUnsealedFormatVersion) {
+      // Written by a build before manifests had checksums: accepted so that a
+      // long run survives the upgrade, with a warning; the rank files are
+      // still verified, and the run's next save writes a sealed manifest.
+      m.checksum = "none (format version 2, written before manifests had a checksum)";
+      std::cerr << "checkpoint: warning: " << m.path << " has no checksum of its own (format version "
+                << kUnsealedFormatVersion << ", written by an older build): its step, tokens, optimizer step, "
+                << "config and tensor names cannot be verified; the rank files still are\n";
+    } else {
+      throw corrupt(m.path, std::string("format_version ") + std::to_string(m.format_version) +
+                                " manifests end with their checksum (\"" + kManifestChecksumKey +
+                                "\"), this one has none: damaged");
+    }
     field = "step";
     m.meta.step = json::as_int64(json::at(root, "step"));
     field = "tokens";
@@ -327,7 +349,9 @@ std::vector<std::string> resume_candidates(const std::string& root_str, const st
 
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
                                                const SliceFilter& want, const ResumeAgreement& agree) {
-  for (const std::string& dir : resume_candidates(root, mode)) {
+  const std::vector<std::string> candidates = resume_candidates(root, mode);
+  std::string refused;  // "  DIR: why" per candidate that did not load
+  for (const std::string& dir : candidates) {
     std::optional<LoadedCheckpoint> ck;
     std::string error;
     try {
@@ -337,12 +361,21 @@ std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const st
     }
     const int64_t failed = agree ? agree(dir, ck.has_value()) : int64_t(!ck);
     if (failed == 0) return ck;
-    if (mode != "auto")
-      throw std::runtime_error(!error.empty() ? error
-                                              : dir + ": failed to load on " + std::to_string(failed) +
-                                                    " other rank(s) (see their messages)");
+    const std::string why = !error.empty() ? error
+                                           : dir + ": failed to load on " + std::to_string(failed) +
+                                                 " other rank(s) (see their messages)";
+    if (mode != "auto") throw std::runtime_error(why);
     if (!error.empty()) std::cerr << "checkpoint: skipping " << dir << ": " << error << "\n";
+    refused += "\n  " + dir + ": " + why;
   }
+  // Checkpoints exist but none is usable: training from step 0 over them
+  // would silently discard the run, so that has to be asked for.
+  if (!candidates.empty())
+    throw std::runtime_error("checkpoint.resume=auto: " + std::to_string(candidates.size()) +
+                             " checkpoint(s) under " + strip_trailing_slash(root).string() +
+                             ", none loadable:" + refused +
+                             "\nrepair or move them away, resume one by path (checkpoint.resume=DIR), or start "
+                             "over from step 0 with checkpoint.resume=none");
   return std::nullopt;
 }
 
@@ -357,6 +390,7 @@ std::string describe_checkpoint(const std::string& dir_str) {
     << "\n";
   o << "  format version " << m.format_version << ", created " << m.created << ", config "
     << std::count(m.meta.config_yaml.begin(), m.meta.config_yaml.end(), '\n') << " lines\n";
+  o << "  manifest checksum " << m.checksum << "\n";
 
   bool all_ok = true;
   o << "files:\n";

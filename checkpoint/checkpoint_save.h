@@ -49,10 +49,9 @@ RankReport write_rank_file(const std::filesystem::path& partial, const Snapshot&
 void finish(const SavePaths& p, const CheckpointMeta& meta, const std::vector<RankReport>& reports);
 // Nothing of a failed save may look like a checkpoint.
 void remove_partial(const SavePaths& p);
-// Deletes leftovers of interrupted saves and checkpoints beyond keep_last.
+// Deletes leftovers of interrupted saves and deletions, and checkpoints
+// beyond keep_last (each renamed to step_N.deleting before its files go).
 void prune(const std::filesystem::path& root, int keep_last, const std::string& current);
-// The test hook of checkpoint_fail_next_save_at.
-void maybe_inject_failure(const char* stage);
 void warn(const std::string& msg);  // "checkpoint: ..." on stderr
 
 // One multi-rank save: where it meets in the store, and who is asking.

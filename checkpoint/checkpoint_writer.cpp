@@ -2,6 +2,8 @@
 // point harmless: files are complete and fsynced before the directory is
 // renamed from step_N.partial to step_N, the rename is fsynced before `latest`
 // names it, and old checkpoints are deleted only after `latest` moved on.
+// Old checkpoints are renamed to step_N.deleting before their files go, so a
+// kill mid-deletion leaves a name no reader takes for a checkpoint.
 // With several ranks, rank 0 alone creates, publishes and deletes
 // directories; the others only add their file to step_N.partial and report
 // it through the store (checkpoint_group.cpp).
@@ -30,6 +32,8 @@
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/checkpoint_save.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/fault_injection.h"
+#include "checkpoint/manifest_checksum.h"
 #include "checkpoint/strict_json.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/slice_json.h"
@@ -40,17 +44,6 @@ namespace trainer {
 namespace fs = std::filesystem;
 
 namespace ckpt_detail {
-
-std::mutex g_fault_mu;
-std::string g_fault_stage;
-
-void maybe_inject_failure(const char* stage) {
-  std::lock_guard<std::mutex> lock(g_fault_mu);
-  if (g_fault_stage.empty() || g_fault_stage != stage) return;
-  g_fault_stage.clear();
-  throw std::runtime_error(std::string("injected failure at stage '") + stage + "' (test hook): " +
-                           std::strerror(ENOSPC));
-}
 
 // A rename or a new file is durable only once its directory entry is: fsync
 // the directory itself.
@@ -204,10 +197,36 @@ json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankRep
 
 void warn(const std::string& msg) { std::cerr << "checkpoint: " << msg << "\n"; }
 
-// Deletes leftovers of interrupted saves and the complete checkpoints beyond
-// keep_last. The one just written is always kept, even when older-looking
-// steps exist from an earlier run, so a resume from an older checkpoint never
-// deletes its own progress. Failures only warn: the save itself succeeded.
+// Deletes one old checkpoint: renamed out of the way first (and the rename
+// made durable), so that a kill or a power cut while its files are removed
+// leaves step_N.deleting, which no reader considers and the next prune
+// finishes, never a step_N with some files gone. One that cannot even be
+// renamed is kept, with a warning.
+void retire(const fs::path& root, const fs::path& dir) {
+  fs::path doomed = dir;
+  doomed += kDeletingSuffix;
+  std::error_code ec;
+  fs::remove_all(doomed, ec);  // a leftover of the same step from an earlier kill
+  if (std::rename(dir.c_str(), doomed.c_str()) != 0) {
+    warn("could not rename old checkpoint " + dir.string() + " to " + doomed.string() + " for deletion: " +
+         std::strerror(errno) + "; it is kept");
+    return;
+  }
+  try {
+    fsync_path(root.string(), true);
+  } catch (const std::exception& e) {
+    warn(std::string(e.what()) + " (after renaming " + dir.string() + " for deletion)");
+  }
+  maybe_inject_failure("prune", doomed.string());
+  fs::remove_all(doomed, ec);
+  if (ec) warn("could not remove old checkpoint " + doomed.string() + ": " + ec.message());
+}
+
+// Deletes leftovers of interrupted saves and deletions, and the complete
+// checkpoints beyond keep_last. The one just written is always kept, even
+// when older-looking steps exist from an earlier run, so a resume from an
+// older checkpoint never deletes its own progress. Failures only warn: the
+// save itself succeeded.
 void prune(const fs::path& root, int keep_last, const std::string& current) {
   std::error_code ec;
   std::vector<std::pair<int64_t, fs::path>> complete;
@@ -219,7 +238,7 @@ void prune(const fs::path& root, int keep_last, const std::string& current) {
     if (!parse_step_dir_name(base)) continue;
     if (dot != std::string::npos) {
       const std::string suffix = name.substr(dot);
-      if (suffix == kPartialSuffix || suffix == kReplacedSuffix) {
+      if (suffix == kPartialSuffix || suffix == kReplacedSuffix || suffix == kDeletingSuffix) {
         std::error_code rm;
         fs::remove_all(it->path(), rm);
         if (rm) warn("could not remove stale " + it->path().string() + ": " + rm.message());
@@ -236,10 +255,11 @@ void prune(const fs::path& root, int keep_last, const std::string& current) {
   }
   if (keep_last <= 0) return;
   std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (size_t i = size_t(keep_last - 1); i < complete.size(); ++i) {
-    std::error_code rm;
-    fs::remove_all(complete[i].second, rm);
-    if (rm) warn("could not remove old checkpoint " + complete[i].second.string() + ": " + rm.message());
+  try {
+    for (size_t i = size_t(keep_last - 1); i < complete.size(); ++i) retire(root, complete[i].second);
+  } catch (const std::exception& e) {
+    // The test hook stands for a kill here: the rest of the pruning is not done.
+    warn(std::string("pruning stopped: ") + e.what());
   }
 }
 
@@ -258,7 +278,7 @@ void publish(const fs::path& root, const fs::path& partial, const fs::path& fina
     rename_or_throw(final_dir, aside);
   }
   try {
-    maybe_inject_failure("publish");
+    maybe_inject_failure("publish", final_dir.string());
     rename_or_throw(partial, final_dir);
   } catch (...) {
     if (!aside.empty()) std::rename(aside.c_str(), final_dir.c_str());
@@ -266,8 +286,8 @@ void publish(const fs::path& root, const fs::path& partial, const fs::path& fina
   }
   fsync_path(root.string(), true);
 
-  maybe_inject_failure("latest");
   const fs::path latest = root / kLatestName;
+  maybe_inject_failure("latest", latest.string());
   fs::path tmp = latest;
   tmp += ".tmp";
   write_text_synced(tmp.string(), final_dir.filename().string() + "\n");
@@ -301,6 +321,7 @@ void prepare_partial(const SavePaths& p) {
   // unknown, so start over.
   fs::remove_all(p.partial, ec);
   if (ec) throw std::runtime_error("cannot remove stale " + p.partial.string() + ": " + ec.message());
+  maybe_inject_failure("prepare", p.partial.string());
   if (!fs::create_directory(p.partial, ec) || ec)
     throw std::runtime_error(p.partial.string() + ": cannot create: " + (ec ? ec.message() : "exists"));
 }
@@ -315,8 +336,9 @@ void remove_partial(const SavePaths& p) {
 // Every rank file is in place: manifest, rename, `latest`.
 void finish(const SavePaths& p, const CheckpointMeta& meta, const std::vector<RankReport>& reports) {
   const json::Value manifest = build_manifest(meta, reports);
-  write_text_synced((p.partial / kManifestName).string(), json::dump(manifest, 2) + "\n");
-  maybe_inject_failure("manifest");
+  const fs::path manifest_path = p.partial / kManifestName;
+  write_text_synced(manifest_path.string(), sealed_manifest_text(manifest));
+  maybe_inject_failure("manifest", manifest_path.string());
   fsync_path(p.partial.string(), true);
   publish(p.root, p.partial, p.final_dir);
 }
@@ -331,7 +353,7 @@ std::string save_single(const std::string& root, int keep_last, Snapshot& snap) 
   prepare_partial(p);
   try {
     RankReport local = write_rank_file(p.partial, snap);
-    maybe_inject_failure("rank_file");
+    maybe_inject_failure("rank_file", (p.partial / local.file).string());
     finish(p, snap.meta, {std::move(local)});
   } catch (...) {
     remove_partial(p);
@@ -344,11 +366,6 @@ std::string save_single(const std::string& root, int keep_last, Snapshot& snap) 
 }  // namespace ckpt_detail
 
 using namespace ckpt_detail;
-
-void checkpoint_fail_next_save_at(const std::string& stage) {
-  std::lock_guard<std::mutex> lock(g_fault_mu);
-  g_fault_stage = stage;
-}
 
 struct CheckpointWriter::Impl {
   std::string root;

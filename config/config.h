@@ -109,6 +109,9 @@ struct CheckpointConfig {
   int keep_last = 3;
   bool async = true;
   std::string resume = "none";     // none | auto | PATH
+  // A save that fails (disk full, read-only, permissions): stop ends the run
+  // with exit 1; continue logs it and tries again at the next interval.
+  std::string on_save_error = "stop";  // stop | continue
 };
 
 struct LogConfig {

@@ -195,6 +195,10 @@ std::vector<KeySpec> build_schema() {
           .aka("async_save"),
       Row("checkpoint.resume", FIELD(checkpoint.resume), "none, auto (latest in checkpoint.dir) or a checkpoint path")
           .or_path("none|auto").aka("resume_from load init_from resume_from_checkpoint"),
+      Row("checkpoint.on_save_error", FIELD(checkpoint.on_save_error),
+          "a failed save (disk full, read-only, permissions): stop the run (exit 1) or log it and continue, "
+          "trying again at the next interval")
+          .one_of("stop|continue").aka("save_error on_save_failure"),
 
       Row("log.interval", FIELD(log.interval), "print a log line every N steps").at_least(1)
           .aka("log_interval every log_every"),

@@ -21,6 +21,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/fault_injection.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/strict_json.h"
 #include "comm/store.h"
@@ -139,6 +140,20 @@ void flip_byte(const std::string& path, uint64_t at) {
   c = char(c ^ 0x01);
   f.seekp(std::streamoff(at));
   f.write(&c, 1);
+}
+
+// Recomputes the manifest's own checksum after a deliberate edit, so a test
+// reaches the checks behind it. Written from the format's description
+// (checkpoint/manifest_checksum.h): the CRC32C of every byte before the 8
+// digits of the last member "manifest_crc32c".
+void reseal_manifest(const std::string& path) {
+  std::string text = read_text(path);
+  const std::string key = "\"manifest_crc32c\": \"";
+  const size_t at = text.rfind(key);
+  REQUIRE(at != std::string::npos);
+  const size_t digits = at + key.size();
+  text.replace(digits, 8, crc32c_hex(crc32c(text.data(), digits)));
+  write_text(path, text);
 }
 
 std::set<std::string> entries(const fs::path& dir) {
@@ -435,7 +450,7 @@ TEST_CASE("checkpoint: manifest records everything needed to resume and verify",
   CheckpointWriter(dir.str(), 3, false).save(s);
   const std::string step_dir = dir / "step_00000005";
   const json::Value m = json::parse(read_text(step_dir + "/manifest.json"));
-  CHECK(m.at("format_version").get<int64_t>() == 2);
+  CHECK(m.at("format_version").get<int64_t>() == 3);
   CHECK(m.at("step").get<int64_t>() == 5);
   CHECK(m.at("tokens").get<int64_t>() == 5 * 4096 + 7);
   CHECK(m.at("seed").get<uint64_t>() == 0xDEADBEEFCAFEBABEull);
@@ -444,6 +459,7 @@ TEST_CASE("checkpoint: manifest records everything needed to resume and verify",
   CHECK(m.at("layout").get<std::string>() == "tp1.pp1.dp1.cp1.ep1.zero0");
   CHECK(m.at("config_yaml").get<std::string>() == s.meta.config_yaml);
   CHECK(m.at("created").get<std::string>().size() == 20);  // 2024-01-02T03:04:05Z
+  CHECK(m.at("manifest_crc32c").get<std::string>().size() == 8);  // the manifest's own checksum, last
 
   const json::Value& f = m.at("files").at(kRank0);
   CHECK(f.at("bytes").get<uint64_t>() == fs::file_size(step_dir + "/" + kRank0));
@@ -476,6 +492,7 @@ TEST_CASE("checkpoint: manifest records everything needed to resume and verify",
   CHECK_THAT(text, Contains("[3, 5, 2]"));
   CHECK_THAT(text, Contains("rank 0 whole"));
   CHECK_THAT(text, Contains("every file matches the manifest"));
+  CHECK_THAT(text, Contains("manifest checksum crc32c " + m.at("manifest_crc32c").get<std::string>() + " ok"));
 }
 
 TEST_CASE("checkpoint: async save returns before the write completes", "[checkpoint]") {
@@ -555,13 +572,18 @@ TEST_CASE("checkpoint: crashed saves and incomplete directories are never resume
   CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000007"),
                     Contains("step_00000007/manifest.json") && Contains("incomplete or corrupt checkpoint") &&
                         Contains("not valid JSON"));
-  // So is a manifest that lost a key, or whose step disagrees with its directory.
+  // So is a manifest that lost a key, or whose step disagrees with its
+  // directory. The edit breaks the manifest's checksum first; resealed, the
+  // parser's own checks still refuse it.
   fs::copy(dir / "step_00000002", dir / "step_00000008", fs::copy_options::recursive);
   {
     std::string text = read_text(dir / "step_00000008/manifest.json");
     text.replace(text.find("\"tokens\""), 8, "\"tokenz\"");
     write_text(dir / "step_00000008/manifest.json", text);
   }
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000008"),
+                    Contains("step_00000008/manifest.json") && Contains("manifest checksum mismatch"));
+  reseal_manifest(dir / "step_00000008/manifest.json");
   CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000008"), Contains("missing key \"tokens\""));
   fs::copy(dir / "step_00000002", dir / "step_00000009", fs::copy_options::recursive);
   CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000009"), Contains("records step 2"));
@@ -572,6 +594,8 @@ TEST_CASE("checkpoint: crashed saves and incomplete directories are never resume
     std::string text = read_text(dir / "step_00000011/manifest.json");
     text.replace(text.find("\"step\": 2,"), 10, "\"step\": 11, \"step\": 2,");
     write_text(dir / "step_00000011/manifest.json", text);
+    CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000011"), Contains("manifest checksum mismatch"));
+    reseal_manifest(dir / "step_00000011/manifest.json");
     try {
       load_checkpoint(dir / "step_00000011");
       FAIL("a manifest with a duplicate key loaded");
@@ -637,8 +661,15 @@ TEST_CASE("checkpoint: corrupt or truncated files are refused and resume falls b
   fs::remove(dir / ("step_00000001/" + kRank0));
   CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000001"), Contains("missing"));
   {
+    // Checkpoints exist, none loads: never an implicit fresh start; the error
+    // names each one and why.
     CaptureStderr err;
-    CHECK(!resolve_resume(dir.str(), "auto"));
+    CHECK_THROWS_WITH(resolve_resume(dir.str(), "auto"),
+                      Contains("3 checkpoint(s) under " + dir.str() + ", none loadable") &&
+                          Contains(dir / "step_00000003") && Contains("CRC32C mismatch") &&
+                          Contains(dir / "step_00000002") && Contains("truncated") &&
+                          Contains(dir / "step_00000001") && Contains("missing") &&
+                          Contains("checkpoint.resume=none"));
   }
 }
 
@@ -1080,7 +1111,8 @@ TEST_CASE("checkpoint: a rank that fails its write fails the save on every rank"
     const auto rank0_errors = ranks.save_all(3);
     for (int r = 0; r < kWorld; ++r) {
       INFO("rank " << r << ": " << rank0_errors[size_t(r)]);
-      CHECK_THAT(rank0_errors[size_t(r)], Contains("rank 0 failed: injected failure at stage 'manifest'"));
+      CHECK_THAT(rank0_errors[size_t(r)], Contains("rank 0 failed: " + (dir / "step_00000003.partial/manifest.json") +
+                                                   ": injected failure at stage 'manifest'"));
       CHECK(ranks.writers[size_t(r)]->last_completed() == dir / "step_00000001");
     }
     CHECK(entries(dir.path) == std::set<std::string>{"latest", "step_00000001"});

@@ -536,7 +536,10 @@ TEST_CASE("checkpoint layouts: manifest, rank files and inspect describe pieces 
     ss << in.rdbuf();
     manifest = ss.str();
   }
-  manifest.replace(manifest.find("\"format_version\": 2"), 19, "\"format_version\": 1");
+  // As that version was written: no checksum of its own at the end.
+  manifest.replace(manifest.find("\"format_version\": 3"), 19, "\"format_version\": 1");
+  manifest.erase(manifest.rfind(",\n  \"manifest_crc32c\""), std::string::npos);
+  manifest += "\n}\n";
   std::ofstream(step + "/manifest.json", std::ios::trunc) << manifest;
   try {
     load_checkpoint(step);

@@ -32,6 +32,8 @@
 #include "optim/lr_schedule.h"
 #include "data/batch_sampler.h"
 #include "trainer/checkpointing.h"
+#include "trainer/checkpoint_saver.h"
+#include "trainer/run_lock.h"
 #include "runtime/device_select.h"
 #include "trainer/generate.h"
 #include "trainer/metrics.h"
@@ -127,6 +129,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
   const bool lead = opt.launch.rank == 0;
   if (!lead) opt.quiet = true;
+  // [ckpt-integrity] One job per run directory (trainer/run_lock.h): a second
+  // trainer stops here with exit 2 naming the holder; held until we return.
+  const RunLock run_lock(cfg, lead, dist.host());
   const DType storage = storage_dtype(cfg.train.precision, dev.device);
   if (!opt.dump_reference_dir.empty() && dev.device != Device::CPU)
     throw ConfigError("--dump-reference compares against the fp32 PyTorch reference: run it with train.device=cpu");
@@ -250,9 +255,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
 
   // Every rank writes its shard; rank 0 adds the manifest once all are in.
   // There is a writer even without periodic saves: a preemption saves too.
-  const auto writer = std::make_unique<CheckpointWriter>(ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
-                                                         CheckpointGroup{dist.store(), opt.launch.rank,
-                                                                         opt.launch.world_size, cfg.parallel.timeout_s});
+  // A failed save stops or is reported per checkpoint.on_save_error
+  // (trainer/checkpoint_saver.h).
+  const auto writer = std::make_unique<CheckpointSaver>(
+      ckpt_root, cfg.checkpoint.keep_last, cfg.checkpoint.async,
+      CheckpointGroup{dist.store(), opt.launch.rank, opt.launch.world_size, cfg.parallel.timeout_s},
+      cfg.checkpoint.on_save_error, lead);
 
   std::unique_ptr<ReferenceDump> dump;
   if (!opt.dump_reference_dir.empty())
@@ -415,8 +423,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
           if (v.action == StepAction::Rollback) {
             // Back to the newest complete checkpoint; the data of the steps
             // since is skipped, so the run does not meet the same batches again.
-            if (writer) writer->wait();
-            auto ck = load_resume_checkpoint(ckpt_root, "auto", models.states(), host, lead);
+            if (writer) writer->settle();
+            std::optional<LoadedCheckpoint> ck;
+            try {
+              ck = load_resume_checkpoint(ckpt_root, "auto", models.states(), host, lead);
+            } catch (const std::exception& e) {
+              throw StepPolicyStop(what + ": train.nonfinite=rollback could not load a checkpoint: " + e.what());
+            }
             if (!ck)
               throw StepPolicyStop(what + ": train.nonfinite=rollback found no complete checkpoint under " + ckpt_root);
             rollbacks_there = ck->meta.step == rollback_step ? rollbacks_there + 1 : 1;
@@ -537,9 +550,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
         snap.meta.data_offset = data_offset;
         const double snap_ms = 1e3 * std::chrono::duration<double>(clock_type::now() - c0).count();
         const std::string name = ckpt_root + "/" + checkpoint_dir_name(step + 1);
-        writer->save(std::move(snap));
-        summary.checkpoints.push_back(name);
-        if (!opt.quiet)
+        const bool started = writer->save(std::move(snap));  // [ckpt-integrity] false: failed, on_save_error=continue
+        if (started) summary.checkpoints.push_back(name);
+        if (started && !opt.quiet)
           std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), snap_ms,
                       cfg.checkpoint.async ? "writing in the background while training continues"
                                            : "written");

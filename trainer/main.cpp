@@ -5,7 +5,8 @@
 //   trainer inspect CKPT_DIR
 //   trainer schedule --config run.yaml [--world N]
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
-// 2 a user mistake in the command line or the configuration, 3 a distributed
+// 2 a user mistake in the command line or the configuration (a run
+// directory another trainer holds included: trainer/run_lock.h), 3 a distributed
 // failure: a collective or the store timed out or a rank went missing
 // (runtime/watchdog.h; torchrun's restarts take over).
 #include <CLI/CLI.hpp>
