@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
     }
     const trainer::LaunchInfo launch = trainer::detect_launch();
     trainer::Config cfg = trainer::load_config_file(config_path, overrides, launch.world_size);
+    // Once per job, on stderr so that --print-config's YAML stays clean.
+    if (launch.rank == 0)
+      for (const std::string& w : trainer::config_warnings(cfg)) std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (print_config) {
       std::fputs(trainer::config_to_yaml(cfg).c_str(), stdout);
       return 0;
