@@ -106,6 +106,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t interval = 1;
   bool jsonl = true;               // <run dir>/metrics.jsonl
+  bool tensorboard = false;        // <run dir>/tensorboard/events.out.tfevents.*
   std::string progress = "auto";   // auto | bar | lines
   int sample_tokens = 0;           // > 0: print this many generated tokens after training
   std::string sample_prompt = "";
