@@ -22,6 +22,8 @@
 #include "config/config.h"
 #include "trainer/engine.h"
 #include "comm/launch.h"
+#include "comm/store.h"
+#include "comm/store_secret.h"
 #include "trainer/schedule_command.h"
 #include "trainer/smoke.h"
 #include "runtime/watchdog.h"
@@ -108,12 +110,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (launch.rank == 0) std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
+    if (launch.rank == 0 && launch.launched())
+      std::printf("%s\n", trainer::store_secret_from_env().empty()
+                               ? "store: no TRAINER_STORE_SECRET: the job token turns away other jobs, not other users "
+                                 "who can reach the port (README, Distributed runs)"
+                               : "store: every rank must prove it holds TRAINER_STORE_SECRET");
     opt.launch = launch;
     if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps, launch);
     if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
     trainer::run_training(cfg, opt);
     return 0;
   } catch (const trainer::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const trainer::StoreAuthError& e) {
+    // TRAINER_STORE_SECRET missing or different on some rank: a setup
+    // mistake, like a bad config (exit 2), not a failure of the run.
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   } catch (const trainer::DistributedFailure& e) {
