@@ -1,5 +1,7 @@
 #include "data/token_scan.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,8 +22,17 @@ std::atomic<int64_t> g_scans{0};
 // for the first bad token re-reads little.
 constexpr int64_t kChunkTokens = int64_t(1) << 20;
 
+// The cores this process may run on (Slurm and taskset narrow the affinity
+// mask; hardware_concurrency would count the whole machine), at most 16.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int n = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(std::thread::hardware_concurrency());
+  return std::clamp(n, 1, 16);
+}
+
 int thread_count(int requested, int64_t chunks) {
-  int t = requested > 0 ? requested : int(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+  const int t = requested > 0 ? requested : usable_cores();
   return int(std::max<int64_t>(1, std::min<int64_t>(t, chunks)));
 }
 

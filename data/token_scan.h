@@ -22,7 +22,7 @@ namespace trainer {
 struct ScanOptions {
   bool enabled = true;   // false: only the per-sequence check when a window is read
   bool use_cache = true; // read and write data/scan_cache.h records
-  int threads = 0;       // 0: the machine's cores (at most 16)
+  int threads = 0;       // 0: the cores this process may use (at most 16)
 };
 
 // What check_token_ids found (or the cache remembered) for one source.
