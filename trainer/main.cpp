@@ -123,14 +123,14 @@ int main(int argc, char** argv) {
   } catch (const trainer::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const trainer::DistributedFailure& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return trainer::kDistributedFailureExitCode;
   } catch (const trainer::StoreAuthError& e) {
     // TRAINER_STORE_SECRET missing or different on some rank: a setup
     // mistake, like a bad config (exit 2), not a failure of the run.
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
-  } catch (const trainer::DistributedFailure& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return trainer::kDistributedFailureExitCode;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
