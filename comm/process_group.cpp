@@ -8,6 +8,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "comm/store_secret.h"
 #include "kernels/ops.h"
 
 namespace trainer {
@@ -116,6 +117,7 @@ ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, De
   if (!(options_.timeout_s > 0)) throw std::invalid_argument("process groups: parallel.timeout_s must be > 0");
   const double timeout = options_.timeout_s;
   const std::string token = options_.token.empty() ? job_token_from_env() : options_.token;
+  const std::string secret = options_.secret ? *options_.secret : store_secret_from_env();
   const int generation = g_generation++;
 
   // torchrun's own agent already serves its rendezvous store at MASTER_PORT,
@@ -129,11 +131,13 @@ ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, De
     // loopback alias (Debian's 127.0.1.1) while the other nodes reach the
     // real address: listen on every interface unless the job is loopback-only.
     const std::string bind = is_loopback(launch.master_addr) ? launch.master_addr : "0.0.0.0";
-    server_ = std::make_unique<StoreServer>(bind, store_port, token);
+    StoreServerOptions so;
+    so.secret = secret;
+    server_ = std::make_unique<StoreServer>(bind, store_port, token, so);
     port = server_->port();  // a single process may leave the port to the system
   }
   try {
-    store_ = std::make_unique<StoreClient>(launch.master_addr, port, token, timeout, std::max(timeout, 60.0));
+    store_ = std::make_unique<StoreClient>(launch.master_addr, port, token, timeout, std::max(timeout, 60.0), secret);
     store_->barrier("init", rank_, world, timeout);
     connect_all(launch, generation);
   } catch (...) {

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct ProcessGroupOptions {
   double timeout_s = 600;
   // "" : job_token_from_env() (comm/store.h).
   std::string token;
+  // The store's secret; unset: store_secret_from_env() (TRAINER_STORE_SECRET,
+  // comm/store_secret.h), "" for none.
+  std::optional<std::string> secret;
   // CUDA runs: also a Gloo communicator over all ranks, for host tensors
   // (metadata, checkpoint bookkeeping). CPU runs: host_world() is world().
   bool host_world = false;

@@ -18,6 +18,9 @@
 // clear message instead of silently joining (or corrupting) this job's
 // rendezvous. The token travels in clear text and is derived from launcher
 // ids: it guards against accidents, not against an attacker on the network.
+// Against those, a server given a secret (TRAINER_STORE_SECRET,
+// comm/store_secret.h) admits only clients that prove they hold the same one,
+// and such clients accept only a server that proves it too.
 //
 // Limits (a rank with a bug, or a stray client, must not take rank 0 down):
 // keys are 1..4096 bytes, values at most 64 MiB, the total stored bytes are
@@ -47,6 +50,14 @@ inline constexpr size_t kStoreMaxValueBytes = size_t{64} << 20;
 class StoreError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The store and this process disagree about the secret (TRAINER_STORE_SECRET
+// missing on one side, or different): a setup mistake, not a transient
+// failure, so it is never retried and main() exits with code 2.
+class StoreAuthError : public StoreError {
+ public:
+  using StoreError::StoreError;
 };
 
 // A wait (get, wait, barrier) that ran out of time; the message names the
@@ -125,9 +136,11 @@ class StoreClient final : public Store {
   // ranks do not hammer a starting server in lock step) until
   // connect_timeout_s has passed. `request_timeout_s` bounds how long a
   // non-waiting request may take before the server is declared unresponsive.
-  // Throws StoreError: cannot connect, or the server rejected the token.
+  // `secret` (store_secret_from_env() in the trainer; "" for none) must be the
+  // server's. Throws StoreError: cannot connect, or the server rejected the
+  // token; StoreAuthError: the secrets do not match (or one side has none).
   StoreClient(std::string host, int port, std::string token, double connect_timeout_s,
-              double request_timeout_s = 300);
+              double request_timeout_s = 300, std::string secret = "");
   ~StoreClient() override;
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -194,6 +207,9 @@ struct StoreServerOptions {
   // One line per event (rejected token, malformed message); default stderr.
   // Each kind of message is logged a few times, then suppressed.
   std::function<void(const std::string&)> log;
+  // Non-empty: every client must prove it holds this secret
+  // (comm/store_secret.h); the trainer passes TRAINER_STORE_SECRET.
+  std::string secret;
 };
 
 // Counters for tests and diagnostics; read from any thread.
@@ -203,6 +219,7 @@ struct StoreServerStats {
   int64_t connections = 0;       // open now
   int64_t accepted = 0;          // connections accepted so far
   int64_t rejected_tokens = 0;
+  int64_t refused_secrets = 0;   // connections without the secret, or with another
   int64_t protocol_errors = 0;   // connections closed for malformed input
   int64_t handshake_timeouts = 0;
   int64_t requests = 0;          // well-formed requests served

@@ -19,6 +19,7 @@
 
 #include "comm/store.h"
 #include "comm/store_protocol.h"
+#include "comm/store_secret.h"
 
 namespace trainer {
 
@@ -205,14 +206,73 @@ std::string job_token_from_env() {
 
 std::string StoreClient::endpoint() const { return host_ + ":" + std::to_string(port_); }
 
+namespace {
+
+// The answer to a handshake that ends the attempt for good (a refusal, a
+// secret that does not match, something that is not a store): thrown. I/O
+// trouble is returned, for the caller to retry.
+Io handshake(int fd, const std::string& endpoint, const std::string& token, const std::string& secret,
+             Clock::time_point deadline, int* ioerr) {
+  const std::string nonce = secret.empty() ? std::string() : random_nonce();
+  const std::string hello =
+      std::move(Writer().u8(uint8_t(Op::Hello)).u32(kMagic).u32(kVersion).str(token).str(nonce)).frame();
+  const std::string not_a_store = "store at " + endpoint +
+                                  " answered with something that is not a store reply: is another service "
+                                  "using the port?";
+  std::string body;
+  Io io = send_all(fd, hello, deadline, ioerr);
+  if (io == Io::Ok) io = recv_frame(fd, &body, deadline, ioerr);
+  if (io != Io::Ok) {
+    if (io == Io::Error && *ioerr == EPROTO) throw StoreError(not_a_store);
+    return io;
+  }
+  const uint8_t status = static_cast<uint8_t>(body[0]);
+  Reader r(std::string_view(body).substr(1));
+  std::string msg;
+  if (status == uint8_t(Status::Ok) && body.size() == 1) {
+    if (secret.empty()) return Io::Ok;
+    throw StoreAuthError("store at " + endpoint + " let this process in without checking its secret: rank 0 "
+                         "runs without " + std::string(kStoreSecretEnv) + " but this process has it set (give every "
+                         "rank the same " + std::string(kStoreSecretEnv) + ", or none)");
+  }
+  if (status == uint8_t(Status::Rejected))
+    throw StoreError("store at " + endpoint + " rejected this process's job token: is another job using the port?");
+  if (status == uint8_t(Status::Refused) && r.str(&msg, 4096))
+    throw StoreAuthError("store at " + endpoint + " refused this process: " + msg);
+  if (status == uint8_t(Status::Error) && r.str(&msg, 4096)) throw StoreError("store at " + endpoint + ": " + msg);
+  std::string server_nonce;
+  if (status != uint8_t(Status::Challenge) || secret.empty() || !r.str(&server_nonce, kStoreNonceBytes) ||
+      server_nonce.size() != kStoreNonceBytes || !r.done())
+    throw StoreError(not_a_store);
+
+  const std::string auth =
+      std::move(Writer().u8(uint8_t(Op::Auth)).str(store_proof(secret, "client", token, nonce, server_nonce))).frame();
+  io = send_all(fd, auth, deadline, ioerr);
+  if (io == Io::Ok) io = recv_frame(fd, &body, deadline, ioerr);
+  if (io != Io::Ok) {
+    if (io == Io::Error && *ioerr == EPROTO) throw StoreError(not_a_store);
+    return io;
+  }
+  Reader a(std::string_view(body).substr(1));
+  if (uint8_t(body[0]) == uint8_t(Status::Refused) && a.str(&msg, 4096))
+    throw StoreAuthError("store at " + endpoint + " refused this process: " + msg);
+  std::string proof;
+  if (uint8_t(body[0]) != uint8_t(Status::Ok) || !a.str(&proof, kStoreProofBytes) || !a.done())
+    throw StoreError(not_a_store);
+  if (!constant_time_equal(proof, store_proof(secret, "server", token, nonce, server_nonce)))
+    throw StoreAuthError("store at " + endpoint + " did not prove that it holds " + std::string(kStoreSecretEnv) +
+                         ": whatever answers on that port is not this job's rank 0");
+  return Io::Ok;
+}
+
+}  // namespace
+
 StoreClient::StoreClient(std::string host, int port, std::string token, double connect_timeout_s,
-                         double request_timeout_s)
+                         double request_timeout_s, std::string secret)
     : host_(std::move(host)), port_(port), request_timeout_s_(request_timeout_s) {
   if (token.size() > kMaxTokenBytes)
     throw StoreError("store: job token of " + std::to_string(token.size()) + " bytes exceeds " +
                      std::to_string(kMaxTokenBytes));
-  const std::string hello =
-      std::move(Writer().u8(uint8_t(Op::Hello)).u32(kMagic).u32(kVersion).str(token)).frame();
   const auto deadline = deadline_after(connect_timeout_s);
   std::mt19937 rng(std::random_device{}());
   double backoff_s = 0.02;
@@ -253,32 +313,16 @@ StoreClient::StoreClient(std::string host, int port, std::string token, double c
         // deadline is nearly spent: the server is there, let it answer.
         const auto hs_deadline = std::max(deadline, deadline_after(5));
         int ioerr = 0;
-        std::string body;
-        Io io = send_all(fd, hello, hs_deadline, &ioerr);
-        if (io == Io::Ok) io = recv_frame(fd, &body, hs_deadline, &ioerr);
-        if (io == Io::Ok) {
-          const uint8_t status = static_cast<uint8_t>(body[0]);
-          if (status == uint8_t(Status::Ok) && body.size() == 1) {
-            fd_ = fd;
-            return;
-          }
+        Io io = Io::Error;
+        try {
+          io = handshake(fd, endpoint(), token, secret, hs_deadline, &ioerr);
+        } catch (...) {
           ::close(fd);
-          if (status == uint8_t(Status::Rejected))
-            throw StoreError("store at " + endpoint() +
-                             " rejected this process's job token: is another job using the port?");
-          Reader r(std::string_view(body).substr(1));
-          std::string msg;
-          if (status == uint8_t(Status::Error) && r.str(&msg, 4096))
-            throw StoreError("store at " + endpoint() + ": " + msg);
-          throw StoreError("store at " + endpoint() +
-                           " answered with something that is not a store reply: is another service "
-                           "using the port?");
+          throw;
         }
-        if (io == Io::Error && ioerr == EPROTO) {
-          ::close(fd);
-          throw StoreError("store at " + endpoint() +
-                           " answered with something that is not a store reply: is another service "
-                           "using the port?");
+        if (io == Io::Ok) {
+          fd_ = fd;
+          return;
         }
         // Closed or reset before answering: a server at its connection limit
         // or shutting down. Worth another try.

@@ -5,7 +5,10 @@
 //   string   = u32 length, bytes
 //   keys     = u32 count, count x string
 //   request  = u8 op, fields:
-//     HELLO     u32 magic, u32 version, string token   (must be first, only first)
+//     HELLO     u32 magic, u32 version, string token, string client_nonce
+//               (must be first, only first; the nonce is empty when the
+//               client has no secret, else kStoreNonceBytes)
+//     AUTH      string proof   (only right after a CHALLENGE; comm/store_secret.h)
 //     SET       string key, string value
 //     GET       string key, i64 timeout_ms
 //     ADD       string key, i64 delta
@@ -19,6 +22,14 @@
 //     ERROR     string message             (the request failed; connection stays)
 //     TIMEOUT   u32 missing, keys          (missing count, first few of them)
 //     REJECTED  nothing                    (wrong token; the server closes)
+//     REFUSED   string message             (no or wrong secret; the server closes)
+//     CHALLENGE string server_nonce        (HELLO to a server with a secret)
+//
+// A server without a secret answers HELLO with OK. One with a secret answers
+// a HELLO that has a nonce with CHALLENGE, then the AUTH with OK + string
+// server_proof or REFUSED; a HELLO without a nonce with REFUSED. A client
+// with a secret refuses an OK to its HELLO (the server does not check) and
+// a server proof that does not match.
 //
 // timeout_ms < 0 waits forever, 0 checks once. One reply per request, in
 // order. Keys must be 1..kMaxKeyBytes long; anything that does not parse
@@ -40,16 +51,16 @@
 namespace trainer::store_wire {
 
 inline constexpr uint32_t kMagic = 0x54535452;  // "RTST" on the wire
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;  // 2: the client nonce in HELLO, AUTH
 inline constexpr size_t kMaxKeyBytes = kStoreMaxKeyBytes;
 inline constexpr size_t kMaxValueBytes = kStoreMaxValueBytes;
 inline constexpr size_t kMaxTokenBytes = 4096;
 inline constexpr size_t kMaxFrameBytes = kMaxValueBytes + 64 * 1024;
-inline constexpr size_t kMaxHelloFrameBytes = kMaxTokenBytes + 64;
+inline constexpr size_t kMaxHelloFrameBytes = kMaxTokenBytes + 128;  // HELLO and AUTH
 inline constexpr size_t kMaxTimeoutKeysListed = 32;
 
-enum class Op : uint8_t { Hello = 1, Set, Get, Add, Check, Wait, Del, MultiGet };
-enum class Status : uint8_t { Ok = 0, Error = 1, Timeout = 2, Rejected = 3 };
+enum class Op : uint8_t { Hello = 1, Set, Get, Add, Check, Wait, Del, MultiGet, Auth };
+enum class Status : uint8_t { Ok = 0, Error = 1, Timeout = 2, Rejected = 3, Refused = 4, Challenge = 5 };
 
 // Builds one frame; the length prefix is filled in by frame().
 class Writer {

@@ -25,6 +25,7 @@
 
 #include "comm/store.h"
 #include "comm/store_protocol.h"
+#include "comm/store_secret.h"
 
 namespace trainer {
 
@@ -56,6 +57,9 @@ struct Conn {
   int fd = -1;
   std::string peer;
   bool authed = false;
+  // Secret handshake in progress: CHALLENGE sent, AUTH expected.
+  bool challenged = false;
+  std::string client_nonce, server_nonce;
   Clock::time_point opened;
   std::string in;
   std::string out;
@@ -101,6 +105,7 @@ struct StoreServer::Impl {
   std::string host;
   int port = 0;
   std::string token;
+  std::string secret;  // opt.secret; "" : none
   StoreServerOptions opt;
 
   int listen_fd = -1;
@@ -127,7 +132,7 @@ struct StoreServer::Impl {
   std::map<std::string, LogWindow> log_windows;
 
   struct {
-    std::atomic<int64_t> keys{0}, stored_bytes{0}, connections{0}, accepted{0}, rejected{0},
+    std::atomic<int64_t> keys{0}, stored_bytes{0}, connections{0}, accepted{0}, rejected{0}, refused{0},
         protocol_errors{0}, handshake_timeouts{0}, requests{0}, pending_waits{0};
   } st;
 
@@ -375,15 +380,46 @@ struct StoreServer::Impl {
 
   // --- requests -----------------------------------------------------------
 
+  // A connection turned away for its secret: logged (a few times a
+  // minute), told why, closed once the reply is out.
+  void refuse(Conn& c, const std::string& logged, const std::string& told) {
+    ++st.refused;
+    log("secret", "store: refused a connection from " + c.peer + ": it " + logged);
+    reply(c, std::move(Writer().u8(uint8_t(Status::Refused)).str(told)).frame());
+    c.close_after_flush = true;
+  }
+
+  // The AUTH that must follow a CHALLENGE.
+  bool handle_auth(Conn& c, Op op, Reader& r, std::string* why) {
+    std::string proof;
+    if (op != Op::Auth || !r.str(&proof, kStoreProofBytes) || !r.done()) {
+      *why = "the answer to the secret challenge is not an AUTH";
+      return false;
+    }
+    c.challenged = false;
+    if (!constant_time_equal(proof, store_proof(secret, "client", token, c.client_nonce, c.server_nonce))) {
+      refuse(c, "holds a different secret (" + std::string(kStoreSecretEnv) + " differs from rank 0's)",
+             "wrong secret: this process's " + std::string(kStoreSecretEnv) +
+                 " differs from rank 0's (every rank needs the same value)");
+      return true;
+    }
+    c.authed = true;
+    reply(c, std::move(Writer().u8(uint8_t(Status::Ok))
+                           .str(store_proof(secret, "server", token, c.client_nonce, c.server_nonce)))
+                 .frame());
+    return true;
+  }
+
   // Returns false for a malformed request (the caller closes).
   bool handle(Conn& c, std::string_view body, std::string* why) {
     Reader r(body);
     uint8_t op_byte = 0;
     r.u8(&op_byte);
     const Op op = static_cast<Op>(op_byte);
+    if (!c.authed && c.challenged) return handle_auth(c, op, r, why);
     if (!c.authed) {
       uint32_t magic = 0, version = 0;
-      std::string tok;
+      std::string tok, nonce;
       if (op != Op::Hello || !r.u32(&magic) || !r.u32(&version) || magic != kMagic) {
         *why = "the first message is not a store handshake";
         return false;
@@ -395,7 +431,8 @@ struct StoreServer::Impl {
         c.close_after_flush = true;
         return true;
       }
-      if (!r.str(&tok, kMaxTokenBytes) || !r.done()) {
+      if (!r.str(&tok, kMaxTokenBytes) || !r.str(&nonce, kStoreNonceBytes) || !r.done() ||
+          (!nonce.empty() && nonce.size() != kStoreNonceBytes)) {
         *why = "malformed handshake";
         return false;
       }
@@ -408,8 +445,23 @@ struct StoreServer::Impl {
         c.close_after_flush = true;
         return true;
       }
-      c.authed = true;
-      reply_status(c, Status::Ok);
+      if (secret.empty()) {
+        // Nothing to check here; a client that holds a secret refuses this
+        // OK itself (it cannot tell this server from a stray one).
+        c.authed = true;
+        reply_status(c, Status::Ok);
+        return true;
+      }
+      if (nonce.empty()) {
+        refuse(c, "presented no secret (" + std::string(kStoreSecretEnv) + " is not set there)",
+               "this store requires the job's secret and this process presented none: " +
+                   std::string(kStoreSecretEnv) + " is not set here (every rank needs rank 0's value)");
+        return true;
+      }
+      c.challenged = true;
+      c.client_nonce = std::move(nonce);
+      c.server_nonce = random_nonce();
+      reply(c, std::move(Writer().u8(uint8_t(Status::Challenge)).str(c.server_nonce)).frame());
       return true;
     }
 
@@ -725,6 +777,7 @@ StoreServer::StoreServer(std::string host, int port, std::string token, StoreSer
   s.host = std::move(host);
   s.token = std::move(token);
   s.opt = std::move(options);
+  s.secret = s.opt.secret;
   if (s.token.size() > kMaxTokenBytes)
     throw StoreError("store: job token of " + std::to_string(s.token.size()) + " bytes exceeds " +
                      std::to_string(kMaxTokenBytes));
@@ -794,6 +847,7 @@ StoreServerStats StoreServer::stats() const {
   r.connections = st.connections;
   r.accepted = st.accepted;
   r.rejected_tokens = st.rejected;
+  r.refused_secrets = st.refused;
   r.protocol_errors = st.protocol_errors;
   r.handshake_timeouts = st.handshake_timeouts;
   r.requests = st.requests;

@@ -117,6 +117,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t interval = 1;
   bool jsonl = true;               // <run dir>/metrics.jsonl
+  bool tensorboard = false;        // <run dir>/tensorboard/events.out.tfevents.*
   std::string progress = "auto";   // auto | bar | lines
   int sample_tokens = 0;           // > 0: print this many generated tokens after training
   std::string sample_prompt = "";
@@ -172,6 +173,10 @@ void resolve_config(Config& c, int world_size = 1);
 // Checks types already done; this checks ranges and cross-key consistency.
 // world_size is the number of processes (1 until distributed runs arrive).
 void validate_config(const Config& c, int world_size = 1);
+// Legal settings that are probably not what was meant (a warm-up longer than
+// the run or the decay), one message each naming the keys; main() prints
+// them as "warning: ..." once at start-up. Never throws.
+std::vector<std::string> config_warnings(const Config& c);
 // The resolved configuration as YAML (every key, defaults included).
 std::string config_to_yaml(const Config& c);
 

@@ -203,6 +203,9 @@ std::vector<KeySpec> build_schema() {
       Row("log.interval", FIELD(log.interval), "print a log line every N steps").at_least(1)
           .aka("log_interval every log_every"),
       Row("log.jsonl", FIELD(log.jsonl), "write <run dir>/metrics.jsonl").aka("json metrics"),
+      Row("log.tensorboard", FIELD(log.tensorboard),
+          "also write the logged scalars as TensorBoard events in <run dir>/tensorboard (rank 0)")
+          .aka("use_tensorboard tensorboard_log"),
       Row("log.progress", FIELD(log.progress), "auto: a bar on a terminal, lines otherwise")
           .one_of("auto|bar|lines").aka("progress_bar style"),
       Row("log.sample_tokens", FIELD(log.sample_tokens),

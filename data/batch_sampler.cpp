@@ -26,11 +26,29 @@ uint64_t split_salt(const std::string& split) {
   return h;
 }
 
+// "; ids 0..255, scanned in 0.012 s" (or "from the scan cache", or both
+// counted): the scan's time shows what a big corpus costs at start-up.
+std::string scan_note(const BatchSampler::Entry& e) {
+  if (e.scanned + e.cached == 0) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "; ids %lld..%lld", (long long)e.ids.min, (long long)e.ids.max);
+  std::string out = buf;
+  if (e.cached == 0) {
+    std::snprintf(buf, sizeof buf, ", scanned in %.3f s", e.scan_seconds);
+  } else if (e.scanned == 0) {
+    std::snprintf(buf, sizeof buf, ", from the scan cache");
+  } else {
+    std::snprintf(buf, sizeof buf, ", %d file%s scanned in %.3f s, %d from the scan cache", e.scanned,
+                  e.scanned == 1 ? "" : "s", e.scan_seconds, e.cached);
+  }
+  return out + buf;
+}
+
 }  // namespace
 
 BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
                            int64_t vocab_size, uint64_t seed, const std::string& split_name,
-                           const std::string& format)
+                           const std::string& format, const ScanOptions& scan)
     : split_(split_name), seq_len_(seq_len), vocab_(vocab_size), seed_(seed ^ split_salt(split_name)) {
   const std::string base = "data." + split_name;
   if (entries.empty()) throw std::runtime_error(base + ": no token files given");
@@ -49,6 +67,11 @@ BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::s
         throw std::runtime_error(path + ": holds " + std::to_string(src->size()) +
                                  " tokens, fewer than one sequence (train.seq_len + 1 = " +
                                  std::to_string(seq_len + 1) + "), in " + key);
+      // Every id now, not when its window is first drawn (maybe never).
+      const TokenScan ts = check_token_ids(*src, vocab_size, key, scan);
+      e.ids.add(ts.range);
+      (ts.from_cache ? e.cached : e.scanned) += scan.enabled ? 1 : 0;
+      e.scan_seconds += ts.seconds;
       acc += src->size() - seq_len;
       e.tokens += src->size();
       e.windows.push_back(acc);
@@ -95,13 +118,9 @@ void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_
     for (int64_t k = 0; k < n; ++k) {
       const int64_t tok = buf[k];
       const int64_t t = t0 + k;
-      if (tok < 0 || tok >= vocab_) {
-        const int64_t i = start + t;
-        throw std::runtime_error(f.data_path() + ": token " + std::to_string(tok) + " at token index " +
-                                 std::to_string(i) + " (byte offset " + std::to_string(f.byte_offset(i)) + ") " +
-                                 (tok < 0 ? "is negative" : "is >= model.vocab_size " + std::to_string(vocab_)) +
-                                 " (" + f.format() + ")");
-      }
+      // The start-up scan saw every id already; this catches a file
+      // changed under a running job (or a sampler built without the scan).
+      if (tok < 0 || tok >= vocab_) throw std::runtime_error(bad_token_message(f, start + t, tok, vocab_));
       if (t < seq_len_) inputs[t] = int32_t(tok);
       if (t > 0) targets[t - 1] = int32_t(tok);
     }
@@ -115,7 +134,8 @@ std::string BatchSampler::describe() const {
     char buf[128];
     std::snprintf(buf, sizeof buf, ": %.1f%% of sequences, %zu file%s, %lld tokens (", 100.0 * e.share,
                   e.files.size(), e.files.size() == 1 ? "" : "s", (long long)e.tokens);
-    out += "data." + split_ + "[" + std::to_string(i) + "] '" + e.text + "'" + buf + e.files[0]->format() + ")\n";
+    out += "data." + split_ + "[" + std::to_string(i) + "] '" + e.text + "'" + buf + e.files[0]->format() +
+           scan_note(e) + ")\n";
   }
   return out;
 }

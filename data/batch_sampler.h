@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "data/token_file.h"
+#include "data/token_scan.h"
 
 namespace trainer {
 
@@ -29,16 +30,21 @@ class BatchSampler {
     std::vector<std::unique_ptr<TokenSource>> files;
     std::vector<int64_t> windows;       // cumulative valid start positions per file
     int64_t tokens = 0;
+    // The start-up scan of the entry's files (data/token_scan.h).
+    TokenRange ids;                     // smallest and largest token id
+    int scanned = 0, cached = 0;        // files scanned now / known from the scan cache
+    double scan_seconds = 0;
   };
 
   // entries: data.train or data.valid. format: data.format (auto | raw | llmc
   // | megatron); dtype: data.dtype, used by raw files. split_name ("train",
   // "valid") names the keys in messages and selects an independent stream.
-  // Opens and validates every file; throws std::runtime_error naming the
-  // entry/file on any problem.
+  // Opens and validates every file, every token id included (the start-up
+  // scan, data/token_scan.h, unless scan.enabled is false); throws
+  // std::runtime_error naming the entry/file on any problem.
   BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
                int64_t vocab_size, uint64_t seed, const std::string& split_name,
-               const std::string& format = "auto");
+               const std::string& format = "auto", const ScanOptions& scan = {});
 
   // Writes inputs/targets [seq_len] of global sequence `index` at `step`.
   // Const and free of shared mutable state: safe to call from several
@@ -52,7 +58,8 @@ class BatchSampler {
   int64_t seq_len() const { return seq_len_; }
   int64_t total_tokens() const { return total_; }
   const std::vector<Entry>& entries() const { return entries_; }
-  // One line per entry: share, token count, file count and format.
+  // One line per entry: share, token count, file count, format, and the
+  // id range with how the scan got it (its time, or the scan cache).
   std::string describe() const;
 
  private:

@@ -62,6 +62,11 @@ class LlmcTokens final : public TokenSource {
       for (int64_t i = 0; i < n; ++i) out[i] = p[i];
     }
   }
+  TokenRange min_max(int64_t start, int64_t n) const override {
+    const unsigned char* p = tokens_ + uint64_t(start) * uint64_t(bytes_);
+    return bytes_ == 2 ? min_max_le<uint16_t>(p, n) : min_max_le<uint32_t>(p, n);
+  }
+  std::vector<FileStamp> stamps() const override { return {stamp_of(file_)}; }
   uint64_t byte_offset(int64_t i) const override { return kLlmcHeaderBytes + uint64_t(i) * uint64_t(bytes_); }
   std::string format() const override { return bytes_ == 2 ? "llm.c uint16" : "llm.c uint32"; }
 

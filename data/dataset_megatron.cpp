@@ -135,6 +135,31 @@ class MegatronTokens final : public TokenSource {
     }
   }
 
+  // Sequence by sequence, each a contiguous run of the .bin: only the bytes
+  // the index points at are tokens.
+  TokenRange min_max(int64_t start, int64_t n) const override {
+    TokenRange r;
+    uint64_t s = sequence_of(start);
+    int64_t off = start - cum_[s];
+    while (n > 0) {
+      const int64_t take = std::min(n, cum_[s + 1] - cum_[s] - off);
+      const unsigned char* q = bin_.data() + pointer(s) + uint64_t(off) * uint64_t(elem_);
+      switch (code_) {
+        case 1: r.add(min_max_le<uint8_t>(q, take)); break;
+        case 2: r.add(min_max_le<int8_t>(q, take)); break;
+        case 3: r.add(min_max_le<int16_t>(q, take)); break;
+        case 4: r.add(min_max_le<int32_t>(q, take)); break;
+        case 5: r.add(min_max_le<int64_t>(q, take)); break;
+        default: r.add(min_max_le<uint16_t>(q, take)); break;  // 8
+      }
+      n -= take;
+      off = 0;
+      ++s;
+    }
+    return r;
+  }
+  std::vector<FileStamp> stamps() const override { return {stamp_of(bin_), stamp_of(idx_)}; }
+
   const std::string& data_path() const override { return bin_.path(); }
   uint64_t byte_offset(int64_t i) const override {
     const uint64_t s = sequence_of(i);

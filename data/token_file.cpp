@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -31,6 +32,8 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     throw std::runtime_error(path + ": not a regular file");
   }
   bytes_ = uint64_t(st.st_size);
+  mtime_ns_ = int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec);
+  inode_ = uint64_t(st.st_ino);
   if (bytes_ > 0) {
     void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -50,6 +53,23 @@ MappedFile::~MappedFile() {
 void TokenSource::read(int64_t start, int64_t n, int64_t* out) const {
   for (int64_t i = 0; i < n; ++i) out[i] = at(start + i);
 }
+
+TokenRange TokenSource::min_max(int64_t start, int64_t n) const {
+  TokenRange r;
+  constexpr int64_t kChunk = 4096;
+  int64_t buf[kChunk];
+  for (int64_t done = 0; done < n; done += kChunk) {
+    const int64_t k = std::min(kChunk, n - done);
+    read(start + done, k, buf);
+    for (int64_t i = 0; i < k; ++i) {
+      r.min = std::min(r.min, buf[i]);
+      r.max = std::max(r.max, buf[i]);
+    }
+  }
+  return r;
+}
+
+FileStamp stamp_of(const MappedFile& f) { return FileStamp{f.path(), f.size(), f.mtime_ns(), f.inode()}; }
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trainer {
 
@@ -24,11 +25,38 @@ class MappedFile {
   const unsigned char* data() const { return base_; }
   uint64_t size() const { return bytes_; }
   const std::string& path() const { return path_; }
+  // What fstat said when the file was mapped: the start-up token scan's
+  // cache (data/scan_cache.h) is valid only for exactly this file.
+  int64_t mtime_ns() const { return mtime_ns_; }
+  uint64_t inode() const { return inode_; }
 
  private:
   std::string path_;
   const unsigned char* base_ = nullptr;
   uint64_t bytes_ = 0;
+  int64_t mtime_ns_ = 0;
+  uint64_t inode_ = 0;
+};
+
+// The identity of one file a token source reads (size, mtime, inode at the
+// time it was mapped): a scan result recorded for it holds while all three
+// are unchanged.
+struct FileStamp {
+  std::string path;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t inode = 0;
+};
+FileStamp stamp_of(const MappedFile& f);
+
+// Smallest and largest token id of a range; an empty range has min > max.
+struct TokenRange {
+  int64_t min = INT64_MAX;
+  int64_t max = INT64_MIN;
+  void add(const TokenRange& o) {
+    if (o.min < min) min = o.min;
+    if (o.max > max) max = o.max;
+  }
 };
 
 class TokenSource {
@@ -47,6 +75,13 @@ class TokenSource {
   virtual uint64_t byte_offset(int64_t i) const = 0;
   // "raw uint16", "llm.c uint16", "megatron int32": for logs and errors.
   virtual std::string format() const = 0;
+  // Min and max of tokens [start, start + n), for the start-up scan
+  // (data/token_scan.h). The default goes through read(); the formats
+  // override it with a tight loop over the mapping. Thread-safe.
+  virtual TokenRange min_max(int64_t start, int64_t n) const;
+  // Every file the tokens come from (Megatron: .bin and .idx); empty: the
+  // source cannot say, and its scan is never cached.
+  virtual std::vector<FileStamp> stamps() const { return {}; }
 
   // The path as the user gave it (a Megatron prefix stays a prefix).
   const std::string& path() const { return path_; }

@@ -30,7 +30,7 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
   if (launch.world_size > 1)
     watchdog_ = std::make_unique<Watchdog>(WatchdogOptions{groups_->store().host(), groups_->store().port(), po.token,
                                                            launch.rank, launch.world_size, po.timeout_s,
-                                                           abort_communicators(*groups_)});
+                                                           abort_communicators(*groups_), -1, po.secret});
   mesh_ = mesh;
   at_ = coords_of(mesh, launch.rank);
   // One process under a launcher reduces over the world (an NCCL

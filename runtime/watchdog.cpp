@@ -13,6 +13,7 @@
 #include "comm/mesh.h"
 #include "comm/process_group.h"
 #include "comm/store.h"
+#include "comm/store_secret.h"
 
 namespace trainer {
 
@@ -72,13 +73,14 @@ Watchdog::Watchdog(WatchdogOptions options) : opt_(std::move(options)) {
     throw std::invalid_argument("watchdog: rank " + std::to_string(opt_.rank) + " outside a world of " +
                                 std::to_string(opt_.world));
   if (opt_.token.empty()) opt_.token = job_token_from_env();
+  if (!opt_.secret) opt_.secret = store_secret_from_env();
   interval_s_ = std::clamp(opt_.timeout_s / 4, 0.05, 1.0);
   stale_after_s_ = std::max(3 * interval_s_, 1.0);
   grace_s_ = opt_.grace_s >= 0 ? opt_.grace_s : default_watchdog_grace_s(opt_.timeout_s);
   request_timeout_s_ = std::clamp(opt_.timeout_s / 2, 1.0, 5.0);
   try {
     client_ = std::make_unique<StoreClient>(opt_.host, opt_.port, opt_.token, std::min(opt_.timeout_s, 10.0),
-                                            request_timeout_s_);
+                                            request_timeout_s_, *opt_.secret);
   } catch (const std::exception& e) {
     store_error_ = e.what();  // the heartbeat thread retries; the summary says so meanwhile
   }
@@ -126,7 +128,7 @@ bool Watchdog::with_store(const std::function<void(StoreClient&)>& fn, std::stri
     if (!client_) {
       if (!heartbeat_thread) return failed("");
       client_ = std::make_unique<StoreClient>(opt_.host, opt_.port, opt_.token, std::min(interval_s_, 1.0),
-                                              request_timeout_s_);
+                                              request_timeout_s_, *opt_.secret);
     }
     fn(*client_);
     return true;

@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -75,6 +76,8 @@ struct WatchdogOptions {
   // Extra seconds past timeout_s before the thread fires; < 0: the default,
   // default_watchdog_grace_s(timeout_s).
   double grace_s = -1;
+  // The store's secret; unset: store_secret_from_env() (comm/store_secret.h).
+  std::optional<std::string> secret;
 };
 
 // collective_failure_grace_s (how long a failed Gloo collective waits for its

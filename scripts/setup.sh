@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-dev libgloo-dev
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
+  python3-venv   # .venv-tensorboard below
   fortunes   # ~2.5 MB of English text: the quickstart's training data
 )
 missing=()
@@ -22,4 +23,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all Debian packages present"
+fi
+
+# Optional: TensorBoard's own reader for tests/tensorboard_reader_test.py,
+# from PyPI into a venv beside the checkout (Debian does not package it).
+# Failing to get it only skips that test; tests/test_tensorboard.cpp reads
+# the event files with its own reader regardless.
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-tensorboard"
+if "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then
+  echo "setup: tensorboard present in .venv-tensorboard"
+elif /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+     timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check tensorboard; then
+  echo "setup: installed tensorboard into .venv-tensorboard"
+else
+  echo "setup: could not install tensorboard from PyPI: tests/tensorboard_reader_test.py will be skipped"
 fi

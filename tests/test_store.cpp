@@ -152,8 +152,10 @@ struct Raw {
   }
 };
 
+// A HELLO without a secret (empty client nonce).
 std::string hello(const std::string& token) {
-  return std::move(wire::Writer().u8(uint8_t(wire::Op::Hello)).u32(wire::kMagic).u32(wire::kVersion).str(token))
+  return std::move(
+             wire::Writer().u8(uint8_t(wire::Op::Hello)).u32(wire::kMagic).u32(wire::kVersion).str(token).str(""))
       .frame();
 }
 

@@ -251,7 +251,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   summary.start_step = summary.end_step = start_step;
   const std::string metrics_path = cfg.log.jsonl && lead ? run_dir + "/metrics.jsonl" : "";
   if (!metrics_path.empty() && start_step > 0) trim_metrics(metrics_path, start_step);
-  MetricsLog log(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines");
+  MetricsLog log(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines",
+                 lead && cfg.log.tensorboard ? run_dir + "/tensorboard" : "");  // log.tensorboard (trainer/tensorboard.h)
 
   // Every rank writes its shard; rank 0 adds the manifest once all are in.
   // There is a writer even without periodic saves: a preemption saves too.

@@ -25,6 +25,8 @@
 #include "trainer/preemption.h"
 #include "trainer/engine.h"
 #include "comm/launch.h"
+#include "comm/store.h"
+#include "comm/store_secret.h"
 #include "trainer/schedule_command.h"
 #include "trainer/smoke.h"
 #include "runtime/watchdog.h"
@@ -103,11 +105,19 @@ int main(int argc, char** argv) {
     }
     const trainer::LaunchInfo launch = trainer::detect_launch();
     trainer::Config cfg = trainer::load_config_file(config_path, overrides, launch.world_size);
+    // Once per job, on stderr so that --print-config's YAML stays clean.
+    if (launch.rank == 0)
+      for (const std::string& w : trainer::config_warnings(cfg)) std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (print_config) {
       std::fputs(trainer::config_to_yaml(cfg).c_str(), stdout);
       return 0;
     }
     if (launch.rank == 0) std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
+    if (launch.rank == 0 && launch.launched())
+      std::printf("%s\n", trainer::store_secret_from_env().empty()
+                               ? "store: no TRAINER_STORE_SECRET: the job token turns away other jobs, not other users "
+                                 "who can reach the port (README, Distributed runs)"
+                               : "store: every rank must prove it holds TRAINER_STORE_SECRET");
     opt.launch = launch;
     if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps, launch);
     if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
@@ -122,6 +132,11 @@ int main(int argc, char** argv) {
   } catch (const trainer::DistributedFailure& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return trainer::kDistributedFailureExitCode;
+  } catch (const trainer::StoreAuthError& e) {
+    // TRAINER_STORE_SECRET missing or different on some rank: a setup
+    // mistake, like a bad config (exit 2), not a failure of the run.
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -7,6 +7,11 @@
 
 #include <unistd.h>
 
+#include <utility>
+#include <vector>
+
+#include "trainer/tensorboard.h"
+
 namespace trainer {
 
 namespace {
@@ -19,8 +24,10 @@ std::string num(double v) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, bool append, const std::string& progress) {
+MetricsLog::MetricsLog(const std::string& path, bool append, const std::string& progress,
+                       const std::string& tensorboard_dir) {
   bar_ = progress == "bar" || (progress == "auto" && ::isatty(STDOUT_FILENO));
+  if (!tensorboard_dir.empty()) tb_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (path.empty()) return;
   jsonl_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!jsonl_) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
@@ -74,6 +81,22 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
                  m.mfu >= 0 ? ", \"mfu\": " : "", m.mfu >= 0 ? num(m.mfu).c_str() : "");
     std::fflush(jsonl_);
   }
+  tensorboard_step(m);
+}
+
+void MetricsLog::tensorboard_step(const StepMetrics& m) {
+  if (!tb_) return;
+  // Tags group as "train" and "val" in TensorBoard's scalar dashboard; the
+  // names are metrics.jsonl's.
+  std::vector<std::pair<std::string, double>> v = {{"train/loss", m.loss},
+                                                   {"train/lr", m.lr},
+                                                   {"train/grad_norm", m.grad_norm},
+                                                   {"train/tokens_per_s", m.tokens_per_s}};
+  if (m.has_aux) v.emplace_back("train/aux_loss", m.aux_loss);
+  if (m.loss_scale > 0) v.emplace_back("train/loss_scale", m.loss_scale);
+  if (m.tflops > 0) v.emplace_back("train/tflops_per_device", m.tflops);
+  if (m.mfu >= 0) v.emplace_back("train/mfu", m.mfu);
+  tb_->scalars(m.step, v);
 }
 
 void MetricsLog::record(const std::string& json) {
@@ -90,6 +113,7 @@ void MetricsLog::eval(int64_t step, double val_loss) {
     std::fprintf(jsonl_, "{\"step\": %lld, \"val_loss\": %s}\n", (long long)step, num(val_loss).c_str());
     std::fflush(jsonl_);
   }
+  if (tb_) tb_->scalars(step, {{"val/loss", val_loss}});
 }
 
 }  // namespace trainer

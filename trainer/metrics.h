@@ -1,13 +1,18 @@
 // Per-step reporting: one human line on stdout every log.interval steps, one
 // JSON object per line in <run dir>/metrics.jsonl with the same fields, and
-// on a terminal a progress line (step/total, ETA, tokens/s) redrawn in place.
+// on a terminal a progress line (step/total, ETA, tokens/s) redrawn in place;
+// with log.tensorboard, the same scalars as TensorBoard events
+// (trainer/tensorboard.h).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 namespace trainer {
+
+class TensorBoardWriter;
 
 struct StepMetrics {
   int64_t step = 0;          // 1-based optimizer step just finished
@@ -25,7 +30,10 @@ class MetricsLog {
  public:
   // jsonl_path empty: no file. append: continue a resumed run's file.
   // progress: auto (a bar when stdout is a terminal) | bar | lines.
-  MetricsLog(const std::string& jsonl_path, bool append, const std::string& progress);
+  // tensorboard_dir: where step() and eval() also write TensorBoard events
+  // (a new event file each run); empty: none.
+  MetricsLog(const std::string& jsonl_path, bool append, const std::string& progress,
+             const std::string& tensorboard_dir = "");
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -38,7 +46,9 @@ class MetricsLog {
 
  private:
   void clear_bar();
+  void tensorboard_step(const StepMetrics& m);
   FILE* jsonl_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tb_;
   bool bar_ = false;
   bool bar_drawn_ = false;
 };
