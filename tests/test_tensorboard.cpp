@@ -263,7 +263,8 @@ TEST_CASE("tensorboard: a run's event file holds metrics.jsonl's scalars", "[ten
     CHECK(e.step == j["step"].get<int64_t>());
     const std::map<std::string, std::string> tags = {{"train/loss", "loss"},           {"train/lr", "lr"},
                                                      {"train/grad_norm", "grad_norm"}, {"train/tokens_per_s", "tokens_per_s"},
-                                                     {"train/aux_loss", "aux_loss"},   {"train/loss_scale", "loss_scale"}};
+                                                     {"train/aux_loss", "aux_loss"},   {"train/loss_scale", "loss_scale"},
+                                                     {"train/tflops_per_device", "tflops_per_device"}};
     CHECK(e.scalars.size() == tags.size());
     for (const auto& [tag, key] : tags) {
       INFO(tag);
