@@ -792,8 +792,16 @@ StoreServer::StoreServer(std::string host, int port, std::string token, StoreSer
   // connections sit in TIME_WAIT.
   int one = 1;
   setsockopt(s.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(s.listen_fd, SOMAXCONN) != 0) {
+  // Under torchrun's restarts the previous attempt's rank 0 may still be
+  // winding down (a SIGTERM is a preemption request: it tries to finish its
+  // step first) while the new one starts: give it a few seconds.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int bound = ::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  while (bound != 0 && errno == EADDRINUSE && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    bound = ::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  if (bound != 0 || ::listen(s.listen_fd, SOMAXCONN) != 0) {
     const int e = errno;
     ::close(s.listen_fd);
     std::string hint;

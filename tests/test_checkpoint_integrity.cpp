@@ -308,7 +308,7 @@ TEST_CASE("manifest checksum: version 2 manifests load with a warning, a version
   fs::remove_all(dir);
 }
 
-TEST_CASE("rotation: old checkpoints are renamed before deletion; a kill in between leaves nothing loadable",
+TEST_CASE("rotation: old checkpoints are renamed before deletion, a kill in between leaves nothing loadable",
           "[checkpoint][integrity]") {
   const fs::path dir = fresh_dir("rotation");
   CheckpointWriter w(dir.string(), 2, false);
@@ -385,7 +385,7 @@ TEST_CASE("save errors: a read-only or full filesystem names the directory and l
   fs::remove_all(dir);
 }
 
-TEST_CASE("on_save_error: stop throws naming step, directory and latest; continue reports and saves again",
+TEST_CASE("on_save_error: stop throws naming step, directory and latest, continue reports and saves again",
           "[checkpoint][integrity]") {
   for (bool async : {false, true}) {
     INFO("async " << async);

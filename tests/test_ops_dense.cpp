@@ -761,7 +761,7 @@ TEST_CASE("adamw: several steps against torch.optim.AdamW's formula in double", 
 
 // ZeroOptimizer updates all of a rank's pieces with one multi-tensor call; it
 // must give each piece exactly what the single-tensor op gives it.
-TEST_CASE("adamw_update_master_multi: the single-tensor updates bit for bit; overlaps refused",
+TEST_CASE("adamw_update_master_multi: the single-tensor updates bit for bit, overlaps refused",
           "[ops][dense]") {
   // A param that is its own master (adamw_update) and two with a separate
   // copy, each with its own weight decay; different step sizes and lengths.

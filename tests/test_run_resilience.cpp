@@ -79,7 +79,7 @@ TEST_CASE("step policy: NaN/Inf and loss spikes flagged, skip / rollback / stop 
   CHECK(s.judge(1.0, std::nan("")).action == StepAction::Stop);
 }
 
-TEST_CASE("a NaN in one rank's gradient skips the step on every rank; rollback and stop", "[ops][policy][e2e]") {
+TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback and stop", "[ops][policy][e2e]") {
   const Setup s = e2e::make_setup("ops", "nan", kLlama);
   std::string out;
   // dp 2 at ZeRO-1: rank 1's gradient of step 7 gets a NaN before its reduction.
@@ -198,7 +198,7 @@ TEST_CASE("a rank killed at a random step under torchrun with restarts: 10 trial
   fs::remove_all(s.dir);
 }
 
-TEST_CASE("the straggler alert names the slowed rank, and nobody without the delay; the time parts explain the step",
+TEST_CASE("the straggler alert names the slowed rank, and nobody without the delay, the time parts explain the step",
           "[ops][monitor][e2e]") {
   const Setup s = e2e::make_setup("ops", "straggler", kLlama);
   // Two ranks on this 2-core machine (more would share cores and make

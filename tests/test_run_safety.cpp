@@ -77,7 +77,7 @@ const std::string kBin = TRAINER_BIN;
 
 }  // namespace
 
-TEST_CASE("resume auto: every checkpoint damaged stops with exit 1 naming each; none starts over explicitly",
+TEST_CASE("resume auto: every checkpoint damaged stops with exit 1 naming each, none starts over explicitly",
           "[resume][safety][e2e]") {
   const fs::path dir = fresh_dir("damaged");
   const std::string cfg = write_config(dir, "{interval: 10, keep_last: 3, resume: auto}");
@@ -155,7 +155,7 @@ TEST_CASE("run lock: a run directory in use stops a second trainer with exit 2 n
   fs::remove_all(dir);
 }
 
-TEST_CASE("run lock: a second trainer while the first trains exits 2 naming it; kill -9 frees the directory",
+TEST_CASE("run lock: a second trainer while the first trains exits 2 naming it, kill -9 frees the directory",
           "[lock][safety][e2e]") {
   const fs::path dir = fresh_dir("two");
   const std::string cfg = write_config(dir, "{interval: 0}", 1000000);
@@ -192,7 +192,7 @@ TEST_CASE("run lock: a second trainer while the first trains exits 2 naming it; 
   fs::remove_all(dir);
 }
 
-TEST_CASE("on_save_error: stop exits 1 naming the directory with latest unchanged; continue trains on",
+TEST_CASE("on_save_error: stop exits 1 naming the directory with latest unchanged, continue trains on",
           "[checkpoint][safety][e2e]") {
   // The second save (step 10) fails as on a read-only filesystem.
   const std::string fault = "TRAINER_TEST_CHECKPOINT_FAULT=prepare:EROFS:1:1 ";

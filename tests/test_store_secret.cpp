@@ -150,7 +150,7 @@ TEST_CASE("sha256 and hmac-sha256 match their published test vectors", "[store][
   CHECK(random_nonce() != random_nonce());
 }
 
-TEST_CASE("store secret: the same secret connects across processes; a wrong or missing one is refused", "[store][secret]") {
+TEST_CASE("store secret: the same secret connects across processes, a wrong or missing one is refused", "[store][secret]") {
   LogSink sink;
   StoreServer server(kHost, 0, kToken, with_secret(sink, kSecret));
   const int port = server.port();
@@ -293,7 +293,7 @@ TEST_CASE("store secret: read from TRAINER_STORE_SECRET", "[store][secret]") {
   else ::unsetenv("TRAINER_STORE_SECRET");
 }
 
-TEST_CASE("store secret: a torchrun launch with TRAINER_STORE_SECRET trains; a rank with another exits 2",
+TEST_CASE("store secret: a torchrun launch with TRAINER_STORE_SECRET trains, a rank with another exits 2",
           "[store][secret][launchers]") {
   const fs::path dir = fs::temp_directory_path() / ("trainer_store_secret_" + std::to_string(::getpid()));
   fs::remove_all(dir);

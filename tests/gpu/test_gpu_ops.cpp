@@ -127,7 +127,7 @@ TEST_CASE("gpu convert: F32/BF16/F16 in every direction, bit for bit against the
 
 // ---- fill, copy, add, add_inplace, scale_inplace -----------------------------------
 
-TEST_CASE("gpu router: one device per call, checked before any kernel; host<->device copies",
+TEST_CASE("gpu router: one device per call, checked before any kernel, host<->device copies",
           "[gpu][elementwise]") {
   run_case("router", [&] {
     const int64_t n = 1000;
@@ -237,7 +237,7 @@ TEST_CASE("gpu fill, copy, add (aliased too), add_inplace, scale_inplace: fp32 m
 
 // ---- sum, sum_squares ---------------------------------------------------------------
 
-TEST_CASE("gpu sum and sum_squares against float64; NaN propagates", "[gpu][reduce]") {
+TEST_CASE("gpu sum and sum_squares against float64, NaN propagates", "[gpu][reduce]") {
   // Both return double: fp32 partial sums combined in double are good to
   // ~1e-7 here; 1e-6 still catches a dropped block or a lost tail. The sum
   // is judged against sum|x| because the signed sum cancels.
