@@ -9,6 +9,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
   fortunes   # ~2.5 MB of English text: the quickstart's training data
+  slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
