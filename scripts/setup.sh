@@ -10,6 +10,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
   python3-venv   # .venv-tensorboard below
   fortunes   # ~2.5 MB of English text: the quickstart's training data
+  slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
