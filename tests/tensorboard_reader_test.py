@@ -45,12 +45,15 @@ steps, evals = [], []
 with open(os.path.join(run_dir, "metrics.jsonl")) as f:
     for line in f:
         j = json.loads(line)
-        (evals if "val_loss" in j else steps).append(j)
+        if "val_loss" in j:
+            evals.append(j)
+        elif "loss" in j:  # time_ms and expert-load records share the file
+            steps.append(j)
 
 acc = EventAccumulator(os.path.join(run_dir, "tensorboard"))
 acc.Reload()
 tags = acc.Tags()["scalars"]
-want_tags = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss"}
+want_tags = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/tflops_per_device", "val/loss"}
 if set(tags) != want_tags:
     sys.exit(f"tensorboard_reader: tags {sorted(tags)}, expected {sorted(want_tags)}")
 
@@ -62,7 +65,7 @@ def f32(x):
 compared = 0
 for tag, rows, key in [("train/loss", steps, "loss"), ("train/lr", steps, "lr"),
                        ("train/grad_norm", steps, "grad_norm"), ("train/tokens_per_s", steps, "tokens_per_s"),
-                       ("val/loss", evals, "val_loss")]:
+                       ("train/tflops_per_device", steps, "tflops_per_device"), ("val/loss", evals, "val_loss")]:
     got = [(e.step, e.value) for e in acc.Scalars(tag)]
     want = [(r["step"], f32(r[key])) for r in rows]
     if got != want:

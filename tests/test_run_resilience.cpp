@@ -199,12 +199,14 @@ TEST_CASE("a rank killed at a random step under torchrun with restarts: 10 trial
 }
 
 TEST_CASE("the straggler alert names the slowed rank, and nobody without the delay, the time parts explain the step",
-          "[ops][monitor][e2e]") {
+          "[ops][monitor][e2e][serial]") {
   const Setup s = e2e::make_setup("ops", "straggler", kLlama);
   // Two ranks on this 2-core machine (more would share cores and make
   // everybody look slow now and then); rank 1 sleeps 40 ms a step, about 10
   // times its compute: busy 87% above the median of the two.
-  const std::string set = "--set log.interval=2 --set log.straggler_intervals=2 --set log.straggler_threshold=0.5";
+  // Timing: run alone ([serial]), so that other tests' load does not make
+  // a rank look slow.
+  const std::string set = "--set log.interval=2 --set log.straggler_intervals=3 --set log.straggler_threshold=0.5";
   std::string out;
   setenv("TRAINER_TEST_HOOKS", "delay=1:40", 1);
   const std::string slow = (s.dir / "slow").string();
@@ -219,6 +221,7 @@ TEST_CASE("the straggler alert names the slowed rank, and nobody without the del
     // ranks.jsonl: a line per rank and log interval.
     const std::string ranks = read_file(fs::path(slow) / "ranks.jsonl");
     CHECK(ranks.find("\"step\": 20, \"rank\": 1") != std::string::npos);
+    CHECK(ranks.find("\"slow_intervals\": 3") != std::string::npos);
     CHECK(ranks.find("\"grad_norm_shard\"") != std::string::npos);
   }
   out.clear();
