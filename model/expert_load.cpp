@@ -26,6 +26,17 @@ void count_expert_load(const ModelDims& d, int64_t layer, const LayerActs& a, Ex
   for (int64_t e = 0; e < E; ++e) kept[e] += off[size_t(e + 1)] - off[size_t(e)];
 }
 
+void sum_expert_load(ExpertLoad& load, Communicator& host, int tp) {
+  // One all-reduce for both tables.
+  std::vector<double> both(load.routed);
+  both.insert(both.end(), load.kept.begin(), load.kept.end());
+  if (host.size() > 1) host.all_reduce(Tensor(both.data(), DType::F64, {int64_t(both.size())}));
+  for (double& x : both) x /= double(tp);
+  const auto mid = both.begin() + long(load.routed.size());
+  std::copy(both.begin(), mid, load.routed.begin());
+  std::copy(mid, both.end(), load.kept.begin());
+}
+
 std::vector<LayerLoad> layer_loads(const ExpertLoad& load) {
   std::vector<LayerLoad> out;
   const int64_t E = load.experts;

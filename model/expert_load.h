@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "model/activations.h"
 #include "model/dims.h"
 
@@ -21,6 +22,10 @@ struct ExpertLoad {
   std::vector<double> routed, kept;
   void reset(int64_t layers, int64_t num_experts);
 };
+
+// Every rank's counts summed over `host` (collective). tp ranks route alike,
+// so the sum over all ranks counts each token tp times: divided out.
+void sum_expert_load(ExpertLoad& load, Communicator& host, int tp);
 
 // Adds one micro-batch of local layer `layer` (reads its routing to the host).
 void count_expert_load(const ModelDims& d, int64_t layer, const LayerActs& a, ExpertLoad& load);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "data/batch_sampler.h"
 #include "config/config.h"
 #include "data/dataset_blend.h"
@@ -26,15 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) {
-    path = fs::temp_directory_path() / ("trainer_data_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
+// The directory of one test case (tests/temp_dir.h).
+struct TempDir : test::TempDir {
+  explicit TempDir(const std::string& name) : test::TempDir("data", name) {}
 };
 
 class Bytes {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "data/batch_sampler.h"
 #include "data/scan_cache.h"
 #include "data/token_scan.h"
@@ -28,15 +29,9 @@ using Catch::Contains;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) {
-    path = fs::temp_directory_path() / ("trainer_scan_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
+// The directory of one test case (tests/temp_dir.h).
+struct TempDir : test::TempDir {
+  explicit TempDir(const std::string& name) : test::TempDir("scan", name) {}
 };
 
 void write_bytes(const std::string& path, const void* p, size_t n, bool append = false) {

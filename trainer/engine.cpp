@@ -516,14 +516,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
           window_iterations = 0;
         }
         if (dims.E > 0) {
-          // Every rank counted its own tokens of its own layers; tp ranks
-          // route alike, so the world's sum counts each token tp times.
-          std::vector<double> both(expert_load.routed);
-          both.insert(both.end(), expert_load.kept.begin(), expert_load.kept.end());
-          if (host.size() > 1) host.all_reduce(Tensor(both.data(), DType::F64, {int64_t(both.size())}));
-          for (double& x : both) x /= double(mesh.tp);
-          std::copy(both.begin(), both.begin() + long(expert_load.routed.size()), expert_load.routed.begin());
-          std::copy(both.begin() + long(expert_load.routed.size()), both.end(), expert_load.kept.begin());
+          sum_expert_load(expert_load, host, mesh.tp);
           const std::vector<LayerLoad> loads = layer_loads(expert_load);
           if (lead && !opt.quiet) std::printf("%s", format_expert_load(loads).c_str());
           if (lead) log.record(expert_load_json(step + 1, loads));
