@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "checkpoint/checkpoint.h"
 
@@ -18,17 +19,37 @@ namespace fs = std::filesystem;
 
 namespace trainer::e2e {
 
-int free_port() {
+namespace {
+bool can_bind(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  a.sin_port = htons(uint16_t(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(fd);
-  return ntohs(a.sin_port);
+  return ok;
+}
+}  // namespace
+
+int free_port() {
+  // Not a port the kernel hands out (Linux's ephemeral range starts at 32768):
+  // there, between this check and the server's bind, any concurrent test's
+  // outgoing connection or Gloo listener may take it, and under ctest -j that
+  // happens. Chosen at random so parallel tests rarely try the same one; its
+  // neighbours are free too, as the store listens at MASTER_PORT + 1 under
+  // torchrun and run_by_hand exports port - 1.
+  static std::mt19937 rng(std::random_device{}() ^ unsigned(::getpid()));
+  for (int attempt = 0; attempt < 2000; ++attempt) {
+    const int p = 20001 + int(rng() % 12000);
+    if (can_bind(p - 1) && can_bind(p) && can_bind(p + 1)) return p;
+  }
+  FAIL("no three adjacent free ports in 20000..32001");
+  return 0;
+}
+
+std::string tail(const std::string& out, size_t chars) {
+  return out.size() <= chars ? out : "[...]" + out.substr(out.size() - chars);
 }
 
 int run(const std::string& cmd, std::string* out) {
@@ -164,7 +185,7 @@ Setup make_setup(const std::string& prefix, const std::string& name, const std::
                        << "parallel: {timeout_s: 60}\n";
   std::string out;
   const int rc = run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + s.single(), &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   return s;
 }
@@ -212,7 +233,7 @@ void check_reshard_to_one(const Setup& s, const std::string& tag, const std::str
   REQUIRE(run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + b + " --set checkpoint.resume=" +
                   a + "/ckpt/step_00000010",
               &out) == 0);
-  INFO(out);
+  INFO(e2e::tail(out));
   CHECK(out.find("resumed from " + a + "/ckpt/step_00000010 at step 10") != std::string::npos);
   const std::vector<double> joined = joined_losses({a, b});
   REQUIRE(joined.size() == 20);

@@ -11,7 +11,11 @@
 
 namespace trainer::e2e {
 
+// A loopback port, with its two neighbours, that nothing listens on.
 int free_port();
+// The last `chars` of a command's output: where a failing launcher's reason is,
+// kept short enough that CI logs do not cut it off.
+std::string tail(const std::string& out, size_t chars = 4000);
 // Runs a shell command, appending its stdout and stderr to *out; its exit code.
 int run(const std::string& cmd, std::string* out);
 

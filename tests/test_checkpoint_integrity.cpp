@@ -64,7 +64,7 @@ fs::path real_checkpoint(const fs::path& dir) {
                      << "checkpoint: {interval: 4}\n";
   std::string out;
   const int rc = e2e::run(std::string(TRAINER_BIN) + " --config " + cfg.string(), &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   const fs::path ck = dir / "run/ckpt/step_00000004";
   REQUIRE(fs::exists(ck / "manifest.json"));

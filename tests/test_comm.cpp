@@ -27,26 +27,17 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/process_group.h"
+#include "e2e_util.h"
 
 using namespace trainer;
 
 namespace {
 
+using e2e::free_port;
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Checks inside a child throw; the message goes back to the parent.
 struct CheckFailed : std::runtime_error {

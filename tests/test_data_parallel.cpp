@@ -109,7 +109,7 @@ TEST_CASE("data parallel 2 and 4 at ZeRO stages 0-3 with gradient accumulation =
           const std::string tag = "dp" + std::to_string(world) + "_zero" + std::to_string(stage);
           const std::string rd = (s.dir / tag).string();
           const int rc = run_by_hand(s, world, rd, &out, "--set parallel.zero_stage=" + std::to_string(stage));
-          INFO(out);
+          INFO(e2e::tail(out));
           REQUIRE(rc == 0);
           CHECK(out.find("data parallel " + std::to_string(world) + ", ZeRO stage " + std::to_string(stage)) !=
                 std::string::npos);
@@ -140,7 +140,7 @@ TEST_CASE("a checkpoint of DP 4 ZeRO-2 resumes at DP 2 ZeRO-1, then in one proce
   const int rb = run_by_hand(s, 2, b, &out,
                              "--set parallel.zero_stage=1 --stop-after 14 --set checkpoint.resume=" + a +
                                  "/ckpt/step_00000007");
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rb == 0);
   CHECK(out.find("resumed from " + a + "/ckpt/step_00000007 at step 7") != std::string::npos);
   out.clear();
@@ -221,7 +221,7 @@ TEST_CASE("real torchrun and mpirun launch the same data-parallel run", "[dp][la
                            " --nproc_per_node 4 --master_port " + std::to_string(free_port()) + " --no_python " +
                            TRAINER_BIN + " --config " + s.cfg + " --set run.dir=" + rd,
                        &out);
-    INFO(out);
+    INFO(e2e::tail(out));
     REQUIRE(rc == 0);
     expect_same_run(s, "torchrun --nproc_per_node 4", rd);
   }
@@ -232,7 +232,7 @@ TEST_CASE("real torchrun and mpirun launch the same data-parallel run", "[dp][la
                            std::to_string(free_port()) + " " + TRAINER_BIN + " --config " + s.cfg +
                            " --set run.dir=" + rd + " --set parallel.zero_stage=3",
                        &out);
-    INFO(out);
+    INFO(e2e::tail(out));
     REQUIRE(rc == 0);
     expect_same_run(s, "mpirun -np 4, zero 3", rd);
   }
@@ -261,7 +261,7 @@ TEST_CASE("ranks agree on the checkpoint to resume: one rank's damaged file make
   }
   out.clear();
   const int rc = run_by_hand(s, 2, rd, &out, "--set parallel.zero_stage=1 --set checkpoint.interval=5 --set checkpoint.resume=auto");
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   CHECK(out.find("skipping " + rd + "/ckpt/step_00000010") != std::string::npos);
   CHECK(out.find("rank_00001.safetensors") != std::string::npos);
@@ -280,7 +280,7 @@ TEST_CASE("the smoke test runs on every rank of a data-parallel job and they agr
     run_by_hand(s, 2, rd, &out, "--set parallel.zero_stage=" + stage_text + " --set train.steps=40 --smoke-test", &code);
     std::ifstream in(rd + ".rank0.log");
     const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    INFO(out);
+    INFO(e2e::tail(out));
     std::printf("[dp] smoke test, dp 2, zero %d: rank exits %d %d\n", stage, code[0], code[1]);
     CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
     // Throughput on a shared 2-core machine with two processes is not judged here.

@@ -96,7 +96,7 @@ TEST_CASE("pipeline parallel pp 2 x tp 2 x dp 2 on 8 ranks (mpirun), ZeRO-1, sp 
                          " --set run.dir=" + rd +
                          " --set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero_stage=1",
                      &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   CHECK(out.find("tensor parallel 2 with sp, data parallel 2, ZeRO stage 1") != std::string::npos);
   expect_same_run(s, "mpirun pp2 tp2 dp2 zero1 sp", rd);
@@ -137,7 +137,7 @@ TEST_CASE("a checkpoint of pp 2 resumes in one process, then at pp 4, on the sam
   CHECK(out.find("resumed from " + a + "/ckpt/step_00000007 at step 7") != std::string::npos);
   out.clear();
   const int rc = e2e::run_by_hand(s.cfg, 4, c, &out, "--set parallel.pp=4 --set checkpoint.resume=" + b + "/ckpt/step_00000014");
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   CHECK(out.find("resumed from " + b + "/ckpt/step_00000014 at step 14") != std::string::npos);
   const std::vector<double> joined = e2e::joined_losses({a, b, c});
@@ -160,7 +160,7 @@ TEST_CASE("the smoke test runs on every rank of a pp 2 x dp 2 pipeline and they 
                    &code);
   std::ifstream in(rd + ".rank0.log");
   const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO(out);
+  INFO(e2e::tail(out));
   std::printf("[pp] smoke test, pp 2 x dp 2: rank exits %d %d %d %d\n", code[0], code[1], code[2], code[3]);
   CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
   e2e::check_smoke(log0, code);

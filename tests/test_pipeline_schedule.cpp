@@ -187,7 +187,7 @@ TEST_CASE("trainer schedule prints the timeline, both bubbles and the activation
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = ::pclose(p);
-  INFO(out);
+  INFO(e2e::tail(out));
   CHECK(status == 0);
   // 16 sequences in micro-batches of 2: m = 8 on 4 stages.
   CHECK(out.find("pipeline: 4 stages, 1f1b, 8 micro-batches per step") != std::string::npos);

@@ -87,7 +87,7 @@ TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback a
   setenv("TRAINER_TEST_HOOKS", "nan_grad=1:7", 1);
   out.clear();
   const int a = e2e::run_by_hand(s.cfg, 2, nan, &out, "--set parallel.zero_stage=1");
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(a == 0);
   CHECK(out.find("step 7: loss") != std::string::npos);
   CHECK(out.find("gradient norm nan; first non-finite gradient: ") != std::string::npos);
@@ -105,7 +105,7 @@ TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback a
   out.clear();
   std::vector<int> codes;
   e2e::run_by_hand(s.cfg, 2, (s.dir / "stop").string(), &out, "--set train.nonfinite=stop", &codes);
-  INFO(out);
+  INFO(e2e::tail(out));
   CHECK(codes == std::vector<int>{kStoppedByPolicyExitCode, kStoppedByPolicyExitCode});
   CHECK(out.find("error: step 5: loss") != std::string::npos);
   CHECK(out.find("first non-finite gradient: ") != std::string::npos);
@@ -117,7 +117,7 @@ TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback a
   const int c = e2e::run_by_hand(s.cfg, 2, rb, &out,
                                  "--set train.nonfinite=rollback --set train.nonfinite_limit=0 --set checkpoint.interval=5");
   unsetenv("TRAINER_TEST_HOOKS");
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(c == 0);
   CHECK(out.find("rolled back to " + rb + "/ckpt/step_00000005 (step 5); the data of steps 6-7 is skipped") !=
         std::string::npos);
@@ -134,7 +134,7 @@ TEST_CASE("SIGTERM to one rank: every rank saves the same step, exits 75, the re
   REQUIRE(torchrun(s, 2, straight, set, &out) == 0);
   out.clear();
   const int first = torchrun(s, 2, cut, set, &out, 0, "TRAINER_TEST_HOOKS=signal=1:8");
-  INFO(out);
+  INFO(e2e::tail(out));
   CHECK(first != 0);  // torchrun reports the workers' 75
   CHECK(out.find("exitcode  : 75") != std::string::npos);
   CHECK(fs::exists(fs::path(cut) / "ckpt/step_00000008/manifest.json"));
@@ -213,7 +213,7 @@ TEST_CASE("the straggler alert names the slowed rank, and nobody without the del
   REQUIRE(e2e::run_by_hand(s.cfg, 2, slow, &out, set) == 0);
   unsetenv("TRAINER_TEST_HOOKS");
   {
-    INFO(out);
+    INFO(e2e::tail(out));
     const auto at = out.find("straggler: rank 1 (host ");
     CHECK(at != std::string::npos);
     CHECK(out.find("straggler: rank 0") == std::string::npos);

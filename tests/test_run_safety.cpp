@@ -93,7 +93,7 @@ TEST_CASE("resume auto: every checkpoint damaged stops with exit 1 naming each, 
 
   out.clear();
   const int rc = e2e::run(kBin + " --config " + cfg, &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   std::printf("[safety] resume auto over 2 damaged checkpoints: exit %d\n", rc);
   CHECK(rc == 1);
   CHECK_THAT(out, Contains("2 checkpoint(s) under " + root.string() + ", none loadable"));
@@ -120,7 +120,7 @@ TEST_CASE("run lock: a run directory in use stops a second trainer with exit 2 n
     DirectoryLock held((dir / "run").string());
     std::string out;
     const int rc = e2e::run(kBin + " --config " + cfg + " --stop-after 2", &out);
-    INFO(out);
+    INFO(e2e::tail(out));
     CHECK(rc == 2);
     CHECK_THAT(out, Contains((dir / "run").string() + " is in use by another trainer: " + me));
     CHECK_THAT(out, Contains("trainer.lock"));
@@ -147,7 +147,7 @@ TEST_CASE("run lock: a run directory in use stops a second trainer with exit 2 n
     codes.clear();
     e2e::run_by_hand(cfg, 2, (dir / "run").string(), &out, "--set train.steps=40 --smoke-test", &codes);
     const std::string log0 = read_text((dir / "run").string() + ".rank0.log");
-    INFO(out);
+    INFO(e2e::tail(out));
     e2e::check_smoke(log0, codes);
   }
   std::string out;
@@ -179,7 +179,7 @@ TEST_CASE("run lock: a second trainer while the first trains exits 2 naming it, 
   const int rc = e2e::run(kBin + " --config " + cfg + " --stop-after 2", &out);
   std::printf("[safety] second trainer while pid %d trains: exit %d\n", int(first), rc);
   {
-    INFO(out);
+    INFO(e2e::tail(out));
     CHECK(rc == 2);
     CHECK_THAT(out, Contains("is in use by another trainer: pid " + std::to_string(first) + " on host "));
   }
@@ -203,7 +203,7 @@ TEST_CASE("on_save_error: stop exits 1 naming the directory with latest unchange
       const std::string cfg = write_config(dir, std::string("{interval: 5, keep_last: 5, async: ") + async + "}");
       std::string out;
       const int rc = e2e::run(fault + kBin + " --config " + cfg, &out);
-      INFO(out);
+      INFO(e2e::tail(out));
       const fs::path root = dir / "run/ckpt";
       const size_t steps = lines(dir / "run/metrics.jsonl");
       std::printf("[safety] on_save_error=stop, async %s: exit %d after %zu steps, latest %s", async, rc, steps,
@@ -223,7 +223,7 @@ TEST_CASE("on_save_error: stop exits 1 naming the directory with latest unchange
           write_config(dir, std::string("{interval: 5, keep_last: 5, async: ") + async + ", on_save_error: continue}");
       std::string out;
       const int rc = e2e::run(fault + kBin + " --config " + cfg, &out);
-      INFO(out);
+      INFO(e2e::tail(out));
       const fs::path root = dir / "run/ckpt";
       std::printf("[safety] on_save_error=continue, async %s: exit %d, %zu steps, latest %s", async, rc,
                   lines(dir / "run/metrics.jsonl"), read_text(root / "latest").c_str());

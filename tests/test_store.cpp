@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "e2e_util.h"
 #include "comm/store.h"
 #include "comm/store_protocol.h"
 
@@ -33,6 +34,8 @@ using namespace trainer;
 namespace wire = trainer::store_wire;
 
 namespace {
+
+using e2e::free_port;
 
 using Clock = std::chrono::steady_clock;
 const std::string kToken = "test-token";
@@ -80,20 +83,6 @@ StoreServerOptions quiet(LogSink& sink) {
   StoreServerOptions o;
   o.log = sink.fn();
   return o;
-}
-
-// A port that was free a moment ago, for servers that start after their
-// clients (the race with other processes is harmless on loopback tests).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 // A raw TCP connection for feeding the server bytes a real client never sends.

@@ -317,7 +317,7 @@ TEST_CASE("store secret: a torchrun launch with TRAINER_STORE_SECRET trains, a r
                                 std::to_string(e2e::free_port()) + " --no_python " + bin + " --config " + cfg +
                                 " --set run.dir=" + rd,
                             &out);
-    INFO(out);
+    INFO(e2e::tail(out));
     CHECK(rc == 0);
     // With -r/-t the ranks' output goes to --log_dir/<run>/attempt_0/<rank>/.
     std::string rank0;

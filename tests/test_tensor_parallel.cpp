@@ -70,7 +70,7 @@ TEST_CASE("tensor parallel llama with GQA: tp 2, sp, tp 2 x dp 2 at ZeRO 1 and 3
                          std::to_string(e2e::free_port()) + " " + TRAINER_BIN + " --config " + s.cfg +
                          " --set run.dir=" + rd + " --set parallel.tp=2 --set parallel.sp=true --set parallel.zero_stage=3",
                      &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   expect_same_run(s, "mpirun llama tp2 dp2 zero3 sp", rd);
   fs::remove_all(s.dir);
@@ -87,7 +87,7 @@ TEST_CASE("tensor parallel gpt2, tied embedding, vocabulary 259 padded: tp 2 (to
                          " --nproc_per_node 2 --master_port " + std::to_string(e2e::free_port()) + " --no_python " +
                          TRAINER_BIN + " --config " + s.cfg + " --set run.dir=" + rd + " --set parallel.tp=2",
                      &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   expect_same_run(s, "torchrun gpt2 tp2", rd);
   run_cases(s, {{"gpt2 tp4 sp", 4, "--set parallel.tp=4 --set parallel.sp=true --set log.sample_tokens=16"}});
@@ -120,7 +120,7 @@ TEST_CASE("a checkpoint of tp 2 x dp 2 ZeRO-1 resumes at tp 4, then in one proce
   const int rb = e2e::run_by_hand(s.cfg, 4, b, &out,
                                   "--set parallel.tp=4 --stop-after 14 --set checkpoint.resume=" + a +
                                       "/ckpt/step_00000007");
-  INFO(out);
+  INFO(e2e::tail(out));
   REQUIRE(rb == 0);
   CHECK(out.find("resumed from " + a + "/ckpt/step_00000007 at step 7") != std::string::npos);
   out.clear();
@@ -150,7 +150,7 @@ TEST_CASE("the smoke test runs on every rank of a tp 2 x dp 2 job with sp and th
                    &code);
   std::ifstream in(rd + ".rank0.log");
   const std::string log0((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO(out);
+  INFO(e2e::tail(out));
   std::printf("[tp] smoke test, tp 2 x dp 2, sp: rank exits %d %d %d %d\n", code[0], code[1], code[2], code[3]);
   CHECK(log0.find("smoke test: 40 steps") != std::string::npos);
   e2e::check_smoke(log0, code);

@@ -337,7 +337,7 @@ TEST_CASE("trainer: a bad token id that no step draws still stops the run at sta
 
   std::string out;
   const int rc = e2e::run(std::string(TRAINER_BIN) + " --config " + cfg, &out);
-  INFO(out);
+  INFO(e2e::tail(out));
   const size_t at = out.find("error:");
   const std::string line = at == std::string::npos ? "<no error line>" : out.substr(at, out.find('\n', at) - at);
   std::printf("[scan binary] exit %d: %s\n", rc, line.c_str());
