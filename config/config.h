@@ -79,6 +79,10 @@ struct TrainConfig {
   double spike_zscore = 12;           // loss z-score over the window that flags a spike; 0: off
   int64_t spike_window = 100;         // healthy steps the z-score looks back on
   double peak_tflops = 0;             // per device, for MFU; 0: from the GPU table (none on the CPU)
+  // Activation recompute (model/recompute.h): none | selective (attention's
+  // internals) | full (the whole block from its input).
+  std::string recompute = "none";
+  int recompute_layers = 0;           // layers of each model chunk, from its first, that recompute; 0: all
 };
 
 struct OptimConfig {

@@ -156,6 +156,15 @@ std::vector<KeySpec> build_schema() {
       Row("train.peak_tflops", FIELD(train.peak_tflops),
           "peak TFLOP/s of one device for the MFU figure; 0: from the table of known GPUs")
           .at_least(0).aka("peak_flops device_tflops"),
+      Row("train.recompute", FIELD(train.recompute),
+          "activation recompute: none keeps every activation for backward; selective drops attention's "
+          "internals (norm output, q, k, v, attention output) and recomputes them in backward; full keeps "
+          "only each block's input and recomputes the whole block")
+          .one_of("none|selective|full")
+          .aka("activation_checkpointing recompute_granularity gradient_checkpointing activation_recompute"),
+      Row("train.recompute_layers", FIELD(train.recompute_layers),
+          "layers of each pipeline stage (model chunk), counted from its first, that recompute; 0: all")
+          .at_least(0).aka("recompute_num_layers checkpoint_layers"),
 
       Row("optim.name", FIELD(optim.name), "optimizer").one_of("adamw").aka("optimizer type"),
       Row("optim.lr", FIELD(optim.lr), "peak learning rate").above(0)

@@ -114,6 +114,15 @@ void check_parallel(const Config& c, int world, const Checker& ck) {
                    ": the schedule runs a micro-batch's weight gradients after the input gradients of later "
                    "micro-batches, while ZeRO-2/3 hold a unit's gradient buffer (and ZeRO-3 its gathered weights) "
                    "only during its backward; use parallel.zero_stage 0 or 1, or another schedule");
+  if (p.pp_schedule == "zb-h1")
+    ck.require(c.train.recompute == "none",
+               "parallel.pp_schedule=zb-h1 with train.recompute=" + c.train.recompute +
+                   ": the schedule computes a micro-batch's weight gradients after later micro-batches' backward, "
+                   "from the layer inputs recompute drops (they would be recomputed twice); use "
+                   "train.recompute=none with zb-h1, or parallel.pp_schedule=1f1b");
+  ck.require(c.train.recompute_layers <= c.model.n_layers,
+             kv("train.recompute_layers", c.train.recompute_layers) + " exceeds " +
+                 kv("model.n_layers", c.model.n_layers) + " (0 recomputes every layer)");
   // Interleaving: pp_virtual model chunks per rank, pp x pp_virtual virtual stages.
   const bool interleaved = p.pp_schedule == "interleaved";
   const int stages = interleaved ? p.pp * p.pp_virtual : p.pp;

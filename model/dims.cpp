@@ -23,6 +23,10 @@ ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType
   d.rope_theta = float(c.model.rope_theta);
   // The schedules that split the backward (pipeline/schedule.h: splits_backward).
   d.split_backward = c.parallel.pp_schedule == "zb-h1";
+  d.recompute = c.train.recompute == "full"        ? Recompute::Full
+                : c.train.recompute == "selective" ? Recompute::Selective
+                                                   : Recompute::None;
+  d.recompute_layers = c.train.recompute_layers;
   if (c.model.moe.num_experts > 0) {
     d.E = c.model.moe.num_experts;
     d.K = c.model.moe.top_k;

@@ -12,6 +12,10 @@
 
 namespace trainer {
 
+// Activation recompute (model/recompute.h): what a layer keeps for its
+// backward and what the backward recomputes from it.
+enum class Recompute { None, Selective, Full };
+
 struct ModelDims {
   bool llama = true;       // false: gpt2 (LayerNorm, GELU, biases, learned positions)
   bool tied = false;
@@ -51,6 +55,9 @@ struct ModelDims {
   // weight half (ZB-H1): each micro-batch's activation slot also keeps the
   // output gradients the weight half reads (model/activations.h).
   bool split_backward = false;
+  // Activation recompute of the first recompute_layers local layers (0: all).
+  Recompute recompute = Recompute::None;
+  int64_t recompute_layers = 0;
   int64_t N() const { return B * T; }
   // Token rows of the residual stream on this rank (N / tp under sp).
   int64_t rows() const { return sp ? N() / tp : N(); }
@@ -71,6 +78,10 @@ struct ModelDims {
     const int64_t NK = N() * K;
     if (ep <= 1) return NK;
     return capacity > 0 ? std::min<int64_t>(int64_t(ep) * NK, E * capacity) : int64_t(ep) * NK;
+  }
+  // What local layer i recomputes in its backward.
+  Recompute recompute_of(int64_t i) const {
+    return recompute_layers == 0 || i < recompute_layers ? recompute : Recompute::None;
   }
   // i counts this instance's layers; MoE placement follows the global index.
   bool moe_layer(int64_t i) const { return E > 0 && (first_layer + i + 1) % moe_every == 0; }
