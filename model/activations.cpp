@@ -1,5 +1,8 @@
 #include "model/activations.h"
 
+#include "model/recompute.h"
+
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -17,14 +20,125 @@ std::unordered_map<std::string, Tensor> by_name(const std::vector<TensorSpec>& s
 }
 }  // namespace
 
-std::vector<TensorSpec> activation_specs(const ModelDims& d) {
+namespace {
+// Everything layer i saves for its backward, by field name (without the
+// "layers.i." prefix); recompute decides where each one lives.
+std::vector<TensorSpec> layer_specs(const ModelDims& d, int64_t i) {
   // R: this rank's token rows of the residual stream (N / tp under sequence
   // parallelism), where norms and residual adds run; the norm outputs feed
-  // column-parallel linears and hold the whole sequence.
+  // column-parallel linears and hold the whole sequence. Activations use the
+  // storage type; statistics read back or reduced across tokens stay F32;
+  // indices are I32.
   const int64_t N = d.N(), R = d.rows(), C = d.C, FF = d.F;
   std::vector<TensorSpec> s;
-  // Activations use the storage type; statistics read back or reduced
-  // across tokens stay F32; indices are I32.
+  const DType A = d.act, F = DType::F32;
+  auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
+  add("x_in", {R, C}, A);
+  add("h1", {N, C}, A);
+  if (!d.llama) add("mean1", {R}, F);
+  add("rstd1", {R}, F);
+  add("q", {d.B, d.T, d.Hq, d.D}, A);
+  add("k", {d.B, d.T, d.Hkv, d.D}, A);
+  add("v", {d.B, d.T, d.Hkv, d.D}, A);
+  add("o", {N, d.Hq * d.D}, A);
+  add("lse", {d.B, d.Hq, d.T}, F);
+  add("x_mid", {R, C}, A);
+  add("h2", {N, C}, A);
+  if (!d.llama) add("mean2", {R}, F);
+  add("rstd2", {R}, F);
+  if (d.moe_layer(i)) {
+    const int64_t NK = N * d.K;
+    add("rlogits", {N, d.E}, A);
+    add("probs", {N, d.E}, F);
+    add("topk_idx", {N, d.K}, DType::I32);
+    add("topk_w", {N, d.K}, F);
+    add("row_map", {N, d.K}, DType::I32);
+    add("offsets", {d.E + 1}, DType::I32);
+    add("aux", {1}, F);
+    const int64_t R = d.expert_rows();
+    add("xp", {NK, C}, A);
+    add("e1", {R, d.Fm}, A);
+    if (d.llama) add("e2", {R, d.Fm}, A);
+    add("eact", {R, d.Fm}, A);
+    add("yp", {NK, C}, A);
+    if (d.ep > 1) {
+      add("xe", {R, C}, A);
+      add("ye", {R, C}, A);
+      add("ep_gather", {int64_t(d.ep), d.E + 1}, DType::I32);
+      add("ep_offsets", {int64_t(d.ep), d.experts_here() + 1}, DType::I32);
+    }
+  } else {
+    add("a1", {N, FF}, A);
+    if (d.llama) add("a2", {N, FF}, A);
+    add("act", {N, FF}, A);
+  }
+  if (d.split_backward) {
+    // Whole-sequence gradients: the weight gradients sum over every token.
+    add("stash.attn_dy", {N, C}, A);
+    add("stash.dq", {d.B, d.T, d.Hq, d.D}, A);
+    add("stash.dk", {d.B, d.T, d.Hkv, d.D}, A);
+    add("stash.dv", {d.B, d.T, d.Hkv, d.D}, A);
+    if (d.moe_layer(i)) {
+      const int64_t R = d.expert_rows();
+      add("stash.dyp", {R, C}, A);
+      add("stash.de1", {R, d.Fm}, A);
+      if (d.llama) add("stash.de2", {R, d.Fm}, A);
+      add("stash.drlogits", {N, d.E}, A);
+    } else {
+      add("stash.mlp_dy", {N, C}, A);
+      add("stash.d1", {N, FF}, A);
+      if (d.llama) add("stash.d2", {N, FF}, A);
+    }
+  }
+  return s;
+}
+
+// The LayerActs tensors by field name, for binding.
+struct Field {
+  const char* name;
+  Tensor LayerActs::*member;
+};
+const std::vector<Field>& layer_fields() {
+  static const std::vector<Field> f = {
+      {"x_in", &LayerActs::x_in},       {"h1", &LayerActs::h1},
+      {"mean1", &LayerActs::mean1},     {"rstd1", &LayerActs::rstd1},
+      {"q", &LayerActs::q},             {"k", &LayerActs::k},
+      {"v", &LayerActs::v},             {"o", &LayerActs::o},
+      {"lse", &LayerActs::lse},         {"x_mid", &LayerActs::x_mid},
+      {"h2", &LayerActs::h2},           {"mean2", &LayerActs::mean2},
+      {"rstd2", &LayerActs::rstd2},     {"a1", &LayerActs::a1},
+      {"a2", &LayerActs::a2},           {"act", &LayerActs::act},
+      {"rlogits", &LayerActs::rlogits}, {"probs", &LayerActs::probs},
+      {"topk_idx", &LayerActs::topk_idx}, {"topk_w", &LayerActs::topk_w},
+      {"row_map", &LayerActs::row_map}, {"offsets", &LayerActs::offsets},
+      {"aux", &LayerActs::aux},         {"xp", &LayerActs::xp},
+      {"e1", &LayerActs::e1},           {"e2", &LayerActs::e2},
+      {"eact", &LayerActs::eact},       {"yp", &LayerActs::yp},
+      {"xe", &LayerActs::xe},           {"ye", &LayerActs::ye},
+      {"ep_gather", &LayerActs::ep_gather}, {"ep_offsets", &LayerActs::ep_offsets},
+  };
+  return f;
+}
+
+// A layer's tensors from `get(prefix + name)`; fields it does not keep come
+// from `shared` when recompute dropped them. Without expert parallelism the
+// experts' side is the dispatch buffers themselves.
+template <class Get>
+LayerActs bind_layer(const std::string& prefix, Recompute mode, const LayerActs& shared, const Get& get) {
+  LayerActs l;
+  for (const Field& f : layer_fields()) {
+    l.*f.member = get(prefix + f.name);
+    if ((l.*f.member).empty() && recomputed_field(mode, f.name)) l.*f.member = shared.*f.member;
+  }
+  if (l.xe.empty()) l.xe = l.xp;
+  if (l.ye.empty()) l.ye = l.yp;
+  return l;
+}
+}  // namespace
+
+std::vector<TensorSpec> activation_specs(const ModelDims& d) {
+  const int64_t N = d.N(), R = d.rows(), C = d.C;
+  std::vector<TensorSpec> s;
   const DType A = d.act, F = DType::F32;
   auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
   add("ids", {N}, DType::I32);
@@ -32,63 +146,9 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
   if (!d.llama) add("pos_ids", {N}, DType::I32);
   for (int64_t i = 0; i < d.L; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    add(p + "x_in", {R, C}, A);
-    add(p + "h1", {N, C}, A);
-    if (!d.llama) add(p + "mean1", {R}, F);
-    add(p + "rstd1", {R}, F);
-    add(p + "q", {d.B, d.T, d.Hq, d.D}, A);
-    add(p + "k", {d.B, d.T, d.Hkv, d.D}, A);
-    add(p + "v", {d.B, d.T, d.Hkv, d.D}, A);
-    add(p + "o", {N, d.Hq * d.D}, A);
-    add(p + "lse", {d.B, d.Hq, d.T}, F);
-    add(p + "x_mid", {R, C}, A);
-    add(p + "h2", {N, C}, A);
-    if (!d.llama) add(p + "mean2", {R}, F);
-    add(p + "rstd2", {R}, F);
-    if (d.moe_layer(i)) {
-      const int64_t NK = N * d.K;
-      add(p + "rlogits", {N, d.E}, A);
-      add(p + "probs", {N, d.E}, F);
-      add(p + "topk_idx", {N, d.K}, DType::I32);
-      add(p + "topk_w", {N, d.K}, F);
-      add(p + "row_map", {N, d.K}, DType::I32);
-      add(p + "offsets", {d.E + 1}, DType::I32);
-      add(p + "aux", {1}, F);
-      const int64_t R = d.expert_rows();
-      add(p + "xp", {NK, C}, A);
-      add(p + "e1", {R, d.Fm}, A);
-      if (d.llama) add(p + "e2", {R, d.Fm}, A);
-      add(p + "eact", {R, d.Fm}, A);
-      add(p + "yp", {NK, C}, A);
-      if (d.ep > 1) {
-        add(p + "xe", {R, C}, A);
-        add(p + "ye", {R, C}, A);
-        add(p + "ep_gather", {int64_t(d.ep), d.E + 1}, DType::I32);
-        add(p + "ep_offsets", {int64_t(d.ep), d.experts_here() + 1}, DType::I32);
-      }
-    } else {
-      add(p + "a1", {N, FF}, A);
-      if (d.llama) add(p + "a2", {N, FF}, A);
-      add(p + "act", {N, FF}, A);
-    }
-    if (d.split_backward) {
-      // Whole-sequence gradients: the weight gradients sum over every token.
-      add(p + "stash.attn_dy", {N, C}, A);
-      add(p + "stash.dq", {d.B, d.T, d.Hq, d.D}, A);
-      add(p + "stash.dk", {d.B, d.T, d.Hkv, d.D}, A);
-      add(p + "stash.dv", {d.B, d.T, d.Hkv, d.D}, A);
-      if (d.moe_layer(i)) {
-        const int64_t R = d.expert_rows();
-        add(p + "stash.dyp", {R, C}, A);
-        add(p + "stash.de1", {R, d.Fm}, A);
-        if (d.llama) add(p + "stash.de2", {R, d.Fm}, A);
-        add(p + "stash.drlogits", {N, d.E}, A);
-      } else {
-        add(p + "stash.mlp_dy", {N, C}, A);
-        add(p + "stash.d1", {N, FF}, A);
-        if (d.llama) add(p + "stash.d2", {N, FF}, A);
-      }
-    }
+    const Recompute mode = d.recompute_of(i);
+    for (const TensorSpec& t : layer_specs(d, i))
+      if (!recomputed_field(mode, t.name)) add(p + t.name, t.shape, t.dtype);
   }
   add("x_final", {R, C}, A);
   add("hf", {N, C}, A);
@@ -147,11 +207,18 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
       add("dxe2", {R, C}, A);
     }
   }
+  // One copy of what recomputing layers dropped, shared by all of them and
+  // every slot (model/recompute.h); each name has one shape in every layer.
+  std::set<std::string> shared;
+  for (int64_t i = 0; i < d.L; ++i)
+    for (const TensorSpec& t : layer_specs(d, i))
+      if (recomputed_field(d.recompute_of(i), t.name) && shared.insert(t.name).second)
+        add("recompute." + t.name, t.shape, t.dtype);
   return s;
 }
 
 Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& specs,
-                             const std::vector<Tensor>& tensors) {
+                             const std::vector<Tensor>& tensors, const LayerActs& shared) {
   auto m = by_name(specs, tensors);
   auto get = [&](const std::string& n) {
     auto it = m.find(n);
@@ -163,41 +230,7 @@ Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& 
   a.pos_ids = get("pos_ids");
   for (int64_t i = 0; i < d.L; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    LayerActs l;
-    l.x_in = get(p + "x_in");
-    l.h1 = get(p + "h1");
-    l.mean1 = get(p + "mean1");
-    l.rstd1 = get(p + "rstd1");
-    l.q = get(p + "q");
-    l.k = get(p + "k");
-    l.v = get(p + "v");
-    l.o = get(p + "o");
-    l.lse = get(p + "lse");
-    l.x_mid = get(p + "x_mid");
-    l.h2 = get(p + "h2");
-    l.mean2 = get(p + "mean2");
-    l.rstd2 = get(p + "rstd2");
-    l.a1 = get(p + "a1");
-    l.a2 = get(p + "a2");
-    l.act = get(p + "act");
-    l.rlogits = get(p + "rlogits");
-    l.probs = get(p + "probs");
-    l.topk_idx = get(p + "topk_idx");
-    l.topk_w = get(p + "topk_w");
-    l.row_map = get(p + "row_map");
-    l.offsets = get(p + "offsets");
-    l.aux = get(p + "aux");
-    l.xp = get(p + "xp");
-    l.e1 = get(p + "e1");
-    l.e2 = get(p + "e2");
-    l.eact = get(p + "eact");
-    l.yp = get(p + "yp");
-    l.xe = get(p + "xe");
-    l.ye = get(p + "ye");
-    if (l.xe.empty()) l.xe = l.xp;
-    if (l.ye.empty()) l.ye = l.yp;
-    l.ep_gather = get(p + "ep_gather");
-    l.ep_offsets = get(p + "ep_offsets");
+    LayerActs l = bind_layer(p, d.recompute_of(i), shared, get);
     WeightGradInputs& st = l.stash;
     st.attn_dy = get(p + "stash.attn_dy");
     st.dq = get(p + "stash.dq");
@@ -263,6 +296,7 @@ GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
   g.dye = get("dye");
   g.dxe = get("dxe");
   g.dxe2 = get("dxe2");
+  g.recompute = bind_layer("recompute.", Recompute::None, LayerActs{}, get);
   if (g.dye.empty()) g.dye = g.dyp;
   if (g.dxe.empty()) g.dxe = g.dxp;
   if (g.dxe2.empty()) g.dxe2 = g.dxp2;

@@ -73,12 +73,17 @@ struct GradScratch {
   // and their gradients [B, T, Hkv, D] (two each), one block's partial
   // attention output and log-sum-exp.
   Tensor cp_positions, cp_k0, cp_k1, cp_v0, cp_v1, cp_dk0, cp_dk1, cp_dv0, cp_dv1, cp_o, cp_lse;
+  // Activation recompute (model/recompute.h): the one copy of what
+  // recomputing layers leave out of their slots.
+  LayerActs recompute;
 };
 
 std::vector<TensorSpec> activation_specs(const ModelDims& d);
 std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d);
+// shared: GradScratch::recompute, which recomputing layers point at for the
+// fields they leave out of the slot.
 Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& specs,
-                             const std::vector<Tensor>& tensors);
+                             const std::vector<Tensor>& tensors, const LayerActs& shared = {});
 GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
                               const std::vector<Tensor>& tensors);
 

@@ -74,6 +74,25 @@ TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
     row_output("moe", moe);
     add("moe backward: combine weight gradient [N, K] F32", TpOp::AllReduce, d.N() * d.K * 4, moe);
   }
+  // Activation recompute (model/recompute.h) runs forward collectives again
+  // in the backward: full every one of the block's, selective the norm
+  // outputs' all-gathers under sp.
+  int64_t full_dense = 0, full_moe = 0, selective = 0;
+  for (int64_t i = 0; i < d.L; ++i) {
+    const Recompute r = d.recompute_of(i);
+    if (r == Recompute::Full) (d.moe_layer(i) ? full_moe : full_dense) += 1;
+    if (r == Recompute::Selective) selective += 1;
+  }
+  auto forward_again = [&](const std::string& what, int64_t n) {
+    if (n == 0) return;
+    if (d.sp) add(what + " recompute: column input all-gather", TpOp::AllGather, tokens, n);
+    add(what + " recompute: row output", d.sp ? TpOp::ReduceScatter : TpOp::AllReduce, tokens, n);
+  };
+  forward_again("attention", full_dense + full_moe);
+  forward_again("mlp", full_dense);
+  forward_again("moe", full_moe);
+  if (d.sp && selective > 0)
+    add("norm outputs recompute (selective): all-gather", TpOp::AllGather, tokens, 2 * selective);
   if (d.has_head) {
     column_input("head", 1);
     add("head forward: cross-entropy statistics [tp, N, 3] F32", TpOp::AllGather, int64_t(d.tp) * d.N() * 3 * 4, 1);

@@ -7,6 +7,7 @@
 #include "model/context_parallel.h"
 #include "model/expert_load.h"
 #include "model/layers.h"
+#include "model/recompute.h"
 #include "model/units.h"
 
 #include <stdexcept>
@@ -49,12 +50,13 @@ Communicator& solo_tp(Device device) {
   return device == Device::CPU ? cpu : cuda;
 }
 
-std::unique_ptr<ActivationSlot> make_slot(const ModelDims& d, Device device) {
+// shared: what recomputing layers leave out of every slot (model/recompute.h).
+std::unique_ptr<ActivationSlot> make_slot(const ModelDims& d, Device device, const LayerActs& shared) {
   auto slot = std::make_unique<ActivationSlot>();
   const auto specs = activation_specs(d);
   slot->arena = Arena("activations", arena_bytes(specs), device);
   const std::vector<Tensor> tensors = slot->arena.alloc_all(specs);
-  slot->acts = bind_activations(d, specs, tensors);
+  slot->acts = bind_activations(d, specs, tensors, shared);
   for (size_t i = 0; i < specs.size(); ++i)
     if (specs[i].name == "dx") slot->dx = tensors[i];
   if (!d.llama) {
@@ -145,12 +147,12 @@ void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelS
   m.grad_tensors = carve(storage.full_grads ? &m.grad_arena : nullptr, m.params, units);
   m.w = bind_weights(d, m.params, m.param_tensors);
   m.gw = bind_weights(d, m.params, m.grad_tensors);
-  m.slots.clear();
-  m.slots.push_back(make_slot(d, device));
-  m.acts = m.slots[0]->acts;
   const auto gspecs = grad_scratch_specs(d);
   m.scratch_arena = Arena("gradient scratch", arena_bytes(gspecs), device);
   m.g = bind_grad_scratch(gspecs, m.scratch_arena.alloc_all(gspecs));
+  m.slots.clear();
+  m.slots.push_back(make_slot(d, device, m.g.recompute));
+  m.acts = m.slots[0]->acts;
   if (d.cp > 1) {
     std::vector<int32_t> all;
     for (int r = 0; r < d.cp; ++r) {
@@ -164,7 +166,7 @@ void build_model(Model& m, const ShardingPlan& plan, Device device, const ModelS
 Device model_device(const Model& m) { return m.scratch_arena.device(); }
 
 void reserve_activation_slots(Model& m, int n) {
-  while (int(m.slots.size()) < n) m.slots.push_back(make_slot(m.dims, m.scratch_arena.device()));
+  while (int(m.slots.size()) < n) m.slots.push_back(make_slot(m.dims, m.scratch_arena.device(), m.g.recompute));
 }
 
 Activations& acquire_activations(Model& m, int64_t mb) {
@@ -306,11 +308,15 @@ void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t coun
   GradScratch g = m.g;
   g.dres = s.dx;
   for (int64_t i = first + count - 1; i >= first; --i) {
-    const LayerActs& la = s.acts.layers[size_t(i)];
+    LayerActs& la = s.acts.layers[size_t(i)];
     const LayerWeights& w = m.w.layers[size_t(i)];
     const LayerWeights& gw = m.gw.layers[size_t(i)];
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_begin(m, u, mb);
+    // After the hooks: under ZeRO-3 they gathered the weights the recompute reads.
+    // The norm-gradient scratch is free between layers.
+    if (d.recompute_of(i) != Recompute::None)
+      recompute_layer(d, d.recompute_of(i), d.moe_layer(i), tp, cp, ep_of(m), w, la, s.acts.moe_out, g.dh);
     if (d.moe_layer(i))
       moe_block_backward(d, tp, ep_of(m), w, gw, la, g, aux_grad, part);
     else

@@ -100,8 +100,10 @@ TEST_CASE("tensor parallel: the bytes of every tp collective of a step equal the
   for (const auto& [label, model] : kModels)
     for (int tp : {2, 4})
       for (bool sp : {false, true})
-        for (int stage : {0, 2}) {
-          const Config c = config_of(model, tp, sp);
+        for (int stage : {0, 2})
+        for (const char* recompute : {"none", "selective", "full"}) {
+          Config c = config_of(model, tp, sp);
+          c.train.recompute = recompute;
           const ModelDims g = make_dims(c, 2, 16);
           MeshShape mesh;
           mesh.tp = tp;
@@ -134,7 +136,8 @@ TEST_CASE("tensor parallel: the bytes of every tp collective of a step equal the
           }
           zero.finish_backward();
           const TpTraffic want = tp_traffic(plan, kMicro);
-          INFO(label << ", tp " << tp << (sp ? " sp" : "") << ", ZeRO " << stage << "\n" << format_tp_traffic(want));
+          INFO(label << ", tp " << tp << (sp ? " sp" : "") << ", ZeRO " << stage << ", recompute " << recompute << "\n"
+                     << format_tp_traffic(want));
           int64_t want_calls[3] = {0, 0, 0};
           for (const TpCollective& tc : want.collectives) want_calls[int(tc.op)] += tc.calls;
           for (TpOp op : {TpOp::AllReduce, TpOp::AllGather, TpOp::ReduceScatter}) {
@@ -148,12 +151,12 @@ TEST_CASE("tensor parallel: the bytes of every tp collective of a step equal the
           CHECK((rec.calls["reduce_scatter"] > 0) == sp);
           ++checked;
           if (checked == 1 || (tp == 4 && sp && stage == 2))
-            std::printf("[tp] %s, tp %d%s, ZeRO %d: all_reduce %lld B, all_gather %lld B, reduce_scatter %lld B per "
-                        "step, as planned\n",
-                        label, tp, sp ? " sp" : "", stage, (long long)rec.bytes["all_reduce"],
+            std::printf("[tp] %s, tp %d%s, ZeRO %d, recompute %s: all_reduce %lld B, all_gather %lld B, "
+                        "reduce_scatter %lld B per step, as planned\n",
+                        label, tp, sp ? " sp" : "", stage, recompute, (long long)rec.bytes["all_reduce"],
                         (long long)rec.bytes["all_gather"], (long long)rec.bytes["reduce_scatter"]);
         }
-  CHECK(checked == 24);
+  CHECK(checked == 72);
 }
 
 TEST_CASE("tensor parallel: a tp rank allocates what the plan says, about 1/tp of one process", "[tp][memory]") {

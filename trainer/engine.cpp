@@ -38,6 +38,7 @@
 #include "trainer/generate.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
+#include "trainer/recompute_report.h"
 #include "data/prefetch.h"
 #include "trainer/reference_dump.h"
 #include "trainer/smoke_roundtrip.h"
@@ -173,6 +174,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (lead) std::printf("%s", format_plan(plan, device_name(dev.device), storage).c_str());
   if (lead && dp > 1) std::printf("%s", format_zero_stages(cfg, storage, mesh, dist.coords(), stage).c_str());
   if (lead) std::printf("%s", format_sp_activations(cfg, storage, mesh, dist.coords(), stage).c_str());
+  if (lead) std::printf("%s", format_recompute_trade(cfg, storage, mesh, dist.coords(), stage).c_str());
   if (dev.memory_bytes > 0 && plan.total() > dev.memory_bytes)
     throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +
                              format_bytes(double(dev.memory_bytes)) +

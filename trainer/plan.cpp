@@ -40,6 +40,7 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
   p.sp = plans.front().sp;
   p.dp = mesh.dp * mesh.cp;
   p.zero_stage = zero_stage;
+  p.recompute = c.train.recompute;
   p.activation_slots = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
     const ShardingPlan& plan = plans[k];
@@ -85,8 +86,8 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 "  parameters   %12s  (%s%s)\n"
                 "  gradients    %12s  (%s%s)\n"
                 "  optimizer    %12s  (AdamW m, v%s, F32%s)\n"
-                "  activations  %12s  (%s, saved for backward%s)\n"
-                "  workspace    %12s  (backward scratch)\n"
+                "  activations  %12s  (%s, saved for backward%s%s)\n"
+                "  workspace    %12s  (backward scratch%s)\n"
                 "  total        %12s\n",
                 device_label.c_str(),
                 ((p.tp > 1 ? ", tensor parallel " + std::to_string(p.tp) + (p.sp ? " + sp" : "") : std::string()) +
@@ -101,7 +102,9 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 p.activation_slots == 1 ? "one micro-batch"
                                         : (std::to_string(p.activation_slots) + " micro-batches in flight").c_str(),
                 p.sp ? "; residual stream 1/tp under sp" : "",
+                p.recompute == "none" ? "" : ("; recompute " + p.recompute).c_str(),
                 format_bytes(double(p.workspace_bytes)).c_str(),
+                p.recompute == "none" ? "" : " + one layer's recomputed activations",
                 format_bytes(double(p.total())).c_str());
   return buf;
 }

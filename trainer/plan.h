@@ -21,6 +21,7 @@ struct MemoryPlan {
   int tp = 1;
   bool sp = false;
   int activation_slots = 1;  // micro-batches whose activations a pipeline stage holds at once
+  std::string recompute = "none";  // train.recompute: what the activations leave out (model/recompute.h)
   size_t total() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }
