@@ -215,7 +215,7 @@ void run_cases(const Setup& s, const std::string& tag, const std::vector<Case>& 
     std::replace(dir_name.begin(), dir_name.end(), ' ', '_');
     const std::string rd = (s.dir / dir_name).string();
     const int rc = run_by_hand(s.cfg, c.world, rd, &out, c.set);
-    INFO(c.label << "\n" << out);
+    INFO(c.label << "\n" << e2e::tail(out));
     REQUIRE(rc == 0);
     for (const std::string& m : must_print) CHECK(out.find(m) != std::string::npos);
     expect_same_run(s, tag, c.label, rd);
