@@ -43,8 +43,13 @@ std::optional<uint64_t> checked_nbytes(const std::vector<int64_t>& shape, size_t
 
 // Compact JSON padded with spaces so the data starts 8-byte aligned (the
 // format allows trailing whitespace in the header).
-std::string build_header(const std::vector<SafetensorsView>& tensors) {
+std::string build_header(const std::vector<SafetensorsView>& tensors, const SafetensorsMetadata& metadata = {}) {
   json::Value header = json::Value::object();
+  if (!metadata.empty()) {
+    json::Value m = json::Value::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = std::move(m);
+  }
   std::unordered_set<std::string> names;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
@@ -122,8 +127,9 @@ void write_safetensors(const std::string& path,
   }
 }
 
-WrittenFile write_safetensors_synced(const std::string& path, const std::vector<SafetensorsView>& tensors) {
-  const std::string header = build_header(tensors);
+WrittenFile write_safetensors_synced(const std::string& path, const std::vector<SafetensorsView>& tensors,
+                                     const SafetensorsMetadata& metadata) {
+  const std::string header = build_header(tensors, metadata);
   const std::string len = length_prefix(header.size());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(path + ": cannot create: " + std::strerror(errno));

@@ -33,10 +33,15 @@ struct WrittenFile {
   uint32_t crc32c = 0;  // of the whole file, computed from the bytes written
 };
 
+// The header's optional "__metadata__" string map (Hugging Face's loader
+// wants {"format": "pt"}).
+using SafetensorsMetadata = std::vector<std::pair<std::string, std::string>>;
+
 // Writes straight to `path` (no temporary + rename: a checkpoint's .partial
 // directory is already the unit that becomes visible atomically) and fsyncs
 // the file before returning. Throws std::runtime_error naming the file.
-WrittenFile write_safetensors_synced(const std::string& path, const std::vector<SafetensorsView>& tensors);
+WrittenFile write_safetensors_synced(const std::string& path, const std::vector<SafetensorsView>& tensors,
+                                     const SafetensorsMetadata& metadata = {});
 
 struct SafetensorsTensor {
   std::string name;

@@ -40,6 +40,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::string tie_embeddings = "auto";  // auto | true | false (auto: gpt2 true, llama false)
   double init_std = 0.02;
+  std::string init_from = "";    // a Hugging Face model directory to start from (trainer/hf_import.h)
   MoeConfig moe;
 
   // Resolved by resolve_config(); always valid after it.

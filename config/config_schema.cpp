@@ -73,6 +73,10 @@ std::vector<KeySpec> build_schema() {
           .one_of("auto|true|false").aka("tie_word_embeddings tied weight_tying tie_weights"),
       Row("model.init_std", FIELD(model.init_std), "standard deviation of the weight initialisation")
           .above(0).aka("initializer_range init_scale"),
+      Row("model.init_from", FIELD(model.init_from),
+          "a Hugging Face model directory (config.json + safetensors) whose weights the run starts from, with a "
+          "fresh optimizer state; empty: random initialisation")
+          .aka("init_checkpoint pretrained pretrained_model_name_or_path load_from"),
       Row("model.moe.num_experts", FIELD(model.moe.num_experts), "experts per MoE layer; 0: dense model")
           .at_least(0).aka("experts n_experts num_local_experts n_routed_experts"),
       Row("model.moe.top_k", FIELD(model.moe.top_k), "experts each token is routed to")

@@ -39,3 +39,18 @@ elif /usr/bin/python3 -m venv --system-site-packages "$venv" &&
 else
   echo "setup: could not install tensorboard from PyPI: tests/tensorboard_reader_test.py will be skipped"
 fi
+
+# Optional: Hugging Face transformers for tests/hf/hf_interop_test.py (the
+# exported directories loaded by the real client), from PyPI into a venv
+# that sees Debian's PyTorch. 4.40 is the newest line that still runs on
+# Debian's torch 1.13 (later ones need torch 2). Failing to get it only
+# skips that test, saying so.
+hfvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-hf"
+if "$hfvenv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
+  echo "setup: transformers present in .venv-hf"
+elif /usr/bin/python3 -m venv --system-site-packages "$hfvenv" &&
+     timeout 600 "$hfvenv/bin/pip" install -q --disable-pip-version-check "transformers==4.40.2" "safetensors>=0.4,<0.5"; then
+  echo "setup: installed transformers into .venv-hf"
+else
+  echo "setup: could not install transformers from PyPI: tests/hf/hf_interop_test.py will be skipped"
+fi

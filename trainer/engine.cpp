@@ -38,6 +38,7 @@
 #include "trainer/generate.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
+#include "trainer/hf_import.h"
 #include "trainer/recompute_report.h"
 #include "data/prefetch.h"
 #include "trainer/reference_dump.h"
@@ -227,7 +228,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans, M)).c_str());
   if (lead && mesh.ep > 1) std::printf("%s", format_expert_plan(expert_plan(plans), M).c_str());
   if (lead && mesh.cp > 1) std::printf("%s", format_context_plan(plans.front(), M).c_str());
-  models.initialise(cfg.run.seed);
+  if (cfg.model.init_from.empty()) {
+    models.initialise(cfg.run.seed);
+  } else {
+    // Every rank reads the whole directory and keeps its own pieces.
+    models.initialise_from(load_init_weights(cfg));
+    if (lead) std::printf("init: weights from %s (fresh optimizer state)\n", cfg.model.init_from.c_str());
+  }
   summary.optimizer_bytes = models.optimizer_bytes();
   if (models.optimizer_bytes() != plan.optimizer_bytes)
     throw std::logic_error("memory plan and optimizer allocation disagree");

@@ -4,6 +4,7 @@
 //   trainer --config run.yaml --resume CKPT_DIR
 //   trainer inspect CKPT_DIR
 //   trainer schedule --config run.yaml [--world N]
+//   trainer export --checkpoint DIR --out DIR [--dtype bf16|fp32] [--max-shard-size 5GB]
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration (a run
 // directory another trainer holds included: trainer/run_lock.h), 3 a distributed
@@ -24,6 +25,7 @@
 #include "trainer/step_policy.h"
 #include "trainer/preemption.h"
 #include "trainer/engine.h"
+#include "trainer/hf_export.h"
 #include "comm/launch.h"
 #include "comm/store.h"
 #include "comm/store_secret.h"
@@ -68,6 +70,14 @@ int main(int argc, char** argv) {
   std::string inspect_dir;
   CLI::App* inspect = app.add_subcommand("inspect", "print what a checkpoint directory holds");
   inspect->add_option("dir", inspect_dir, "checkpoint directory (step_XXXXXXXX)")->required();
+  trainer::ExportOptions export_opt;
+  std::string export_dtype = "fp32", export_shard = "5GB";
+  CLI::App* exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  exporter->add_option("--checkpoint", export_opt.checkpoint, "checkpoint step directory (or a root with `latest`)")
+      ->required();
+  exporter->add_option("--out", export_opt.out, "new directory to write (config.json, model.safetensors)")->required();
+  exporter->add_option("--dtype", export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  exporter->add_option("--max-shard-size", export_shard, "largest safetensors file before sharding (e.g. 5GB, 200MB)");
   int schedule_world = 0;
   CLI::App* schedule = app.add_subcommand(
       "schedule", "print the pipeline schedule of --config: per-rank timeline, bubble, activation memory");
@@ -89,6 +99,12 @@ int main(int argc, char** argv) {
       std::fputs(report.c_str(), stdout);
       // Scripts check the exit code before they trust a checkpoint.
       return report.find("status: CORRUPT") == std::string::npos ? 0 : 1;
+    }
+    if (*exporter) {
+      export_opt.dtype = export_dtype == "bf16" ? trainer::DType::BF16 : trainer::DType::F32;
+      export_opt.max_shard_bytes = trainer::parse_size(export_shard, "--max-shard-size");
+      std::fputs(trainer::export_to_hf(export_opt).c_str(), stdout);
+      return 0;
     }
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())

@@ -47,6 +47,20 @@ void StageModels::initialise(uint64_t seed) {
   }
 }
 
+void StageModels::initialise_from(const TensorMap& weights) {
+  for (auto& c : chunks_) {
+    const std::vector<ParamInfo>& params = c->model.params;
+    c->zero->load([&](const std::string&, int param, int64_t begin, int64_t count, float* dst) {
+      const ParamInfo& p = params[size_t(param)];
+      const HostTensor& whole = weights.at(p.spec.name);
+      std::fill(dst, dst + count, 0.f);  // padding rows (a vocabulary tp does not divide) stay zero
+      for_each_global_run(p, begin, count, [&](int64_t local, int64_t global, int64_t n) {
+        std::copy_n(whole.data.data() + global, n, dst + (local - begin));
+      });
+    }, false);
+  }
+}
+
 void StageModels::begin_step() {
   for (auto& c : chunks_) c->zero->begin_step();
 }

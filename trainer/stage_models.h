@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/hf_format.h"
+
 #include "comm/communicator.h"
 #include "model/sharding.h"
 #include "model/transformer.h"
@@ -44,6 +46,9 @@ class StageModels {
 
   // Initial weights (a pure function of the seed and the global index).
   void initialise(uint64_t seed);
+  // Initial weights from whole tensors (model.init_from: trainer/hf_import.h),
+  // by parameter name; each rank copies its own pieces.
+  void initialise_from(const TensorMap& weights);
   void begin_step();
   void finish_backward();
   double grad_sum_squares();  // collective over the host group, once per chunk
