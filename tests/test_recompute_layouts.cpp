@@ -27,7 +27,7 @@ const char* const kModel =
 
 }  // namespace
 
-TEST_CASE("recompute selective and full under tp2 sp x cp2, ep2 x pp2, ZeRO-3 == one process", "[recompute][e2e]") {
+TEST_CASE("recompute selective and full under tp2 sp x cp2, ep2 x pp2, ZeRO-3 (both) == one process", "[recompute][e2e]") {
   const e2e::Setup s = e2e::make_setup("recompute", "layouts", kModel);
   e2e::run_cases(s, "recompute",
                  {
@@ -40,6 +40,7 @@ TEST_CASE("recompute selective and full under tp2 sp x cp2, ep2 x pp2, ZeRO-3 ==
                       "--set train.recompute_layers=1"},
                      {"selective dp2 ep2 zero3", 2,
                       "--set parallel.ep=2 --set parallel.zero_stage=3 --set train.recompute=selective"},
+                     {"full dp2 zero3", 2, "--set parallel.zero_stage=3 --set train.recompute=full"},
                  },
                  {"recompute (activations + workspace): none "});
   // The same layout without recompute: nothing may differ.
