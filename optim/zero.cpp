@@ -52,6 +52,8 @@ int moment_count(bool mixed) { return mixed ? 3 : 2; }
 void* base_of(const Arena& a) { return a.capacity() ? a.flat_f32().data : nullptr; }
 }  // namespace
 
+std::vector<size_t> zero_pool_slot_bytes(const std::vector<UnitLayout>& units) { return slot_bytes(units); }
+
 ModelStorage zero_model_storage(int stage) {
   ModelStorage s;
   s.full_params = stage < 3;

@@ -46,6 +46,10 @@ struct ZeroBytes {
   size_t params = 0, grads = 0, optimizer = 0;
 };
 ZeroBytes zero_bytes(const ShardingPlan& plan, int stage);
+// The sizes of the ZeRO-2/3 unit buffers (gradient pool; at stage 3 the
+// weight pool too), largest first: optim/zero_traffic.cpp replays the
+// weight pool to count the all-gathers it issues.
+std::vector<size_t> zero_pool_slot_bytes(const std::vector<UnitLayout>& units);
 
 class ZeroOptimizer final : public UnitHooks {
  public:
