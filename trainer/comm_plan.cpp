@@ -112,12 +112,18 @@ void zero_group(GroupTraffic& g, const ZeroGroupTraffic& z, int stage, int64_t m
 
 StepTraffic step_traffic(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
                          int64_t micro_batches) {
-  const int64_t m = micro_batches;
-  const int stage = c.parallel.zero_stage;
   const ModelDims g = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
   const int chunks = pipeline_chunks(c);
   const std::vector<int64_t> layers = stage_layers_for(c, g, mesh.pp * chunks);
-  const std::vector<ShardingPlan> plans = chunk_plans(g, c.model.init_std, mesh, at, stage, c.parallel.sp, layers, chunks);
+  const std::vector<ShardingPlan> plans =
+      chunk_plans(g, c.model.init_std, mesh, at, c.parallel.zero_stage, c.parallel.sp, layers, chunks);
+  return step_traffic(c, mesh, at.pp, micro_batches, plans, schedule_for(c, mesh.pp, micro_batches));
+}
+
+StepTraffic step_traffic(const Config& c, const MeshShape& mesh, int pp_rank, int64_t micro_batches,
+                         const std::vector<ShardingPlan>& plans, const Schedule& s) {
+  const int64_t m = micro_batches;
+  const int stage = c.parallel.zero_stage;
   StepTraffic t;
   t.groups.push_back(tp_group(plans, m));
   t.groups.push_back(cp_group(plans, m));
@@ -155,12 +161,17 @@ StepTraffic step_traffic(const Config& c, DType storage, const MeshShape& mesh, 
   pp.label = "pp";
   pp.size = mesh.pp;
   if (mesh.pp > 1) {
-    const Schedule s = schedule_for(c, mesh.pp, m);
-    const int64_t act = plans.front().local.rows() * g.C * int64_t(dtype_size(storage));
-    for (const Action& a : s.ranks[size_t(at.pp)]) {
-      if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) pp.payload.add(CommKind::Send, act);
-      if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) pp.payload.add(CommKind::Recv, act);
+    const ModelDims& d = plans.front().local;
+    const int64_t act = d.rows() * d.C * int64_t(dtype_size(d.act));
+    // Every micro-batch makes the same transfers: count them on the
+    // schedule given (which may be a shorter one of the same kind).
+    int64_t sends = 0, recvs = 0;
+    for (const Action& a : s.ranks[size_t(pp_rank)]) {
+      if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) ++sends;
+      if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) ++recvs;
     }
+    for (int64_t k = 0; k < sends / s.microbatches * m; ++k) pp.payload.add(CommKind::Send, act);
+    for (int64_t k = 0; k < recvs / s.microbatches * m; ++k) pp.payload.add(CommKind::Recv, act);
     // A tied table on the first and the last stage: its gradient goes both ways once per step.
     for (const ShardingPlan& p : plans)
       for (size_t i = 0; i < p.params.size(); ++i)

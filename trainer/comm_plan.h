@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "core/tensor.h"
 #include "model/dims.h"
+#include "model/sharding.h"
 
 namespace trainer {
 
@@ -64,5 +65,9 @@ RecomputeRepeats recompute_repeats(Recompute r);
 // One step of `micro_batches` micro-batches on the rank at `at`.
 StepTraffic step_traffic(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
                          int64_t micro_batches);
+// The same from the rank's chunk plans and this run's schedule (schedule_for).
+struct Schedule;
+StepTraffic step_traffic(const Config& c, const MeshShape& mesh, int pp_rank, int64_t micro_batches,
+                         const std::vector<ShardingPlan>& plans, const Schedule& schedule);
 
 }  // namespace trainer

@@ -1,8 +1,13 @@
 #include "trainer/layout_search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <exception>
+#include <mutex>
+#include <thread>
 
+#include "model/sharding.h"
 #include "pipeline/pipeline_plan.h"
 #include "trainer/plan_command.h"
 #include "trainer/step_estimate.h"
@@ -35,12 +40,34 @@ std::string ms(double s) {
   return buf;
 }
 
+// Memory, and for a layout that fits the time estimate; for one that does
+// not, only its compute time (what it would take at best).
+void cost(LayoutResult& r, const Hardware& hw) {
+  const LayoutPlans plans = layout_plans(r.cfg, r.mesh, kPlanStorage);
+  const PlanMemory mem = plan_gpu_memory(r.mesh, hw, plans, r.cfg.parallel.zero_stage);
+  r.memory = double(mem.total());
+  r.fits = mem.fits();
+  if (!r.fits) {
+    r.step_s = r.compute_s = compute_seconds(r.cfg, r.mesh, hw, kPlanStorage);
+    return;
+  }
+  const StepEstimate e = estimate_step(r.cfg, r.mesh, hw, kPlanStorage, plans);
+  r.step_s = e.step_s;
+  r.tokens_per_s = e.tokens_per_s;
+  r.mfu = e.mfu;
+  r.compute_s = e.compute_s;
+  r.recompute_s = e.recompute_s;
+  r.exposed_comm_s = e.step_s - e.compute_s - e.bubble * e.pipeline_s;
+  r.bubble = e.bubble;
+}
+
 }  // namespace
 
 SearchResult search(const Config& c, int world, const Hardware& hw) {
   SearchResult out;
   const int G = std::max(1, hw.gpus_per_node);
   const bool moe = c.model.moe.num_experts > 0;
+  std::vector<LayoutResult> layouts;
   for (int tp : divisors(std::min(world, G)))
     for (int pp : divisors(world / tp))
       for (int cp : divisors(world / tp / pp)) {
@@ -73,17 +100,6 @@ SearchResult search(const Config& c, int world, const Hardware& hw) {
                       // The run's own checks decide what is a layout.
                       validate_config(t, world);
                       r.mesh = resolve_mesh(t.parallel, world, G);
-                      const PlanMemory mem = plan_gpu_memory(t, r.mesh, hw);
-                      r.memory = double(mem.total());
-                      r.fits = mem.fits();
-                      const StepEstimate e = estimate_step(t, r.mesh, hw, kPlanStorage);
-                      r.step_s = e.step_s;
-                      r.tokens_per_s = e.tokens_per_s;
-                      r.mfu = e.mfu;
-                      r.compute_s = e.compute_s;
-                      r.recompute_s = e.recompute_s;
-                      r.exposed_comm_s = e.step_s - e.compute_s - e.bubble * e.pipeline_s;
-                      r.bubble = e.bubble;
                     } catch (const ConfigError&) {
                       ++out.refused;
                       continue;
@@ -92,10 +108,39 @@ SearchResult search(const Config& c, int world, const Hardware& hw) {
                       continue;
                     }
                     r.cfg = std::move(t);
-                    (r.fits ? out.fitting : out.not_fitting).push_back(std::move(r));
+                    layouts.push_back(std::move(r));
                   }
               }
       }
+  // Each layout is priced on its own: spread them over the cores.
+  const unsigned n = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> workers;
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  for (unsigned w = 0; w < n; ++w)
+    workers.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < layouts.size();) {
+        try {
+          cost(layouts[i], hw);
+        } catch (const ConfigError&) {
+          layouts[i].refused = true;  // the sharding plan refuses it (naming the key)
+        } catch (const std::invalid_argument&) {
+          layouts[i].refused = true;  // a schedule the generators refuse (interleaved micro-batch groups)
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failure_mu);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    });
+  for (std::thread& t : workers) t.join();
+  if (failure) std::rethrow_exception(failure);
+  for (LayoutResult& r : layouts) {
+    if (r.refused)
+      ++out.refused;
+    else
+      (r.fits ? out.fitting : out.not_fitting).push_back(std::move(r));
+  }
   auto faster = [](const LayoutResult& a, const LayoutResult& b) { return a.step_s < b.step_s; };
   std::stable_sort(out.fitting.begin(), out.fitting.end(), faster);
   std::stable_sort(out.not_fitting.begin(), out.not_fitting.end(), faster);
@@ -137,7 +182,7 @@ std::string search_layouts(const Config& c, int world, const Hardware& hw, int t
   }
   const size_t k = std::min<size_t>(s.not_fitting.size(), 5);
   if (k > 0) {
-    out += "  the fastest layouts that do not fit:\n";
+    out += "  the fastest layouts that do not fit (step: their compute alone):\n";
     for (size_t i = 0; i < k; ++i) {
       const LayoutResult& r = s.not_fitting[i];
       std::snprintf(buf, sizeof buf, "       %-62s %10s %9s  does not fit by %s\n", layout_name(r).c_str(),

@@ -20,7 +20,7 @@ struct LayoutResult {
   Config cfg;              // the layout's configuration
   MeshShape mesh;
   double memory = 0;       // bytes per GPU (the fullest stage)
-  bool fits = false;
+  bool fits = false, refused = false;
   double step_s = 0, tokens_per_s = 0, mfu = 0;
   double compute_s = 0, exposed_comm_s = 0, bubble = 0, recompute_s = 0;
 };

@@ -32,20 +32,19 @@ std::string seconds(double s) { return s < 1 ? fmt("%.1f ms", s * 1e3) : fmt("%.
 }  // namespace
 
 PlanMemory plan_gpu_memory(const Config& c, const MeshShape& mesh, const Hardware& hw) {
+  return plan_gpu_memory(mesh, hw, layout_plans(c, mesh, kPlanStorage), c.parallel.zero_stage);
+}
+
+PlanMemory plan_gpu_memory(const MeshShape& mesh, const Hardware& hw, const LayoutPlans& lp, int zero_stage) {
   PlanMemory out;
   out.device = hw.memory_gib * kGiB;
-  const ModelDims g = make_dims(c, c.train.micro_batch_size, c.train.seq_len, kPlanStorage);
-  const int chunks = pipeline_chunks(c);
-  const std::vector<int64_t> layers = stage_layers_for(c, g, mesh.pp * chunks);
   for (int st = 0; st < mesh.pp; ++st) {
-    Coords at;
-    at.pp = st;
-    const MemoryPlan p = plan_memory(c, kPlanStorage, mesh, at, c.parallel.zero_stage);
+    const std::vector<ShardingPlan>& plans = lp.plans(st);
+    const MemoryPlan p = memory_of_plans(plans, lp.slots_of(st), mesh, zero_stage);
     // Allocated by ZeroOptimizer on first use: every tp rank's part of a
     // replicated kv head's gradient, the other pipeline end's tied table.
     size_t extra = 0;
-    for (const ShardingPlan& plan : chunk_plans(g, c.model.init_std, mesh, at, c.parallel.zero_stage, c.parallel.sp,
-                                                layers, chunks))
+    for (const ShardingPlan& plan : plans)
       for (size_t i = 0; i < plan.params.size(); ++i) {
         const size_t b = plan.params[i].spec.bytes();
         if (plan.placement[i].kv_replicas > 1) extra = std::max(extra, size_t(mesh.tp) * b);

@@ -13,6 +13,7 @@
 #include "comm/mesh.h"
 #include "config/config.h"
 #include "trainer/hardware.h"
+#include "trainer/layout_plans.h"
 #include "trainer/plan.h"
 
 namespace trainer {
@@ -36,6 +37,7 @@ struct PlanMemory {
   bool fits() const { return double(total()) <= device; }
 };
 PlanMemory plan_gpu_memory(const Config& c, const MeshShape& mesh, const Hardware& hw);
+PlanMemory plan_gpu_memory(const MeshShape& mesh, const Hardware& hw, const LayoutPlans& plans, int zero_stage);
 
 // The GPU's storage type: bf16 with fp32 masters, as the CUDA backend runs.
 inline constexpr DType kPlanStorage = DType::BF16;

@@ -32,6 +32,7 @@
 #include "config/config.h"
 #include "trainer/comm_plan.h"
 #include "trainer/hardware.h"
+#include "trainer/layout_plans.h"
 #include "trainer/plan.h"
 
 namespace trainer {
@@ -64,6 +65,12 @@ struct StepEstimate {
 // The rank at `at` of this layout (the plan reports every pipeline stage's
 // and takes the slowest).
 StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardware& hw, DType storage);
+StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardware& hw, DType storage,
+                           const LayoutPlans& plans);
+
+// The matmul time of one step on the busiest rank, recompute included
+// (StepEstimate::compute_s without the rest).
+double compute_seconds(const Config& c, const MeshShape& mesh, const Hardware& hw, DType storage);
 
 // Bytes/s of one rank of the group `label` along `axis` (inside a node or across).
 GroupTime link_of(const MeshShape& mesh, Axis axis, const Hardware& hw);
