@@ -36,6 +36,7 @@
 #include "trainer/run_lock.h"
 #include "runtime/device_select.h"
 #include "trainer/generate.h"
+#include "trainer/comm_measured.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
 #include "data/prefetch.h"
@@ -301,6 +302,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   };
   StepTime window_parts, run_parts;
   StepTime window_comm0 = comm_now(), run_comm0 = window_comm0;
+  // Bytes each group moves in the steps of this run (trainer/comm_measured.h).
+  const std::vector<CommBytes> run_bytes0 = comm_bytes_now(timed);
   auto window_wall0 = clock_type::now(), run_wall0 = window_wall0;
   int64_t window_iterations = 0, run_iterations = 0;
   auto comm_delta = [&](const StepTime& from) {
@@ -594,6 +597,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       all += window_parts;
       for (const auto& [g, t] : comm_delta(run_comm0).comm) all.add_comm(g, t);
       std::printf("%s", format_step_time(all, seconds_since(run_wall0), run_iterations).c_str());
+    }
+    if (run_iterations > 0 && !preempt) {
+      // Collective over the host group: every rank gets here after the same steps.
+      std::string json;
+      const std::string measured = comm_measured_report(timed, run_bytes0, run_iterations, host, &json);
+      if (lead && !opt.quiet) std::printf("%s", measured.c_str());
+      if (lead && !measured.empty()) log.record(json);
     }
     if (watchdog) watchdog->progress(summary.end_step, "finishing");
     if (writer) {
