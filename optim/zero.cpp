@@ -130,6 +130,18 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dense, Communica
   g_slots_ = weight_slots(m.dims, m.params, m.gw);
 }
 
+size_t ZeroOptimizer::grad_bytes() const {
+  size_t b = m_.grad_arena.capacity() + grad_shard_.capacity();
+  for (const Slot& g : gslots_) b += arena_round(g.buf.nbytes()) + arena_round(g.staging.nbytes());
+  return b;
+}
+
+size_t ZeroOptimizer::param_bytes() const {
+  size_t pool = 0;
+  for (const Slot& g : gslots_) pool += arena_round(g.buf.nbytes()) + arena_round(g.staging.nbytes());
+  return m_.param_arena.capacity() + param_shard_.capacity() + (pool_arena_.capacity() - pool);
+}
+
 Communicator& ZeroOptimizer::comm(int unit) const {
   return units_[size_t(unit)].group == GradGroup::Edp ? expert_ : dense_;
 }

@@ -76,6 +76,12 @@ class ZeroOptimizer final : public UnitHooks {
   int64_t optimizer_step() const { return step_; }
   void set_optimizer_step(int64_t s) { step_ = s; }
   size_t optimizer_bytes() const { return opt_arena_.capacity(); }
+  // What this optimizer and its model hold for weights and gradients: the
+  // full arenas, the shards, and the unit buffers (the gradient pool's
+  // buffers counted with the gradients, the weight pool's with the weights),
+  // as zero_bytes predicts them.
+  size_t param_bytes() const;
+  size_t grad_bytes() const;
 
   // Sets the fp32 value of this rank's elements: `read(param, begin, count,
   // dst)` supplies elements [begin, begin + count) of a parameter, for the

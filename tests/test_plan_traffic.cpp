@@ -4,7 +4,8 @@
 // 0-3, pp (1F1B and interleaved), cp and ep, on tiny models. Equal to the
 // byte, except the expert all-to-alls, whose sizes follow the routing: their
 // mean over the ranks is exact (every rank dispatches its own N K rows, and
-// what one receives another sent), one rank's share is not.
+// what one receives another sent), one rank's share is not. The same runs
+// hold the plan's weight, gradient and optimizer bytes to their allocation.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "e2e_util.h"
 #include "pipeline/pipeline_plan.h"
 #include "trainer/comm_plan.h"
+#include "trainer/plan.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;
@@ -101,11 +103,22 @@ void check_layout(const fs::path& dir, const std::string& cfg, const Layout& l) 
     if (g.size > 1 && total > 0) CHECK(got.rank0.count(g.label) == 1);
   }
   CHECK(compared > 0);
+
+  // The run's allocation equals the plan's ledger (the engine refuses to run
+  // otherwise, and says so on this line when they agree).
+  const MemoryPlan mem = plan_memory(c, DType::F32, mesh, Coords{}, c.parallel.zero_stage);
+  const std::string line = "memory plan = allocation: parameters " + std::to_string(mem.param_bytes) + ", gradients " +
+                           std::to_string(mem.grad_bytes) + ", optimizer " + std::to_string(mem.optimizer_bytes) +
+                           " bytes";
+  std::ifstream log(run_dir + ".rank0.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  INFO(l.label << ": rank 0 must print '" << line << "'");
+  CHECK(text.find(line) != std::string::npos);
 }
 
 }  // namespace
 
-TEST_CASE("the plan's communication bytes per step equal a real run's: tp, sp, ZeRO 0-3, pp, cp, ep",
+TEST_CASE("the plan's communication bytes per step and memory equal a real run's: tp, sp, ZeRO 0-3, pp, cp, ep",
           "[plan][e2e]") {
   const fs::path dir = fs::temp_directory_path() / ("trainer_plan_traffic_" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -228,8 +228,18 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (lead && mesh.cp > 1) std::printf("%s", format_context_plan(plans.front(), M).c_str());
   models.initialise(cfg.run.seed);
   summary.optimizer_bytes = models.optimizer_bytes();
-  if (models.optimizer_bytes() != plan.optimizer_bytes)
-    throw std::logic_error("memory plan and optimizer allocation disagree");
+  // The plan (and `trainer plan`, which prints the same ledger) is what the
+  // run holds: the three states ZeRO shards, to the byte.
+  if (models.optimizer_bytes() != plan.optimizer_bytes || models.param_bytes() != plan.param_bytes ||
+      models.grad_bytes() != plan.grad_bytes)
+    throw std::logic_error("memory plan and allocation disagree: parameters " + std::to_string(plan.param_bytes) +
+                           " planned, " + std::to_string(models.param_bytes()) + " allocated; gradients " +
+                           std::to_string(plan.grad_bytes) + " / " + std::to_string(models.grad_bytes()) +
+                           "; optimizer " + std::to_string(plan.optimizer_bytes) + " / " +
+                           std::to_string(models.optimizer_bytes()));
+  if (lead)
+    std::printf("memory plan = allocation: parameters %zu, gradients %zu, optimizer %zu bytes\n", plan.param_bytes,
+                plan.grad_bytes, plan.optimizer_bytes);
 
   const std::string run_dir = cfg.run_dir();
   std::error_code ec;
