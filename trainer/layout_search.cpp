@@ -99,7 +99,7 @@ SearchResult search(const Config& c, int world, const Hardware& hw) {
                     try {
                       // The run's own checks decide what is a layout.
                       validate_config(t, world);
-                      r.mesh = resolve_mesh(t.parallel, world, G);
+                      r.mesh = resolve_mesh(t.parallel, world, std::min(world, G));
                     } catch (const ConfigError&) {
                       ++out.refused;
                       continue;
@@ -172,8 +172,11 @@ std::string search_layouts(const Config& c, int world, const Hardware& hw, int t
       const double d_bubble = r.bubble - best->bubble;
       const double d_compute = (r.compute_s - r.recompute_s) - (best->compute_s - best->recompute_s);
       char w[200];
-      std::snprintf(w, sizeof w, "+%s: exposed comm %+.0f ms, recompute %+.0f ms, bubble %+.1f%%, compute %+.0f ms",
-                    ms(r.step_s - best->step_s).c_str(), 1e3 * d_comm, 1e3 * d_rc, 100 * d_bubble, 1e3 * d_compute);
+      if (r.step_s - best->step_s < 5e-4)
+        std::snprintf(w, sizeof w, "ties with #1 (within 1 ms)");
+      else
+        std::snprintf(w, sizeof w, "+%s: exposed comm %+.0f ms, recompute %+.0f ms, bubble %+.1f%%, compute %+.0f ms",
+                      ms(r.step_s - best->step_s).c_str(), 1e3 * d_comm, 1e3 * d_rc, 100 * d_bubble, 1e3 * d_compute);
       why = w;
     }
     std::snprintf(buf, sizeof buf, "  %3zu  %-62s %10s %9s %11.0f %5.1f%%  %s\n", i + 1, layout_name(r).c_str(),

@@ -176,7 +176,7 @@ std::string describe_plan(const Config& c, const PlanOptions& o) {
                 c.source.c_str(), world, world == 1 ? "" : "s", hw.name.c_str(), hw.gpus_per_node, hw.memory_gib,
                 hw.bf16_tflops, hw.matmul_efficiency, hw.hbm_gb_s, hw.nvlink_gb_s, hw.network_gbit_s, hw.source);
   std::string out = buf;
-  const MeshShape mesh = resolve_mesh(cfg.parallel, world, hw.gpus_per_node);
+  const MeshShape mesh = resolve_mesh(cfg.parallel, world, std::min(world, hw.gpus_per_node));
   out += "this configuration: " + describe_layout(cfg, mesh, hw);
   if (o.search) out += search_layouts(cfg, world, hw, o.top);
   return out;
