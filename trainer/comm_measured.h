@@ -2,7 +2,9 @@
 // TimedCommunicator counted it (comm/timed_communicator.h), for the
 // end-of-run report and metrics.jsonl: the plan's prediction
 // (trainer/comm_plan.h, `trainer plan`) compares one to one, and the e2e
-// test of the plan holds them equal.
+// test of the plan holds them equal. Everything between the first step
+// and the last counts, evaluation batches included: a run with
+// train.eval_interval > 0 reports more than the plan's training step.
 #pragma once
 
 #include <memory>
