@@ -183,11 +183,19 @@ std::string search_layouts(const Config& c, int world, const Hardware& hw, int t
                   format_bytes(r.memory).c_str(), ms(r.step_s).c_str(), r.tokens_per_s, 100 * r.mfu, why.c_str());
     out += buf;
   }
-  const size_t k = std::min<size_t>(s.not_fitting.size(), 5);
-  if (k > 0) {
-    out += "  the fastest layouts that do not fit (step: their compute alone):\n";
-    for (size_t i = 0; i < k; ++i) {
-      const LayoutResult& r = s.not_fitting[i];
+  // The fastest that do not fit, one per mesh shape (the others differ in
+  // ZeRO stage or micro-batch and tell nothing more).
+  std::vector<const LayoutResult*> shown;
+  for (const LayoutResult& r : s.not_fitting) {
+    if (shown.size() == 5) break;
+    bool seen = false;
+    for (const LayoutResult* o : shown) seen |= o->mesh == r.mesh && o->cfg.parallel.sp == r.cfg.parallel.sp;
+    if (!seen) shown.push_back(&r);
+  }
+  if (!shown.empty()) {
+    out += "  the fastest layouts that do not fit, one per mesh (step: their compute alone):\n";
+    for (const LayoutResult* p : shown) {
+      const LayoutResult& r = *p;
       std::snprintf(buf, sizeof buf, "       %-62s %10s %9s  does not fit by %s\n", layout_name(r).c_str(),
                     format_bytes(r.memory).c_str(), ms(r.step_s).c_str(),
                     format_bytes(r.memory - hw.memory_gib * 1024.0 * 1024.0 * 1024.0).c_str());
