@@ -5,8 +5,18 @@
 // process-wide total lets the pipeline executor take communication out of
 // its compute times. On NCCL only host-side blocking is seen (the device
 // waits on streams), so there it measures what the host waits for.
+//
+// It also counts the payload bytes of every call by collective kind, so a
+// run can report what each group moved per step and a test can hold the
+// plan's prediction (trainer/comm_plan.h) to it. Payload is the tensor a
+// collective is about, as model/tp_traffic.h defines it: an all-reduce's
+// tensor, an all-gather's output, a reduce-scatter's input, an all-to-all's
+// input (all of it, the own chunk included), a broadcast's tensor; sends and
+// receives count their own tensors.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,12 +27,29 @@ namespace trainer {
 // Seconds every TimedCommunicator of this process has blocked its callers.
 double total_blocked_seconds();
 
+enum class CommKind { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Send, Recv };
+inline constexpr int kCommKinds = 7;
+// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "recv"
+const char* comm_kind_name(CommKind k);
+
+// Payload bytes and calls per collective kind.
+struct CommBytes {
+  std::array<int64_t, kCommKinds> bytes{}, calls{};
+  int64_t of(CommKind k) const { return bytes[size_t(k)]; }
+  void add(CommKind k, int64_t b) {
+    bytes[size_t(k)] += b;
+    calls[size_t(k)] += 1;
+  }
+  CommBytes operator-(const CommBytes& o) const;
+};
+
 class TimedCommunicator final : public Communicator {
  public:
   // `label`: how the time breakdown names the group ("tp", "dp_cp", ...).
   TimedCommunicator(Communicator& inner, std::string label) : inner_(inner), label_(std::move(label)) {}
   const std::string& label() const { return label_; }
   double blocked_seconds() const { return blocked_s_; }
+  const CommBytes& bytes() const { return bytes_; }
   Communicator& inner() { return inner_; }
 
   int rank() const override { return inner_.rank(); }
@@ -51,6 +78,8 @@ class TimedCommunicator final : public Communicator {
   Communicator& inner_;
   std::string label_;
   double blocked_s_ = 0;
+  CommBytes bytes_;
+  void count_p2p(const std::vector<P2POp>& ops);
 };
 
 }  // namespace trainer

@@ -133,6 +133,20 @@ struct LogConfig {
   int64_t straggler_intervals = 3;
 };
 
+// The accelerator `trainer plan` estimates for (trainer/hardware.h): a
+// known GPU by name, numbers > 0 override its table entry (or describe a GPU
+// the table does not know). Runs ignore it.
+struct HardwareConfig {
+  std::string gpu = "a100-80gb";
+  double memory_gib = 0;
+  double bf16_tflops = 0;
+  double hbm_gb_s = 0;
+  double nvlink_gb_s = 0;
+  double network_gbit_s = 0;
+  int gpus_per_node = 0;
+  double matmul_efficiency = 0;
+};
+
 struct SmokeConfig {
   int64_t steps = 200;
 };
@@ -147,6 +161,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
   SmokeConfig smoke;
+  HardwareConfig hardware;
   std::string source = "<defaults>";  // file it came from, for messages
 
   int d_ff() const;                 // resolved FFN width

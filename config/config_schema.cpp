@@ -237,6 +237,32 @@ std::vector<KeySpec> build_schema() {
 
       Row("smoke.steps", FIELD(smoke.steps), "steps of the built-in smoke test").at_least(1)
           .aka("iters max_steps"),
+
+      Row("hardware.gpu", FIELD(hardware.gpu),
+          "GPU that `trainer plan` estimates memory and time for: h100, h200, a100-80gb, a100-40gb, a10g, l40s, l4, "
+          "b200, h800, a800 (trainer/hardware.cpp), or any name with every number below given")
+          .aka("gpu_type accelerator device_type"),
+      Row("hardware.memory_gib", FIELD(hardware.memory_gib), "device memory in GiB; 0: the GPU table's")
+          .at_least(0).aka("memory gpu_memory"),
+      Row("hardware.bf16_tflops", FIELD(hardware.bf16_tflops),
+          "dense bf16 peak TFLOP/s of one GPU (no sparsity); 0: the GPU table's")
+          .at_least(0).aka("tflops peak_tflops"),
+      Row("hardware.hbm_gb_s", FIELD(hardware.hbm_gb_s), "memory bandwidth in GB/s; 0: the GPU table's")
+          .at_least(0).aka("hbm_bandwidth memory_bandwidth"),
+      Row("hardware.nvlink_gb_s", FIELD(hardware.nvlink_gb_s),
+          "GPU-to-GPU bandwidth inside a node in GB/s, both directions together as data sheets state it "
+          "(NVLink, or PCIe); 0: the GPU table's")
+          .at_least(0).aka("nvlink intra_node_bandwidth"),
+      Row("hardware.network_gbit_s", FIELD(hardware.network_gbit_s),
+          "bandwidth across nodes per GPU in Gbit/s, one direction: the node's NICs divided by its GPUs "
+          "(one 25 Gbit/s NIC for 8 GPUs: 3.125); 0: the GPU table's reference system")
+          .at_least(0).aka("network inter_node_bandwidth nic_gbps"),
+      Row("hardware.gpus_per_node", FIELD(hardware.gpus_per_node),
+          "GPUs of one node (groups inside a node use nvlink_gb_s, groups across nodes network_gbit_s); 0: 8")
+          .at_least(0).aka("local_world_size nproc_per_node"),
+      Row("hardware.matmul_efficiency", FIELD(hardware.matmul_efficiency),
+          "share of the bf16 peak the model's matmuls reach; 0: 0.5 (well-tuned dense training reaches 0.4-0.55)")
+          .between(0, 1).aka("efficiency mfu"),
   };
 }
 

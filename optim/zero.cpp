@@ -52,6 +52,8 @@ int moment_count(bool mixed) { return mixed ? 3 : 2; }
 void* base_of(const Arena& a) { return a.capacity() ? a.flat_f32().data : nullptr; }
 }  // namespace
 
+std::vector<size_t> zero_pool_slot_bytes(const std::vector<UnitLayout>& units) { return slot_bytes(units); }
+
 ModelStorage zero_model_storage(int stage) {
   ModelStorage s;
   s.full_params = stage < 3;
@@ -126,6 +128,18 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dense, Communica
   }
   w_slots_ = weight_slots(m.dims, m.params, m.w);
   g_slots_ = weight_slots(m.dims, m.params, m.gw);
+}
+
+size_t ZeroOptimizer::grad_bytes() const {
+  size_t b = m_.grad_arena.capacity() + grad_shard_.capacity();
+  for (const Slot& g : gslots_) b += arena_round(g.buf.nbytes()) + arena_round(g.staging.nbytes());
+  return b;
+}
+
+size_t ZeroOptimizer::param_bytes() const {
+  size_t pool = 0;
+  for (const Slot& g : gslots_) pool += arena_round(g.buf.nbytes()) + arena_round(g.staging.nbytes());
+  return m_.param_arena.capacity() + param_shard_.capacity() + (pool_arena_.capacity() - pool);
 }
 
 Communicator& ZeroOptimizer::comm(int unit) const {

@@ -46,6 +46,10 @@ struct ZeroBytes {
   size_t params = 0, grads = 0, optimizer = 0;
 };
 ZeroBytes zero_bytes(const ShardingPlan& plan, int stage);
+// The sizes of the ZeRO-2/3 unit buffers (gradient pool; at stage 3 the
+// weight pool too), largest first: optim/zero_traffic.cpp replays the
+// weight pool to count the all-gathers it issues.
+std::vector<size_t> zero_pool_slot_bytes(const std::vector<UnitLayout>& units);
 
 class ZeroOptimizer final : public UnitHooks {
  public:
@@ -72,6 +76,12 @@ class ZeroOptimizer final : public UnitHooks {
   int64_t optimizer_step() const { return step_; }
   void set_optimizer_step(int64_t s) { step_ = s; }
   size_t optimizer_bytes() const { return opt_arena_.capacity(); }
+  // What this optimizer and its model hold for weights and gradients: the
+  // full arenas, the shards, and the unit buffers (the gradient pool's
+  // buffers counted with the gradients, the weight pool's with the weights),
+  // as zero_bytes predicts them.
+  size_t param_bytes() const;
+  size_t grad_bytes() const;
 
   // Sets the fp32 value of this rank's elements: `read(param, begin, count,
   // dst)` supplies elements [begin, begin + count) of a parameter, for the

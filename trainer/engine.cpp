@@ -36,6 +36,7 @@
 #include "trainer/run_lock.h"
 #include "runtime/device_select.h"
 #include "trainer/generate.h"
+#include "trainer/comm_measured.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
 #include "trainer/hf_import.h"
@@ -236,8 +237,18 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     if (lead) std::printf("init: weights from %s (fresh optimizer state)\n", cfg.model.init_from.c_str());
   }
   summary.optimizer_bytes = models.optimizer_bytes();
-  if (models.optimizer_bytes() != plan.optimizer_bytes)
-    throw std::logic_error("memory plan and optimizer allocation disagree");
+  // The plan (and `trainer plan`, which prints the same ledger) is what the
+  // run holds: the three states ZeRO shards, to the byte.
+  if (models.optimizer_bytes() != plan.optimizer_bytes || models.param_bytes() != plan.param_bytes ||
+      models.grad_bytes() != plan.grad_bytes)
+    throw std::logic_error("memory plan and allocation disagree: parameters " + std::to_string(plan.param_bytes) +
+                           " planned, " + std::to_string(models.param_bytes()) + " allocated; gradients " +
+                           std::to_string(plan.grad_bytes) + " / " + std::to_string(models.grad_bytes()) +
+                           "; optimizer " + std::to_string(plan.optimizer_bytes) + " / " +
+                           std::to_string(models.optimizer_bytes()));
+  if (lead)
+    std::printf("memory plan = allocation: parameters %zu, gradients %zu, optimizer %zu bytes\n", plan.param_bytes,
+                plan.grad_bytes, plan.optimizer_bytes);
 
   const std::string run_dir = cfg.run_dir();
   std::error_code ec;
@@ -310,6 +321,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   };
   StepTime window_parts, run_parts;
   StepTime window_comm0 = comm_now(), run_comm0 = window_comm0;
+  // Bytes each group moves in the steps of this run (trainer/comm_measured.h).
+  const std::vector<CommBytes> run_bytes0 = comm_bytes_now(timed);
   auto window_wall0 = clock_type::now(), run_wall0 = window_wall0;
   int64_t window_iterations = 0, run_iterations = 0;
   auto comm_delta = [&](const StepTime& from) {
@@ -603,6 +616,13 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       all += window_parts;
       for (const auto& [g, t] : comm_delta(run_comm0).comm) all.add_comm(g, t);
       std::printf("%s", format_step_time(all, seconds_since(run_wall0), run_iterations).c_str());
+    }
+    if (run_iterations > 0 && !preempt) {
+      // Collective over the host group: every rank gets here after the same steps.
+      std::string json;
+      const std::string measured = comm_measured_report(timed, run_bytes0, run_iterations, host, &json);
+      if (lead && !opt.quiet) std::printf("%s", measured.c_str());
+      if (lead && !measured.empty()) log.record(json);
     }
     if (watchdog) watchdog->progress(summary.end_step, "finishing");
     if (writer) {

@@ -5,6 +5,7 @@
 //   trainer inspect CKPT_DIR
 //   trainer schedule --config run.yaml [--world N]
 //   trainer export --checkpoint DIR --out DIR [--dtype bf16|fp32] [--max-shard-size 5GB]
+//   trainer plan --config run.yaml [--world N] [--gpus-per-node G] [--gpu NAME] [--search [--top K]]
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration (a run
 // directory another trainer holds included: trainer/run_lock.h), 3 a distributed
@@ -29,6 +30,7 @@
 #include "comm/launch.h"
 #include "comm/store.h"
 #include "comm/store_secret.h"
+#include "trainer/plan_command.h"
 #include "trainer/schedule_command.h"
 #include "trainer/smoke.h"
 #include "runtime/watchdog.h"
@@ -84,6 +86,16 @@ int main(int argc, char** argv) {
   schedule->add_option("--world", schedule_world,
                        "processes of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
   schedule->fallthrough();  // --config and --set belong to the main command
+  trainer::PlanOptions plan_opt;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "print the memory, communication, bubble and estimated step time of --config on a GPU, launching "
+              "nothing; --search ranks every layout of the world size");
+  plan->add_option("--world", plan_opt.world, "GPUs of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
+  plan->add_option("--gpus-per-node", plan_opt.gpus_per_node, "GPUs per node (default hardware.gpus_per_node, else 8)");
+  plan->add_option("--gpu", plan_opt.gpu, "GPU of the hardware table (default hardware.gpu): " + trainer::known_gpu_names());
+  plan->add_flag("--search", plan_opt.search, "rank every layout of the world size that keeps the global batch");
+  plan->add_option("--top", plan_opt.top, "layouts the search prints (default 10)");
+  plan->fallthrough();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -109,6 +121,19 @@ int main(int argc, char** argv) {
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())
       throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
+    if (*plan) {
+      if (plan_opt.world < 0 || (plan->count("--world") && plan_opt.world == 0))
+        throw trainer::ConfigError("--world " + std::to_string(plan_opt.world) + ": the number of GPUs must be >= 1");
+      if (plan->count("--gpus-per-node") && plan_opt.gpus_per_node < 1)
+        throw trainer::ConfigError("--gpus-per-node " + std::to_string(plan_opt.gpus_per_node) + " must be >= 1");
+      const trainer::Config cfg = trainer::load_config_file(config_path, overrides, plan_opt.world);
+      if (plan_opt.world <= 0) {
+        const auto& p = cfg.parallel;
+        plan_opt.world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
+      }
+      std::fputs(trainer::describe_plan(cfg, plan_opt).c_str(), stdout);
+      return 0;
+    }
     if (*schedule) {
       if (config_path.empty()) throw trainer::ConfigError("trainer schedule needs --config FILE");
       const trainer::Config cfg = trainer::load_config_file(config_path, overrides, std::max(schedule_world, 0));

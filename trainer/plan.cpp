@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "model/activations.h"
 #include "model/params.h"
 #include "model/sharding.h"
 #include "optim/zero.h"
+#include "pipeline/long_simulation.h"
 #include "pipeline/pipeline_plan.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
@@ -19,22 +23,50 @@ MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
   return plan_memory(c, storage, mesh, Coords{}, zero_stage);
 }
 
+std::vector<std::vector<int>> activation_slots(const Config& c, const MeshShape& mesh) {
+  // A pipeline stage holds the activations of every micro-batch in flight
+  // at its schedule's peak (1 without a pipeline), per model chunk. The
+  // answer depends on the schedule's shape only; `trainer plan --search`
+  // asks for the same shapes many times.
+  const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp));
+  using Key = std::tuple<std::string, int, int64_t, int>;
+  static std::mutex mu;
+  static std::map<Key, std::vector<std::vector<int>>> known;
+  const Key key{c.parallel.pp_schedule, mesh.pp, m, pipeline_chunks(c)};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  std::vector<std::vector<int>> slots;
+  try {
+    const Simulation sim = simulate_long(c, mesh.pp, m);
+    if (sim.ok) slots = sim.peak_chunk_slots;
+  } catch (const std::invalid_argument&) {
+    // A layout the schedule refuses: validation names the keys.
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = slots;
+  return slots;
+}
+
 MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage) {
+  return plan_memory(c, storage, mesh, at, zero_stage, activation_slots(c, mesh));
+}
+
+MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage,
+                       const std::vector<std::vector<int>>& chunk_slots) {
   const ModelDims g = make_dims(c, c.train.micro_batch_size, c.train.seq_len, storage);
   const int chunks = pipeline_chunks(c);
   const std::vector<int64_t> layers = stage_layers_for(c, g, mesh.pp * chunks);
   const std::vector<ShardingPlan> plans =
       chunk_plans(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp, layers, chunks);
-  // A pipeline stage holds the activations of every micro-batch in flight
-  // at its schedule's peak (1 without a pipeline), per model chunk.
-  const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp));
   std::vector<int> slots(size_t(chunks), 1);
-  try {
-    const Simulation sim = simulate(schedule_for(c, mesh.pp, m));
-    if (sim.ok) slots = sim.peak_chunk_slots[size_t(at.pp)];
-  } catch (const std::invalid_argument&) {
-    // A layout the schedule refuses: validation names the keys.
-  }
+  if (size_t(at.pp) < chunk_slots.size()) slots = chunk_slots[size_t(at.pp)];
+  return memory_of_plans(plans, slots, mesh, zero_stage);
+}
+
+MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::vector<int>& slots, const MeshShape& mesh,
+                           int zero_stage) {
   MemoryPlan p;
   p.tp = mesh.tp;
   p.sp = plans.front().sp;

@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/mesh.h"
+#include "model/sharding.h"
 #include "core/tensor.h"
 #include "config/config.h"
 
@@ -36,6 +38,18 @@ MemoryPlan plan_memory(const Config& c, DType storage = DType::F32, int dp = 1, 
 // gradients and optimizer state by tp, and with sp the residual stream's
 // activations).
 MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage);
+// The same with the activation slots per pipeline rank and model chunk
+// given (Simulation::peak_chunk_slots of this run's schedule at unit costs;
+// empty: one each), for callers that plan many ranks of one schedule.
+MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage,
+                       const std::vector<std::vector<int>>& chunk_slots);
+// The ledger of a rank from its chunk plans and the activation slots of
+// each chunk (what plan_memory computes once it has them).
+MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::vector<int>& slots, const MeshShape& mesh,
+                           int zero_stage);
+// The activation slots plan_memory uses: the schedule's simulation at unit
+// costs (empty when the schedule refuses the layout).
+std::vector<std::vector<int>> activation_slots(const Config& c, const MeshShape& mesh);
 std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage = DType::F32);
 std::string format_bytes(double bytes);  // "12.3 MiB"
 // One line comparing the per-rank total of every ZeRO stage at this dp, so

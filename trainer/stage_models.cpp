@@ -97,6 +97,18 @@ void StageModels::step(double lr, double grad_scale) {
   for (auto& c : chunks_) c->zero->step(lr, grad_scale);
 }
 
+size_t StageModels::param_bytes() const {
+  size_t b = 0;
+  for (const auto& c : chunks_) b += c->zero->param_bytes();
+  return b;
+}
+
+size_t StageModels::grad_bytes() const {
+  size_t b = 0;
+  for (const auto& c : chunks_) b += c->zero->grad_bytes();
+  return b;
+}
+
 size_t StageModels::optimizer_bytes() const {
   size_t b = 0;
   for (const auto& c : chunks_) b += c->zero->optimizer_bytes();

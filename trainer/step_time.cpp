@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "trainer/hardware.h"
+
 namespace trainer {
 
 double StepTime::comm_total() const {
@@ -103,17 +105,11 @@ double flops_per_token(const ModelDims& d, const std::vector<ParamInfo>& params)
 
 double peak_tflops(const std::string& line, bool low_precision, double configured) {
   if (configured > 0) return configured;
-  // Dense tensor-core peaks (bf16/fp16; fp32 runs on TF32 at half that),
-  // from the vendors' data sheets, without sparsity.
-  struct Gpu {
-    const char* name;
-    double bf16;
-  };
-  static const Gpu table[] = {{"H200", 989}, {"H100", 989}, {"H800", 989}, {"A100", 312}, {"A800", 312},
-                              {"L40S", 362}, {"A10G", 70},  {"L4", 121}};
-  for (const Gpu& g : table)
-    if (line.find(g.name) != std::string::npos) return low_precision ? g.bf16 : g.bf16 / 2;
-  return 0;
+  // The dense tensor-core peaks of trainer/hardware.cpp's table (bf16/fp16;
+  // fp32 runs on TF32 at half that).
+  const Hardware* g = gpu_of_device_line(line);
+  if (!g) return 0;
+  return low_precision ? g->bf16_tflops : g->bf16_tflops / 2;
 }
 
 }  // namespace trainer

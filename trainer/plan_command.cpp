@@ -1,0 +1,185 @@
+#include "trainer/plan_command.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "config/config_schema.h"
+#include "model/sharding.h"
+#include "pipeline/pipeline_plan.h"
+#include "trainer/comm_plan.h"
+#include "trainer/layout_search.h"
+#include "trainer/step_estimate.h"
+
+namespace trainer {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string fmt(const char* f, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+std::string link_name(const GroupTime& t) {
+  return (t.across_nodes ? "network " : "in-node ") + fmt("%.1f GB/s", t.bandwidth / 1e9);
+}
+
+// Seconds as "12.3 ms" or "4.56 s".
+std::string seconds(double s) { return s < 1 ? fmt("%.1f ms", s * 1e3) : fmt("%.2f s", s); }
+
+}  // namespace
+
+PlanMemory plan_gpu_memory(const Config& c, const MeshShape& mesh, const Hardware& hw) {
+  return plan_gpu_memory(mesh, hw, layout_plans(c, mesh, kPlanStorage), c.parallel.zero_stage);
+}
+
+PlanMemory plan_gpu_memory(const MeshShape& mesh, const Hardware& hw, const LayoutPlans& lp, int zero_stage) {
+  PlanMemory out;
+  out.device = hw.memory_gib * kGiB;
+  for (int st = 0; st < mesh.pp; ++st) {
+    const std::vector<ShardingPlan>& plans = lp.plans(st);
+    const MemoryPlan p = memory_of_plans(plans, lp.slots_of(st), mesh, zero_stage);
+    // Allocated by ZeroOptimizer on first use: every tp rank's part of a
+    // replicated kv head's gradient, the other pipeline end's tied table.
+    size_t extra = 0;
+    for (const ShardingPlan& plan : plans)
+      for (size_t i = 0; i < plan.params.size(); ++i) {
+        const size_t b = plan.params[i].spec.bytes();
+        if (plan.placement[i].kv_replicas > 1) extra = std::max(extra, size_t(mesh.tp) * b);
+        if (plan.placement[i].tie_sum && mesh.pp > 1) extra += b;
+      }
+    if (st == 0 || p.total() + extra > out.total()) {
+      out.ledger = p;
+      out.stage = st;
+      out.comm_buffers = extra;
+    }
+  }
+  return out;
+}
+
+std::string fitting_levers(const Config& c, const MeshShape& mesh, const Hardware& hw) {
+  std::vector<std::pair<std::string, Config>> tries;
+  for (int z = c.parallel.zero_stage + 1; z <= 3; ++z) {
+    Config t = c;
+    t.parallel.zero_stage = z;
+    tries.push_back({"parallel.zero_stage=" + std::to_string(z), t});
+  }
+  for (const char* r : {"selective", "full"}) {
+    if (c.train.recompute == r || (c.train.recompute == "full")) continue;
+    Config t = c;
+    t.train.recompute = r;
+    tries.push_back({std::string("train.recompute=") + r, t});
+  }
+  for (int mb = c.train.micro_batch_size / 2; mb >= 1; mb /= 2) {
+    Config t = c;
+    t.train.micro_batch_size = mb;
+    tries.push_back({"train.micro_batch_size=" + std::to_string(mb), t});
+    if (plan_gpu_memory(t, mesh, hw).fits()) break;
+  }
+  std::string out;
+  for (const auto& [what, t] : tries) {
+    try {
+      validate_config(t, mesh.world());
+      const PlanMemory m = plan_gpu_memory(t, mesh, hw);
+      if (m.fits()) out += (out.empty() ? "" : ", ") + what + " (" + format_bytes(double(m.total())) + ")";
+    } catch (const ConfigError&) {
+      // Not a legal layout with this change (ZeRO-2/3 with a pipeline...).
+    }
+  }
+  return out;
+}
+
+std::string describe_layout(const Config& c, const MeshShape& mesh, const Hardware& hw) {
+  std::string out;
+  const int64_t m = microbatches_per_step(c, mesh.dp);
+  out += describe(mesh) + (c.parallel.sp ? ", sp" : "") + ", ZeRO " + std::to_string(c.parallel.zero_stage) +
+         ", micro-batch " + std::to_string(c.train.micro_batch_size) + ", recompute " + c.train.recompute +
+         (mesh.pp > 1 ? ", schedule " + c.parallel.pp_schedule : std::string()) + "\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "batch: %d sequences x %d tokens = %lld tokens per step; %lld micro-batch%s of %d per step on each "
+                "data-parallel rank (accumulation steps)\n",
+                c.train.global_batch_size, c.train.seq_len, (long long)(int64_t(c.train.global_batch_size) * c.train.seq_len),
+                (long long)m, m == 1 ? "" : "es", c.train.micro_batch_size);
+  out += buf;
+
+  // 1. Memory: the ledger every run prints at start-up.
+  const PlanMemory mem = plan_gpu_memory(c, mesh, hw);
+  out += format_plan(mem.ledger, hw.name + (mesh.pp > 1 ? ", pipeline stage " + std::to_string(mem.stage) + " (the fullest)" : ""),
+                     kPlanStorage);
+  if (mem.comm_buffers > 0) {
+    std::snprintf(buf, sizeof buf, "  comm buffers %12s  (allocated on first use: kv-head gradient gather, tied-embedding exchange)\n",
+                  format_bytes(double(mem.comm_buffers)).c_str());
+    out += buf;
+  }
+  const double margin = mem.device - double(mem.total());
+  if (mem.fits()) {
+    out += "  fits: " + format_bytes(double(mem.total())) + " of " + format_bytes(mem.device) + ", " +
+           format_bytes(margin) + " free\n";
+  } else {
+    const std::string levers = fitting_levers(c, mesh, hw);
+    out += "  DOES NOT FIT: " + format_bytes(double(mem.total())) + " of " + format_bytes(mem.device) + ", " +
+           format_bytes(-margin) + " over; " +
+           (levers.empty() ? "no single change of parallel.zero_stage, train.recompute or train.micro_batch_size fits: "
+                             "raise parallel.tp or parallel.pp"
+                           : "it fits with " + levers) +
+           "\n";
+  }
+
+  // 2. Communication per step and group, and 4. the time model.
+  const StepEstimate e = estimate_step(c, mesh, hw, kPlanStorage);
+  const StepTraffic t = step_traffic(c, kPlanStorage, mesh, Coords{}, m);
+  out += "communication per step on rank 0 (payload: the collectives' tensors; sent: ring bytes leaving the rank):\n";
+  std::snprintf(buf, sizeof buf, "  %-6s %5s  %-22s %11s %11s %10s %10s  %s\n", "group", "ranks", "link", "payload", "sent",
+                "time", "exposed", "overlap");
+  out += buf;
+  for (const GroupTraffic& g : t.groups) {
+    if (g.size <= 1) continue;
+    double payload = 0;
+    for (int64_t b : g.payload.bytes) payload += double(b);
+    if (g.label == "pp" || g.label == "cp") payload = double(g.payload.of(CommKind::Send));
+    GroupTime time = link_of(mesh, Axis::TP, hw);
+    for (const GroupTime& gt : e.groups)
+      if (gt.label == g.label) time = gt;
+    std::snprintf(buf, sizeof buf, "  %-6s %5d  %-22s %11s %11s %10s %10s  %s\n", g.label.c_str(), g.size,
+                  link_name(time).c_str(), format_bytes(payload).c_str(), format_bytes(g.wire_bytes).c_str(),
+                  seconds(time.seconds).c_str(), seconds(time.exposed).c_str(), g.note.c_str());
+    out += buf;
+  }
+
+  // 3. The pipeline.
+  std::snprintf(buf, sizeof buf, "pipeline: %d stage%s, %lld micro-batches per step: bubble %.1f%% simulated, %s = %.1f%% textbook\n",
+                mesh.pp, mesh.pp == 1 ? "" : "s", (long long)m, 100 * e.bubble, e.textbook_formula,
+                100 * e.textbook_bubble);
+  out += buf;
+  std::snprintf(buf, sizeof buf,
+                "estimate (a prediction, not a measurement): compute %s + critical communication and bubble %s "
+                "(schedule %s), exposed data-parallel/pipeline communication and optimizer %s -> step %s, %.0f tokens/s, "
+                "MFU %.1f%%\n",
+                seconds(e.compute_s).c_str(), seconds(e.pipeline_s - e.compute_s).c_str(), seconds(e.pipeline_s).c_str(),
+                seconds(e.step_s - e.pipeline_s).c_str(), seconds(e.step_s).c_str(), e.tokens_per_s, 100 * e.mfu);
+  out += buf;
+  return out;
+}
+
+std::string describe_plan(const Config& c, const PlanOptions& o) {
+  Config cfg = c;
+  if (o.gpus_per_node > 0) cfg.hardware.gpus_per_node = o.gpus_per_node;
+  const Hardware hw = resolve_hardware(cfg, o.gpu);
+  const int world = o.world;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "plan for %s: %d GPU%s of %s (%d per node): %.0f GiB, %.0f TFLOP/s bf16 dense x %.2f matmul efficiency, "
+                "HBM %.0f GB/s, in-node %.0f GB/s, network %.3g Gbit/s per GPU (%s)\n",
+                c.source.c_str(), world, world == 1 ? "" : "s", hw.name.c_str(), hw.gpus_per_node, hw.memory_gib,
+                hw.bf16_tflops, hw.matmul_efficiency, hw.hbm_gb_s, hw.nvlink_gb_s, hw.network_gbit_s, hw.source);
+  std::string out = buf;
+  const MeshShape mesh = resolve_mesh(cfg.parallel, world, std::min(world, hw.gpus_per_node));
+  out += "this configuration: " + describe_layout(cfg, mesh, hw);
+  if (o.search) out += search_layouts(cfg, world, hw, o.top);
+  return out;
+}
+
+}  // namespace trainer
