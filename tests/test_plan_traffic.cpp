@@ -8,6 +8,8 @@
 // hold the plan's weight, gradient and optimizer bytes to their allocation.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -79,7 +81,8 @@ void check_layout(const fs::path& dir, const std::string& cfg, const Layout& l) 
   const MeshShape mesh = resolve_mesh(c.parallel, l.world, 0);
   const int64_t m = microbatches_per_step(c, mesh.dp);
   const StepTraffic plan = step_traffic(c, DType::F32, mesh, Coords{}, m);
-  int compared = 0;
+  int compared = 0, nonzero = 0;
+  int64_t moved = 0;
   for (const auto& [label, kinds] : got.rank0) {
     const GroupTraffic* g = plan.find(label);
     for (int k = 0; k < kCommKinds; ++k) {
@@ -92,6 +95,10 @@ void check_layout(const fs::path& dir, const std::string& cfg, const Layout& l) 
                    << " measured " << measured << " bytes per step, plan " << want << " (must be equal)");
       CHECK(measured == std::to_string(want));
       ++compared;
+      if (want > 0) {
+        ++nonzero;
+        moved += want;
+      }
     }
   }
   // Every group the plan says carries bytes was seen.
@@ -103,6 +110,8 @@ void check_layout(const fs::path& dir, const std::string& cfg, const Layout& l) 
     if (g.size > 1 && total > 0) CHECK(got.rank0.count(g.label) == 1);
   }
   CHECK(compared > 0);
+  std::printf("[plan] %-40s %3d (group, kind) counts compared, %d non-zero (%lld B per step): measured == planned\n",
+              l.label, compared, nonzero, (long long)moved);
 
   // The run's allocation equals the plan's ledger (the engine refuses to run
   // otherwise, and says so on this line when they agree).
@@ -143,6 +152,14 @@ TEST_CASE("the plan's communication bytes per step and memory equal a real run's
       {"cp2 dp2 zero1", 4, {"parallel.cp=2", "parallel.zero_stage=1"}},
       {"moe ep2 dp2 zero3", 2,
        {"model.moe.num_experts=4", "model.moe.top_k=2", "model.moe.d_ff=32", "parallel.ep=2", "parallel.zero_stage=3"}},
+      // Recompute repeats forward collectives in backward (model/recompute.h).
+      {"tp2 sp x cp2 recompute full", 4,
+       {"parallel.tp=2", "parallel.sp=true", "parallel.cp=2", "train.recompute=full"}},
+      {"tp2 sp dp2 zero3 recompute selective", 4,
+       {"parallel.tp=2", "parallel.sp=true", "parallel.zero_stage=3", "train.recompute=selective"}},
+      {"moe ep2 cp2 recompute full", 2,
+       {"model.moe.num_experts=4", "model.moe.top_k=2", "model.moe.d_ff=32", "parallel.ep=2", "parallel.cp=2",
+        "train.recompute=full"}},
   };
   for (const Layout& l : layouts) check_layout(dir, cfg, l);
   if (!std::getenv("TRAINER_KEEP_TEST_DIRS")) fs::remove_all(dir);

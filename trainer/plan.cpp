@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "model/activations.h"
+#include "model/recompute.h"
 #include "model/params.h"
 #include "model/sharding.h"
 #include "optim/zero.h"
@@ -72,7 +73,7 @@ MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::ve
   p.sp = plans.front().sp;
   p.dp = mesh.dp * mesh.cp;
   p.zero_stage = zero_stage;
-  p.recompute = c.train.recompute;
+  p.recompute = recompute_name(plans.front().local.recompute);
   p.activation_slots = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
     const ShardingPlan& plan = plans[k];
