@@ -9,6 +9,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
   python3-venv   # .venv-tensorboard below
+  python3-sentencepiece libsentencepiece-dev   # SentencePiece tokenizers: scripts/prepare_text.py and the binary
   fortunes   # ~2.5 MB of English text: the quickstart's training data
   slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
 )
