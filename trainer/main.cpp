@@ -4,6 +4,8 @@
 //   trainer --config run.yaml --resume CKPT_DIR
 //   trainer inspect CKPT_DIR
 //   trainer schedule --config run.yaml [--world N]
+//   trainer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
+//                    [--seed S] [--device cpu|cuda|auto] [--tokenizer PATH] [--compare]
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration (a run
 // directory another trainer holds included: trainer/run_lock.h), 3 a distributed
@@ -27,6 +29,7 @@
 #include "comm/launch.h"
 #include "comm/store.h"
 #include "comm/store_secret.h"
+#include "trainer/generate_command.h"
 #include "trainer/schedule_command.h"
 #include "trainer/smoke.h"
 #include "runtime/watchdog.h"
@@ -74,6 +77,18 @@ int main(int argc, char** argv) {
   schedule->add_option("--world", schedule_world,
                        "processes of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
   schedule->fallthrough();  // --config and --set belong to the main command
+  trainer::GenerateOptions gen;
+  CLI::App* generate = app.add_subcommand("generate", "continue a prompt with the model of a checkpoint (key/value cache)");
+  generate->add_option("--checkpoint", gen.checkpoint, "checkpoint step directory (or a root with `latest`)")->required();
+  generate->add_option("--prompt", gen.prompt, "text to continue, encoded with the data's tokenizer")->required();
+  generate->add_option("--tokens", gen.tokens, "tokens to generate (default 200)");
+  generate->add_option("--temperature", gen.temperature, "sampling temperature; 0: greedy (default 0.8)");
+  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (default 0: all)");
+  generate->add_option("--seed", gen.seed, "seed of the sampling (default 1234)");
+  generate->add_option("--device", gen.device, "cpu, cuda or auto (default auto)");
+  generate->add_option("--tokenizer", gen.tokenizer,
+                       "tokenizer file or directory (default: the run's, see README \"Generating text\")");
+  generate->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -90,6 +105,7 @@ int main(int argc, char** argv) {
       // Scripts check the exit code before they trust a checkpoint.
       return report.find("status: CORRUPT") == std::string::npos ? 0 : 1;
     }
+    if (*generate) return trainer::run_generate(gen);
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())
       throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
