@@ -100,12 +100,18 @@ class SentencePiece:
             # shuffling); identity normalisation and no dummy prefix keep
             # decode(encode(text)) == text, newlines and runs of spaces included
             # (they become byte pieces when no merge covers them).
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(text.decode("utf-8", "replace").split("\n")), model_writer=model,
-                vocab_size=vocab_size, model_type="bpe", byte_fallback=True, character_coverage=1.0,
-                num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
-                normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
-                unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+            # Characters outside the 99.95% most frequent get no piece of
+            # their own: their UTF-8 bytes are byte pieces.
+            try:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=iter(text.decode("utf-8", "replace").split("\n")), model_writer=model,
+                    vocab_size=vocab_size, model_type="bpe", byte_fallback=True, character_coverage=0.9995,
+                    num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
+                    normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
+                    unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+            except RuntimeError as e:
+                fail(f"SentencePiece could not train a vocabulary of {vocab_size} on this text: "
+                     f"{str(e).splitlines()[-1].strip()}")
             with open(dest, "wb") as f:
                 f.write(model.getvalue())
         try:

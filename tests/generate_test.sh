@@ -25,19 +25,19 @@ expect_exit() {  # CODE WHAT CMD...: runs CMD, which must exit CODE; its stderr 
   [ "$rc" = "$code" ] || { cat out.txt err.txt; fail "$what: exit $rc, expected $code"; }
 }
 
-/usr/bin/python3 "$SRC/scripts/prepare_text.py" --out-dir sp --tokenizer sentencepiece --vocab-size 320 \
+/usr/bin/python3 "$SRC/scripts/prepare_text.py" --out-dir sp --tokenizer sentencepiece --vocab-size 400 \
   '/usr/share/common-licenses/*' | tee prep.txt
-grep -q "sentencepiece, vocabulary 320, uint16" prep.txt || fail "prepare_text did not report the tokenizer"
+grep -q "sentencepiece, vocabulary 400, uint16" prep.txt || fail "prepare_text did not report the tokenizer"
 /usr/bin/python3 "$SRC/scripts/prepare_text.py" --out-dir bytes '/usr/share/common-licenses/*' > /dev/null
 
-TINY=(--set model.vocab_size=320 --set model.d_model=32 --set model.max_seq_len=32 --set train.seq_len=32
+TINY=(--set model.vocab_size=400 --set model.d_model=32 --set model.max_seq_len=32 --set train.seq_len=32
       --set train.steps=40 --set train.micro_batch_size=8 --set train.global_batch_size=8 --set train.eval_interval=0
       --set log.interval=20 --set log.progress=lines --set checkpoint.interval=40 --set log.sample_tokens=16
       --set log.sample_prompt=The --set train.threads=2)
 "$BIN" --config "$SRC/configs/tiny.yaml" "${TINY[@]}" --set run.dir="$WORK/run_sp" \
   --set data.train="[$WORK/sp/train.bin]" --set data.valid="[$WORK/sp/valid.bin]" > train.txt 2>&1 ||
   { cat train.txt; fail "training on SentencePiece data"; }
-grep -q "^tokenizer: sentencepiece $WORK/sp/tokenizer.model, vocabulary 320 (model.vocab_size 320)" train.txt ||
+grep -q "^tokenizer: sentencepiece $WORK/sp/tokenizer.model, vocabulary 400 (model.vocab_size 400)" train.txt ||
   { cat train.txt; fail "the run did not report its tokenizer"; }
 [ -f run_sp/tokenizer/tokenizer.model ] && [ -f run_sp/tokenizer/tokenizer_info.json ] ||
   fail "the tokenizer was not copied into the run directory"
@@ -75,7 +75,7 @@ grep -q "^The " gen_b.txt && grep -q "tokens agree: 20 of 20" gen_b_err.txt || f
 expect_exit 2 "a tokenizer larger than model.vocab_size" "$BIN" --config "$SRC/configs/tiny.yaml" "${TINY[@]}" \
   --set model.vocab_size=300 --set run.dir="$WORK/run_small" --set data.train="[$WORK/sp/train.bin]" \
   --set data.valid="[$WORK/sp/valid.bin]"
-grep -q "$WORK/sp/tokenizer.model: the data's tokenizer has a vocabulary of 320 ids, larger than model.vocab_size 300" \
+grep -q "$WORK/sp/tokenizer.model: the data's tokenizer has a vocabulary of 400 ids, larger than model.vocab_size 300" \
   err.txt || { cat err.txt; fail "the vocabulary error does not name the file and both sizes"; }
 expect_exit 2 "an empty prompt" "$BIN" generate --checkpoint $CK --prompt ""
 grep -q "prompt is empty" err.txt || fail "the empty prompt message"

@@ -27,7 +27,7 @@ namespace {
 constexpr int64_t kWindow = 24;
 
 ModelDims dims_of(const std::string& model) {
-  const Config c = load_config_text("model: " + model + "\ndata: {train: [x.bin]}\n", "<test>", {});
+  const Config c = load_config_text("model: " + model + "\ntrain: {seq_len: 24}\ndata: {train: [x.bin]}\n", "<test>", {});
   return make_dims(c, 1, kWindow);
 }
 

@@ -93,7 +93,7 @@ TEST_CASE("tokenizer: SentencePiece from prepare_text.py encodes and decodes tex
   test::TempDir dir("tokenizer", "sp");
   std::string out;
   const int rc = e2e::run("/usr/bin/python3 " + std::string(TRAINER_SOURCE_DIR) +
-                              "/scripts/prepare_text.py --tokenizer sentencepiece --vocab-size 300 --out-dir " +
+                              "/scripts/prepare_text.py --tokenizer sentencepiece --vocab-size 400 --out-dir " +
                               dir.path.string() + " '/usr/share/common-licenses/*'",
                           &out);
   INFO(out);
@@ -103,7 +103,7 @@ TEST_CASE("tokenizer: SentencePiece from prepare_text.py encodes and decodes tex
   CHECK(f->kind == "sentencepiece");
   const auto t = load_tokenizer(*f);
   CHECK(t->kind() == "sentencepiece");
-  CHECK(t->vocab_size() == 300);
+  CHECK(t->vocab_size() == 400);
   const std::string text = "The licensee  may\ncopy it.\t\xc3\xa9";
   const auto ids = t->encode(text);
   std::printf("sentencepiece: %zu bytes -> %zu tokens\n", text.size(), ids.size());
