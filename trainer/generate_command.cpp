@@ -60,7 +60,8 @@ int run_generate(const GenerateOptions& opt) {
   const LoadedCheckpoint ck = load_checkpoint(dir);  // verifies every file: a corrupt one throws naming it
   Config saved;
   try {
-    saved = load_config_text(ck.meta.config_yaml, dir + "/manifest.json (config_yaml)", {}, 0);
+    // Validated against the layout it was saved from, not this process.
+    saved = load_config_text(ck.meta.config_yaml, dir + "/manifest.json (config_yaml)", {}, ck.meta.world_size);
   } catch (const ConfigError& e) {
     throw std::runtime_error(std::string("the checkpoint's saved configuration does not load: ") + e.what());
   }
