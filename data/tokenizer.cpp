@@ -129,11 +129,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& f) {
     t->file = f.file;
     return t;
   }
-  const int64_t v = huggingface_vocab_size(f.file);
-  auto t = id_tokenizer(v, f.file + ": the trainer does not encode or decode Hugging Face tokenizers: showing token "
-                                    "ids (prepare the data with a SentencePiece model for text)");
-  t->file = f.file;
-  return t;
+  return huggingface_tokenizer(f.file);
 }
 
 }  // namespace trainer

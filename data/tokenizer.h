@@ -9,9 +9,10 @@
 //   sentencepiece  tokenizer.model through libsentencepiece (encode and
 //                  decode). A build without the library reads the vocabulary
 //                  size from tokenizer_info.json and falls back to ids.
-//   huggingface    tokenizer.json: its vocabulary size (model.vocab and
-//                  added_tokens); text is not encoded or decoded here (the
-//                  ids are printed, with a warning).
+//   huggingface    tokenizer.json (data/hf_tokenizer.cpp): its vocabulary size
+//                  (model.vocab and added_tokens) and decoding (byte-level
+//                  BPE, SentencePiece-style Metaspace / byte fallback); no
+//                  encoding: a prompt is token ids (a warning says so).
 //   ids            no tokenizer at all: ids are printed as numbers and a
 //                  prompt must be a list of numbers.
 #pragma once
@@ -63,7 +64,9 @@ bool have_sentencepiece();
 
 // SentencePiece (data/sentencepiece_tokenizer.cpp); throws without the library.
 std::unique_ptr<Tokenizer> sentencepiece_tokenizer(const std::string& model_file);
-// The vocabulary size of a Hugging Face tokenizer.json (data/hf_tokenizer.cpp).
+// A Hugging Face tokenizer.json and its vocabulary size (data/hf_tokenizer.cpp);
+// both throw std::runtime_error naming the file when it does not parse.
+std::unique_ptr<Tokenizer> huggingface_tokenizer(const std::string& json_file);
 int64_t huggingface_vocab_size(const std::string& json_file);
 
 }  // namespace trainer

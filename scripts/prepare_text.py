@@ -166,12 +166,14 @@ def main():
     args = ap.parse_args()
     if args.tokenizer_json and (args.tokenizer or args.tokenizer_model or args.vocab_size):
         fail("--tokenizer-json excludes --tokenizer, --tokenizer-model and --vocab-size")
+    if args.tokenizer == "bytes" and args.tokenizer_model:
+        fail("--tokenizer bytes and --tokenizer-model exclude each other")
+    if args.tokenizer_model and args.vocab_size:
+        fail("--vocab-size trains a model; --tokenizer-model uses a given one: give one of them")
     kind = "huggingface" if args.tokenizer_json else (
         "sentencepiece" if args.tokenizer_model else (args.tokenizer or "bytes"))
     if kind == "bytes" and args.vocab_size:
         fail("--vocab-size applies to --tokenizer sentencepiece (the byte vocabulary is 256)")
-    if kind != "sentencepiece" and args.tokenizer == "sentencepiece":
-        fail("--tokenizer sentencepiece and --tokenizer-json exclude each other")
 
     n_files, data = read_text(args.inputs)
     os.makedirs(args.out_dir, exist_ok=True)

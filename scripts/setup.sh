@@ -40,3 +40,15 @@ elif /usr/bin/python3 -m venv --system-site-packages "$venv" &&
 else
   echo "setup: could not install tensorboard from PyPI: tests/tensorboard_reader_test.py will be skipped"
 fi
+
+# Optional: the Hugging Face `tokenizers` package for tests/hf_tokenizer_test.sh
+# and prepare_text.py --tokenizer-json (PyPI only). Without it that test is skipped.
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-tokenizers"
+if "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
+  echo "setup: tokenizers present in .venv-tokenizers"
+elif /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+     timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check tokenizers; then
+  echo "setup: installed tokenizers into .venv-tokenizers"
+else
+  echo "setup: could not install tokenizers from PyPI: tests/hf_tokenizer_test.sh will be skipped"
+fi

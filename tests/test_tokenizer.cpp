@@ -83,9 +83,33 @@ TEST_CASE("tokenizer: a Hugging Face tokenizer.json counts its vocabulary and ad
                     Contains("tokenizer.json: the data's tokenizer has a vocabulary of 6 ids"));
   const auto t = load_tokenizer(*find_tokenizer(dir.path.string()));
   CHECK_FALSE(t->encodes_text());
-  CHECK_THAT(t->warning, Contains("does not encode or decode Hugging Face tokenizers"));
+  CHECK_THAT(t->warning, Contains("decodes but does not encode Hugging Face tokenizers"));
+  CHECK(t->encode("2 5") == std::vector<int32_t>{2, 5});
+  CHECK(t->decode({0, 1, 2, 5}) == "abab<s>");
   write(dir / "tokenizer.json", "[]");
   CHECK_THROWS_WITH(huggingface_vocab_size(dir / "tokenizer.json"), Contains("no vocabulary found"));
+}
+
+TEST_CASE("tokenizer: Hugging Face byte-level and Metaspace decoders give the text back", "[tokenizer]") {
+  test::TempDir dir("tokenizer", "hf_decode");
+  // GPT-2's byte-level pieces: U+0120 is the space byte, U+010A the newline;
+  // "c3" and "a9" (as Latin-1 characters) are the two bytes of UTF-8 e-acute.
+  write(dir / "bl.json", R"({"model": {"type": "BPE", "vocab": {"Hello": 0, "\u0120world": 1, "\u010a": 2,
+      "\u00c3": 3, "\u00a9": 4}}, "added_tokens": [{"id": 5, "content": "<|endoftext|>", "special": true}],
+      "decoder": {"type": "ByteLevel"}})");
+  const auto bl = huggingface_tokenizer(dir / "bl.json");
+  CHECK(bl->vocab_size() == 6);
+  CHECK(bl->decode({0, 1, 2, 3, 4, 5, 9}) == "Hello world\n\xc3\xa9<|endoftext|><9>");
+  // A SentencePiece conversion (llama): Replace, ByteFallback, Fuse, Strip.
+  write(dir / "ms.json", R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "<0x0A>": 1,
+      "\u2581The": 2, "\u2581cat": 3}}, "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+      {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}})");
+  const auto ms = huggingface_tokenizer(dir / "ms.json");
+  CHECK(ms->decode({2, 3, 1, 2}) == "The cat\n The");
+  CHECK(ms->warning.find("not built in") == std::string::npos);
+  write(dir / "odd.json", R"({"model": {"vocab": {"a": 0}}, "decoder": {"type": "CTC"}})");
+  CHECK_THAT(huggingface_tokenizer(dir / "odd.json")->warning, Contains("decoder 'CTC' is not built in"));
 }
 
 TEST_CASE("tokenizer: SentencePiece from prepare_text.py encodes and decodes text exactly", "[tokenizer][sentencepiece]") {

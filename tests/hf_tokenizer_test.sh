@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A Hugging Face tokenizer.json end to end: the `tokenizers` package (from
+# PyPI, in .venv-tokenizers when scripts/setup.sh could install it) trains a
+# byte-level BPE on the license texts; scripts/prepare_text.py --tokenizer-json
+# encodes them with it; a tiny model trains on them and records it; the
+# binary's decoding of the data's first ids (through `trainer generate`)
+# equals the package's own decode. Without the package: exit 77 (skipped).
+set -euo pipefail
+BIN=$1 SRC=$2 WORK=$3
+PY="$SRC/.venv-tokenizers/bin/python"
+if ! "$PY" -c "import tokenizers" 2>/dev/null; then
+  echo "skipped: no Python with the tokenizers package at $PY (scripts/setup.sh installs it from PyPI when it can)"
+  exit 77
+fi
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+"$PY" - <<'PY'
+import glob
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train(sorted(glob.glob("/usr/share/common-licenses/*")),
+          trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+tok.save("tokenizer.json")
+PY
+"$PY" "$SRC/scripts/prepare_text.py" --out-dir data --tokenizer-json tokenizer.json '/usr/share/common-licenses/*' | tee prep.txt
+grep -q "(huggingface, vocabulary 400, uint16)" prep.txt || fail "prepare_text did not report the tokenizer"
+"$BIN" --config "$SRC/configs/tiny.yaml" --set model.vocab_size=400 --set model.d_model=32 --set train.steps=5 \
+  --set train.seq_len=32 --set model.max_seq_len=32 --set train.eval_interval=0 --set checkpoint.interval=5 \
+  --set log.progress=lines --set run.dir="$WORK/run" --set data.train="[$WORK/data/train.bin]" \
+  --set data.valid="[$WORK/data/valid.bin]" > train.txt 2>&1 || { cat train.txt; fail "training"; }
+grep -q "^tokenizer: huggingface $WORK/data/tokenizer.json, vocabulary 400" train.txt || fail "no tokenizer line"
+ids=$("$PY" -c "import array; a = array.array('H'); a.frombytes(open('data/train.bin', 'rb').read()[:60]); print(' '.join(map(str, a)))")
+"$BIN" generate --checkpoint run/ckpt --prompt "$ids" --tokens 1 --temperature 0 > cpp.txt 2> err.txt ||
+  { cat err.txt; fail "generate"; }
+grep -q "a prompt must be token ids" err.txt || fail "no warning that the prompt is ids"
+"$PY" - "$ids" <<'PY'
+import sys
+from tokenizers import Tokenizer
+ref = Tokenizer.from_file("tokenizer.json").decode([int(x) for x in sys.argv[1].split()], skip_special_tokens=False)
+# The generated token may end in part of a UTF-8 character: compare as text
+# up to the prompt's last whole character.
+ref = ref.rstrip("\ufffd")
+cpp = open("cpp.txt", encoding="utf-8", errors="replace").read()
+print(f"hf decode: {ref!r}\ntrainer:   {cpp[:len(ref) + 10]!r}")
+sys.exit(0 if len(ref) > 20 and cpp.startswith(ref) else "the binary's decoding differs from the tokenizers package's")
+PY
+echo "hf_tokenizer_test: tokenizer.json data trained on, decoded like the tokenizers package"
