@@ -77,6 +77,10 @@ expect_exit 2 "a tokenizer larger than model.vocab_size" "$BIN" --config "$SRC/c
   --set data.valid="[$WORK/sp/valid.bin]"
 grep -q "$WORK/sp/tokenizer.model: the data's tokenizer has a vocabulary of 400 ids, larger than model.vocab_size 300" \
   err.txt || { cat err.txt; fail "the vocabulary error does not name the file and both sizes"; }
+expect_exit 2 "generate with a tokenizer larger than the checkpoint's model" "$BIN" generate \
+  --checkpoint run_bytes/ckpt --prompt "The" --tokenizer sp/tokenizer.model
+grep -q "sp/tokenizer.model: the tokenizer has a vocabulary of 400 ids, larger than the checkpoint's model.vocab_size 256" \
+  err.txt || { cat err.txt; fail "generate's vocabulary error does not name the file and both sizes"; }
 expect_exit 2 "an empty prompt" "$BIN" generate --checkpoint $CK --prompt ""
 grep -q "prompt is empty" err.txt || fail "the empty prompt message"
 expect_exit 1 "a missing checkpoint" "$BIN" generate --checkpoint "$WORK/nowhere" --prompt "The"
