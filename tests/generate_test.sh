@@ -28,6 +28,10 @@ expect_exit() {  # CODE WHAT CMD...: runs CMD, which must exit CODE; its stderr 
 /usr/bin/python3 "$SRC/scripts/prepare_text.py" --out-dir sp --tokenizer sentencepiece --vocab-size 400 \
   '/usr/share/common-licenses/*' | tee prep.txt
 grep -q "sentencepiece, vocabulary 400, uint16" prep.txt || fail "prepare_text did not report the tokenizer"
+# Deterministic: the same text gives the same model and tokens.
+/usr/bin/python3 "$SRC/scripts/prepare_text.py" --out-dir sp2 --tokenizer sentencepiece --vocab-size 400 \
+  '/usr/share/common-licenses/*' > /dev/null
+cmp sp/tokenizer.model sp2/tokenizer.model && cmp sp/train.bin sp2/train.bin || fail "two preparations differ"
 /usr/bin/python3 "$SRC/scripts/prepare_text.py" --out-dir bytes '/usr/share/common-licenses/*' > /dev/null
 
 TINY=(--set model.vocab_size=400 --set model.d_model=32 --set model.max_seq_len=32 --set train.seq_len=32

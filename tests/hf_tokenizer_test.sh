@@ -47,4 +47,28 @@ cpp = open("cpp.txt", encoding="utf-8", errors="replace").read()
 print(f"hf decode: {ref!r}\ntrainer:   {cpp[:len(ref) + 10]!r}")
 sys.exit(0 if len(ref) > 20 and cpp.startswith(ref) else "the binary's decoding differs from the tokenizers package's")
 PY
-echo "hf_tokenizer_test: tokenizer.json data trained on, decoded like the tokenizers package"
+# A vocabulary of 65536 ids or more needs uint32 tokens: a word-level
+# tokenizer of 70000 entries (the license words first).
+"$PY" - <<'PY'
+import glob, re
+from tokenizers import Tokenizer, models, pre_tokenizers
+words = sorted({w for p in glob.glob("/usr/share/common-licenses/*") for w in re.findall(r"\w+|[^\w\s]", open(p, errors="replace").read())})
+vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+for i in range(70000 - len(vocab)):
+    vocab[f"filler{i}"] = len(vocab)
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tok.save("wide.json")
+PY
+"$PY" "$SRC/scripts/prepare_text.py" --out-dir wide --tokenizer-json wide.json '/usr/share/common-licenses/*' | tee wide.txt
+grep -q "(huggingface, vocabulary 70000, uint32)" wide.txt && grep -q "set data.dtype: uint32" wide.txt ||
+  fail "a 70000-id vocabulary did not give uint32 tokens"
+grep -q '"dtype": "uint32"' wide/tokenizer_info.json || fail "tokenizer_info.json does not say uint32"
+WIDE=(--config "$SRC/configs/tiny.yaml" --set model.vocab_size=70000 --set model.d_model=32 --set train.steps=2
+      --set train.seq_len=32 --set model.max_seq_len=32 --set train.eval_interval=0 --set log.progress=lines
+      --set run.dir="$WORK/run_wide" --set data.train="[$WORK/wide/train.bin]" --set data.valid="[$WORK/wide/valid.bin]")
+"$BIN" "${WIDE[@]}" --set data.dtype=uint32 > wide_train.txt 2>&1 || { cat wide_train.txt; fail "training on uint32 tokens"; }
+set +e; "$BIN" "${WIDE[@]}" --set data.dtype=uint16 > wide_bad.txt 2>&1; rc=$?; set -e
+[ $rc = 2 ] && grep -q "the data was written as uint32 tokens, data.dtype is uint16" wide_bad.txt ||
+  { cat wide_bad.txt; fail "data.dtype uint16 on uint32 data: exit $rc"; }
+echo "hf_tokenizer_test: tokenizer.json data trained on, decoded like the tokenizers package; 70000 ids as uint32"
