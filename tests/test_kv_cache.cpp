@@ -5,7 +5,8 @@
 // magnitude (only the matmuls' summation order differs: one row instead of
 // the whole window), and greedy decoding gives the same tokens exactly.
 // Past the window, the cached path's rule (restart from the last W/2 tokens)
-// is checked against a fresh prefill of those tokens.
+// is checked against a fresh prefill of those tokens, and a prompt longer
+// than the window keeps its last W tokens like the no-cache path.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -120,6 +121,15 @@ void check_model(const std::string& name, const std::string& model) {
   KvDecoder fresh(d, w, kWindow, Device::CPU);
   const std::vector<float> l = fresh.append(tail);
   CHECK(int32_t(std::max_element(l.begin(), l.end()) - l.begin()) == all.back());
+
+  // A prompt longer than the window keeps its last W tokens, as the no-cache
+  // path does: the first token is the same.
+  std::vector<int32_t> long_prompt = all;
+  long_prompt.resize(size_t(kWindow + 7));
+  const auto first_cached = generate_cached(dec, long_prompt, 1, greedy);
+  const auto first_plain = generate_tokens(d, w, kWindow, long_prompt, 1, greedy);
+  CHECK(dec.cached() == kWindow);
+  CHECK(first_cached == first_plain);
 }
 
 }  // namespace
