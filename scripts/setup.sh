@@ -9,6 +9,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
   python3-venv   # .venv-tensorboard below
+  python3-sentencepiece libsentencepiece-dev   # SentencePiece tokenizers: scripts/prepare_text.py and the binary
   fortunes   # ~2.5 MB of English text: the quickstart's training data
   slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
 )
@@ -44,7 +45,8 @@ fi
 # exported directories loaded by the real client), from PyPI into a venv
 # that sees Debian's PyTorch. 4.40 is the newest line that still runs on
 # Debian's torch 1.13 (later ones need torch 2). Failing to get it only
-# skips that test, saying so.
+# skips those tests, saying so. It brings the `tokenizers` package too, for
+# tests/hf_tokenizer_test.sh and prepare_text.py --tokenizer-json.
 hfvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-hf"
 if "$hfvenv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
   echo "setup: transformers present in .venv-hf"

@@ -12,3 +12,14 @@ fi
 "$trainer" --config "$source/configs/quickstart.yaml" \
   --set data.train="[$work/fortunes/train.bin]" --set data.valid="[$work/fortunes/valid.bin]" \
   --set log.progress=lines --smoke-test --steps 100
+# `trainer generate` on a checkpoint of the quickstart model (a few steps):
+# it prints text that continues the prompt.
+"$trainer" --config "$source/configs/quickstart.yaml" \
+  --set data.train="[$work/fortunes/train.bin]" --set data.valid="[$work/fortunes/valid.bin]" \
+  --set log.progress=lines --set run.dir="$work/run" --set checkpoint.resume=none --set train.steps=20 \
+  --set checkpoint.interval=20 --set train.eval_interval=0 --set log.sample_tokens=0 > "$work/train.txt"
+grep -q "^tokenizer: bytes, vocabulary 256" "$work/train.txt" || { cat "$work/train.txt"; echo "no tokenizer line"; exit 1; }
+"$trainer" generate --checkpoint "$work/run/ckpt" --prompt "The " --tokens 60 > "$work/generated.txt"
+cat "$work/generated.txt"
+grep -q "^The " "$work/generated.txt" || { echo "generate did not continue the prompt"; exit 1; }
+[ "$(wc -c < "$work/generated.txt")" -ge 60 ] || { echo "generate printed too little"; exit 1; }

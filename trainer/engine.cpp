@@ -37,6 +37,8 @@
 #include "runtime/device_select.h"
 #include "trainer/generate.h"
 #include "trainer/comm_measured.h"
+#include "trainer/run_tokenizer.h"
+#include "model/kv_cache.h"
 #include "trainer/metrics.h"
 #include "trainer/plan.h"
 #include "trainer/hf_import.h"
@@ -121,6 +123,9 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const int stage = cfg.parallel.zero_stage;
   if (!opt.dump_reference_dir.empty() && opt.launch.launched())
     throw ConfigError("--dump-reference runs in one process");
+  // Every rank checks the data's tokenizer (trainer/run_tokenizer.h) before
+  // any collective, so a mismatch ends each with the same exit 2.
+  const std::optional<TokenizerFiles> data_tokenizer = check_data_tokenizer(cfg);
   DistributedRun dist(cfg, opt.launch, dev.device);
   const int dp = dist.dp(), dp_rank = dist.dp_rank();
   const MeshShape& mesh = dist.mesh();
@@ -254,6 +259,16 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec) throw std::runtime_error(run_dir + ": cannot create run directory: " + ec.message());
+  if (lead && data_tokenizer) {
+    record_tokenizer(*data_tokenizer, run_dir);
+    const std::unique_ptr<Tokenizer> t = load_tokenizer(*data_tokenizer);
+    std::printf("tokenizer: %s%s%s, vocabulary %lld (model.vocab_size %lld), copied to %s/tokenizer/\n",
+                data_tokenizer->kind.c_str(), data_tokenizer->file.empty() ? "" : " ",
+                data_tokenizer->file.c_str(),
+                (long long)(t->vocab_size() > 0 ? t->vocab_size() : data_tokenizer->info_vocab),
+                (long long)cfg.model.vocab_size, run_dir.c_str());
+    if (!t->warning.empty()) std::printf("warning: %s\n", t->warning.c_str());
+  }
 
   const std::string ckpt_root = checkpoint_root(cfg);
   int64_t start_step = 0, tokens = 0;
@@ -647,13 +662,23 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   if (sample) final_weights = models.gather_fp32_weights(single_plan(dims, cfg.model.init_std).params);  // collective
   dist.finish();
   if (sample && lead) {
+    // The data's tokenizer encodes the prompt and decodes the text; the
+    // key/value cache makes each token one token's forward (model/kv_cache.h).
+    const std::unique_ptr<Tokenizer> tok = tokenizer_or_fallback(data_tokenizer, cfg.model.vocab_size);
     std::vector<int32_t> prompt;
-    if (cfg.model.vocab_size == 256)
-      for (unsigned char ch : cfg.log.sample_prompt) prompt.push_back(ch);
-    const auto ids = generate_tokens(dims, final_weights, T, prompt, cfg.log.sample_tokens,
-                                     float(cfg.log.sample_temperature), cfg.run.seed);
-    summary.sample = (cfg.model.vocab_size == 256 ? cfg.log.sample_prompt : std::string()) +
-                     tokens_to_text(ids, cfg.model.vocab_size);
+    if (tok->encodes_text()) {
+      prompt = tok->encode(cfg.log.sample_prompt);
+    } else if (!tok->warning.empty()) {
+      std::printf("warning: %s; log.sample_prompt is not used\n", tok->warning.c_str());
+    }
+    KvDecoder decoder(dims, final_weights, T, Device::CPU);
+    SamplingOptions so;
+    so.temperature = float(cfg.log.sample_temperature);
+    so.seed = cfg.run.seed;
+    const auto ids = generate_cached(decoder, prompt, cfg.log.sample_tokens, so);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), ids.begin(), ids.end());
+    summary.sample = tok->decode(all);
     std::printf("\nsample (temperature %.2f, %d tokens):\n%s\n", cfg.log.sample_temperature,
                 cfg.log.sample_tokens, summary.sample.c_str());
   }

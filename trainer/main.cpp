@@ -6,6 +6,8 @@
 //   trainer schedule --config run.yaml [--world N]
 //   trainer export --checkpoint DIR --out DIR [--dtype bf16|fp32] [--max-shard-size 5GB]
 //   trainer plan --config run.yaml [--world N] [--gpus-per-node G] [--gpu NAME] [--search [--top K]]
+//   trainer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
+//                    [--seed S] [--device cpu|cuda|auto] [--tokenizer PATH] [--compare]
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration (a run
 // directory another trainer holds included: trainer/run_lock.h), 3 a distributed
@@ -31,6 +33,7 @@
 #include "comm/store.h"
 #include "comm/store_secret.h"
 #include "trainer/plan_command.h"
+#include "trainer/generate_command.h"
 #include "trainer/schedule_command.h"
 #include "trainer/smoke.h"
 #include "runtime/watchdog.h"
@@ -96,6 +99,18 @@ int main(int argc, char** argv) {
   plan->add_flag("--search", plan_opt.search, "rank every layout of the world size that keeps the global batch");
   plan->add_option("--top", plan_opt.top, "layouts the search prints (default 10)");
   plan->fallthrough();
+  trainer::GenerateOptions gen;
+  CLI::App* generate = app.add_subcommand("generate", "continue a prompt with the model of a checkpoint (key/value cache)");
+  generate->add_option("--checkpoint", gen.checkpoint, "checkpoint step directory (or a root with `latest`)")->required();
+  generate->add_option("--prompt", gen.prompt, "text to continue, encoded with the data's tokenizer")->required();
+  generate->add_option("--tokens", gen.tokens, "tokens to generate (default 200)");
+  generate->add_option("--temperature", gen.temperature, "sampling temperature; 0: greedy (default 0.8)");
+  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (default 0: all)");
+  generate->add_option("--seed", gen.seed, "seed of the sampling (default 1234)");
+  generate->add_option("--device", gen.device, "cpu, cuda or auto (default auto)");
+  generate->add_option("--tokenizer", gen.tokenizer,
+                       "tokenizer file or directory (default: the run's, see README \"Generating text\")");
+  generate->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -118,6 +133,7 @@ int main(int argc, char** argv) {
       std::fputs(trainer::export_to_hf(export_opt).c_str(), stdout);
       return 0;
     }
+    if (*generate) return trainer::run_generate(gen);
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (config_path.empty())
       throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
