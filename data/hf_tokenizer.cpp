@@ -143,7 +143,7 @@ class HuggingFaceTokenizer final : public Tokenizer {
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t id = ids[i];
       if (id < 0 || id >= int32_t(pieces_.size())) {
-        out += "<" + std::to_string(id) + ">";
+        out.append(1, '<').append(std::to_string(id)).append(1, '>');
         continue;
       }
       std::string p = pieces_[size_t(id)];

@@ -45,7 +45,7 @@ class SentencePieceTokenizer final : public Tokenizer {
         run.push_back(t);
       } else {
         flush();
-        out += "<" + std::to_string(t) + ">";
+        out.append(1, '<').append(std::to_string(t)).append(1, '>');
       }
     }
     flush();

@@ -59,7 +59,7 @@ class IdTokenizer final : public Tokenizer {
   }
   std::string decode(const std::vector<int32_t>& ids) const override {
     std::string s;
-    for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) s.append(i ? " " : "").append(std::to_string(ids[i]));
     return s;
   }
 
