@@ -4,7 +4,8 @@
 set -euo pipefail
 trainer=$1 source=$2 work=$3
 mkdir -p "$work"
-if [ ! -f "$work/fortunes/train.bin" ]; then
+# Prepared again when an older prepare_text.py left no tokenizer_info.json.
+if [ ! -f "$work/fortunes/train.bin" ] || [ ! -f "$work/fortunes/tokenizer_info.json" ]; then
   mapfile -t texts < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name '*art*' | sort)
   [ ${#texts[@]} -gt 0 ] || { echo "no /usr/share/games/fortunes texts: run scripts/setup.sh"; exit 1; }
   python3 "$source/scripts/prepare_text.py" --out-dir "$work/fortunes" "${texts[@]}"
