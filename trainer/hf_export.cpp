@@ -1,5 +1,8 @@
 #include "trainer/hf_export.h"
 
+#include <fstream>
+#include <optional>
+
 #include <cctype>
 #include <filesystem>
 
@@ -9,6 +12,8 @@
 #include "config/config.h"
 #include "model/dims.h"
 #include "model/params.h"
+#include "data/tokenizer.h"
+#include "trainer/run_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -34,18 +39,38 @@ uint64_t parse_size(const std::string& text, const std::string& flag) {
 
 namespace {
 
-// The tokenizer files a run's data came with: next to the first training file.
-std::vector<fs::path> tokenizer_files(const Config& c) {
-  std::vector<fs::path> out;
-  for (const std::string& entry : c.data.train) {
-    // "WEIGHT PATH" entries: the path is the last word.
-    const std::string path = entry.substr(entry.find_last_of(' ') == std::string::npos ? 0 : entry.find_last_of(' ') + 1);
-    const fs::path dir = fs::path(path).parent_path();
-    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
-      if (fs::exists(dir / name)) out.push_back(dir / name);
-    break;
+// The run's tokenizer, where `trainer generate` looks too (trainer/run_tokenizer.h):
+// the run directory's copy, the one beside the checkpoint root, the data's.
+std::optional<TokenizerFiles> run_tokenizer_files(const Config& c, const std::string& step_dir) {
+  std::vector<fs::path> places = {fs::path(c.run_dir()) / "tokenizer",
+                                  fs::path(step_dir).parent_path().parent_path() / "tokenizer"};
+  const std::string first = first_train_file(c);
+  if (!first.empty()) places.push_back(fs::path(first).parent_path());
+  for (const fs::path& p : places)
+    if (fs::is_directory(p))
+      if (auto t = find_tokenizer(p.string())) return t;
+  return std::nullopt;
+}
+
+// tokenizer_config.json, which AutoTokenizer reads first. SentencePiece
+// models go through LlamaTokenizer in its legacy mode, which encodes exactly
+// as SentencePiece does for the models prepare_text.py trains (no dummy
+// prefix; <unk> <s> </s> at ids 0, 1, 2); tokenizer.json through the fast
+// tokenizer that reads it.
+json::Value tokenizer_config(const TokenizerFiles& t) {
+  json::Value j;
+  if (t.kind == "sentencepiece") {
+    j["tokenizer_class"] = "LlamaTokenizer";
+    j["legacy"] = true;
+    j["add_bos_token"] = false;
+    j["add_eos_token"] = false;
+    j["unk_token"] = "<unk>";
+    j["bos_token"] = "<s>";
+    j["eos_token"] = "</s>";
+  } else {
+    j["tokenizer_class"] = "PreTrainedTokenizerFast";
   }
-  return out;
+  return j;
 }
 
 }  // namespace
@@ -74,9 +99,17 @@ std::string export_to_hf(const ExportOptions& opt) {
   std::string report = "exported " + dir + " (step " + std::to_string(ck.meta.step) + ", layout " + ck.meta.layout +
                        ") -> " + opt.out + ": " + arch + ", " + std::to_string(theirs.size()) + " tensors, " +
                        dtype_name(opt.dtype) + "\n";
-  for (const fs::path& f : tokenizer_files(c)) {
-    fs::copy_file(f, fs::path(opt.out) / f.filename(), fs::copy_options::overwrite_existing);
-    report += "  tokenizer: " + f.string() + "\n";
+  if (const auto tok = run_tokenizer_files(c, dir); tok && tok->kind != "bytes") {
+    for (const std::string& f : tok->all)
+      fs::copy_file(f, fs::path(opt.out) / fs::path(f).filename(), fs::copy_options::overwrite_existing);
+    const fs::path cfg = fs::path(opt.out) / "tokenizer_config.json";
+    if (!fs::exists(cfg)) {
+      std::ofstream out(cfg);
+      out << json::dump(tokenizer_config(*tok), 2) << "\n";
+      out.flush();
+      if (!out) throw std::runtime_error(cfg.string() + ": cannot write");
+    }
+    report += "  tokenizer: " + tok->kind + " from " + tok->dir + " (with tokenizer_config.json for AutoTokenizer)\n";
   }
   if (c.model.moe.num_experts > 0 && c.model.moe.capacity_factor > 0)
     report += "  note: trained with model.moe.capacity_factor=" + std::to_string(c.model.moe.capacity_factor) +

@@ -11,7 +11,9 @@ For a llama with grouped-query attention, a tied gpt2 and a Mixtral-style MoE:
   3. bf16 export equals the fp32 tensors rounded to bf16; a sharded export
      (index.json) loads and holds the same tensors;
   4. a model transformers initialised and saved (save_pretrained) trains here
-     with transformers' step-0 loss (rel 1e-5) and logits (rel 1e-4).
+     with transformers' step-0 loss (rel 1e-5) and logits (rel 1e-4);
+  5. the data's SentencePiece tokenizer is exported with it and AutoTokenizer
+     encodes a text as SentencePiece does.
 Then bad inputs: unknown architecture, missing tensor, wrong shape, a model
 without a Hugging Face twin, an existing output directory.
 
@@ -216,6 +218,27 @@ def main():
         run(["--config", cfg, "--set", f"run.dir={WORK}/saved_{name}_run", "--set", f"model.init_from={saved}",
              "--set", "checkpoint.interval=0", "--dump-reference", f"{WORK}/saved_{name}_dump"])
         hf_logits_vs_dump(saved, f"{WORK}/saved_{name}_dump", f"{name} saved by transformers, trained here")
+
+    # The data's SentencePiece tokenizer goes with the export, and
+    # transformers' AutoTokenizer encodes as SentencePiece does.
+    sp_data = os.path.join(WORK, "sp_data")
+    subprocess.run(["/usr/bin/python3", os.path.join(SRC, "scripts/prepare_text.py"), "--out-dir", sp_data,
+                    "--tokenizer", "sentencepiece", "--vocab-size", "400", "/usr/share/common-licenses/GPL-3"],
+                   check=True, capture_output=True)
+    cfg = os.path.join(WORK, "sp.yaml")
+    write_config(cfg, MODELS["llama"].replace("vocab_size: 256", "vocab_size: 400"), f"{sp_data}/train.bin", 2)
+    run(["--config", cfg, "--set", f"run.dir={WORK}/sp_run"])
+    run(["export", "--checkpoint", f"{WORK}/sp_run/ckpt", "--out", f"{WORK}/sp_hf"])
+    try:
+        import sentencepiece
+        sp = sentencepiece.SentencePieceProcessor(model_file=f"{sp_data}/tokenizer.model")
+        tok = transformers.AutoTokenizer.from_pretrained(f"{WORK}/sp_hf", use_fast=False)
+        text = open("/usr/share/common-licenses/LGPL-2.1").read()[:20000]
+        a, b = tok.encode(text, add_special_tokens=False), sp.encode(text)
+        check(a == b, f"SentencePiece export: AutoTokenizer ({type(tok).__name__}) encodes {len(b)} tokens of another "
+                      f"text as SentencePiece does: {a == b}")
+    except ImportError as e:
+        check(False, f"SentencePiece export: python sentencepiece missing ({e}); scripts/setup.sh installs it")
 
     # Bad inputs.
     cfg = os.path.join(WORK, "llama", "run.yaml")
