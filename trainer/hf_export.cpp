@@ -1,10 +1,8 @@
 #include "trainer/hf_export.h"
 
-#include <fstream>
-#include <optional>
-
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_files.h"
@@ -38,19 +36,6 @@ uint64_t parse_size(const std::string& text, const std::string& flag) {
 }
 
 namespace {
-
-// The run's tokenizer, where `trainer generate` looks too (trainer/run_tokenizer.h):
-// the run directory's copy, the one beside the checkpoint root, the data's.
-std::optional<TokenizerFiles> run_tokenizer_files(const Config& c, const std::string& step_dir) {
-  std::vector<fs::path> places = {fs::path(c.run_dir()) / "tokenizer",
-                                  fs::path(step_dir).parent_path().parent_path() / "tokenizer"};
-  const std::string first = first_train_file(c);
-  if (!first.empty()) places.push_back(fs::path(first).parent_path());
-  for (const fs::path& p : places)
-    if (fs::is_directory(p))
-      if (auto t = find_tokenizer(p.string())) return t;
-  return std::nullopt;
-}
 
 // tokenizer_config.json, which AutoTokenizer reads first. SentencePiece
 // models go through LlamaTokenizer in its legacy mode, which encodes exactly
@@ -99,7 +84,7 @@ std::string export_to_hf(const ExportOptions& opt) {
   std::string report = "exported " + dir + " (step " + std::to_string(ck.meta.step) + ", layout " + ck.meta.layout +
                        ") -> " + opt.out + ": " + arch + ", " + std::to_string(theirs.size()) + " tensors, " +
                        dtype_name(opt.dtype) + "\n";
-  if (const auto tok = run_tokenizer_files(c, dir); tok && tok->kind != "bytes") {
+  if (const auto tok = saved_tokenizer_files(c, dir); tok && tok->kind != "bytes") {
     for (const std::string& f : tok->all)
       fs::copy_file(f, fs::path(opt.out) / fs::path(f).filename(), fs::copy_options::overwrite_existing);
     const fs::path cfg = fs::path(opt.out) / "tokenizer_config.json";

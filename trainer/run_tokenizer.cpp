@@ -67,6 +67,23 @@ std::unique_ptr<Tokenizer> tokenizer_or_fallback(const std::optional<TokenizerFi
                                   "tokenizer.json): showing token ids");
 }
 
+std::optional<TokenizerFiles> saved_tokenizer_files(const Config& saved, const std::string& checkpoint_dir) {
+  std::error_code ec;
+  std::vector<std::string> places = {(fs::path(saved.run_dir()) / "tokenizer").string(),
+                                     (fs::path(checkpoint_dir).parent_path().parent_path() / "tokenizer").string()};
+  try {
+    const std::string first = first_train_file(saved);
+    if (!first.empty()) places.push_back(fs::path(first).parent_path().string());
+  } catch (const std::exception&) {
+    // The data may be gone (another machine): the other places still count.
+  }
+  for (const std::string& dir : places) {
+    if (!fs::is_directory(dir, ec)) continue;
+    if (auto f = find_tokenizer(dir)) return f;  // throws when its info names a missing file
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const Config& saved, const std::string& checkpoint_dir,
                                                     const std::string& override_path, std::string& chosen) {
   std::error_code ec;
@@ -87,20 +104,9 @@ std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const Config& saved, const s
     chosen = override_path;
     return load_tokenizer(f);
   }
-  std::vector<std::string> places = {(fs::path(saved.run_dir()) / "tokenizer").string(),
-                                     (fs::path(checkpoint_dir).parent_path().parent_path() / "tokenizer").string()};
-  try {
-    const std::string first = first_train_file(saved);
-    if (!first.empty()) places.push_back(fs::path(first).parent_path().string());
-  } catch (const std::exception&) {
-    // The data may be gone (another machine): the other places still count.
-  }
-  for (const std::string& dir : places) {
-    if (!fs::is_directory(dir, ec)) continue;
-    if (auto f = find_tokenizer(dir)) {  // throws when its info names a missing file
-      chosen = dir;
-      return load_tokenizer(*f);
-    }
+  if (auto f = saved_tokenizer_files(saved, checkpoint_dir)) {
+    chosen = f->dir;
+    return load_tokenizer(*f);
   }
   chosen = "";
   return tokenizer_or_fallback(std::nullopt, saved.model.vocab_size);

@@ -39,6 +39,9 @@ std::optional<TokenizerFiles> check_data_tokenizer(const Config& cfg);
 // throws std::runtime_error naming the file that cannot be copied.
 void record_tokenizer(const TokenizerFiles& files, const std::string& run_dir);
 
+// The tokenizer files of a checkpoint's run: places 2-4 of the order above
+// (`trainer export` takes them along); nullopt when none is there.
+std::optional<TokenizerFiles> saved_tokenizer_files(const Config& saved, const std::string& checkpoint_dir);
 // The tokenizer to show a checkpoint's text with (the lookup order above);
 // `chosen` says where it came from.
 std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const Config& saved, const std::string& checkpoint_dir,
