@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/device_memory.h"
+#include "core/half_float.h"
 #include "core/tensor.h"
 
 namespace trainer::gputest {
@@ -83,19 +84,8 @@ inline std::string fmt(const char* f, ...) {
 }
 
 // ---- host rounding, round to nearest even as __float2bfloat16 / __float2half --
-inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-inline float from_bf16_bits(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline uint16_t bf16_bits(float f) { return bf16_from_f32(f); }
+inline float from_bf16_bits(uint16_t b) { return f32_from_bf16(b); }
 // GCC's _Float16 converts in software with IEEE round to nearest even,
 // subnormals and overflow to inf included.
 inline uint16_t f16_bits(float f) {
