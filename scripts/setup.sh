@@ -27,32 +27,33 @@ else
   echo "setup: all Debian packages present"
 fi
 
-# Optional: TensorBoard's own reader for tests/tensorboard_reader_test.py,
-# from PyPI into a venv beside the checkout (Debian does not package it).
-# Failing to get it only skips that test; tests/test_tensorboard.cpp reads
-# the event files with its own reader regardless.
-venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-tensorboard"
-if "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then
-  echo "setup: tensorboard present in .venv-tensorboard"
-elif /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-     timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check tensorboard; then
-  echo "setup: installed tensorboard into .venv-tensorboard"
-else
-  echo "setup: could not install tensorboard from PyPI: tests/tensorboard_reader_test.py will be skipped"
-fi
+# Optional Python packages from PyPI (Debian does not package them), each in
+# a venv beside the checkout that also sees Debian's packages (PyTorch):
+#   optional_venv NAME IMPORTS WHAT-IS-SKIPPED TIMEOUT PIP-SPEC...
+# Failing to get one only skips the tests that need it, which say so.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+optional_venv() {
+  local name=$1 imports=$2 skipped=$3 limit=$4
+  local venv="$root/$name"
+  shift 4
+  if "$venv/bin/python" -c "import $imports" 2>/dev/null; then
+    echo "setup: $imports present in $name"
+  elif /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+       timeout "$limit" "$venv/bin/pip" install -q --disable-pip-version-check "$@"; then
+    echo "setup: installed $* into $name"
+  else
+    echo "setup: could not install $* from PyPI: $skipped will be skipped"
+  fi
+}
 
-# Optional: Hugging Face transformers for tests/hf/hf_interop_test.py (the
-# exported directories loaded by the real client), from PyPI into a venv
-# that sees Debian's PyTorch. 4.40 is the newest line that still runs on
-# Debian's torch 1.13 (later ones need torch 2). Failing to get it only
-# skips those tests, saying so. It brings the `tokenizers` package too, for
-# tests/hf_tokenizer_test.sh and prepare_text.py --tokenizer-json.
-hfvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-hf"
-if "$hfvenv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
-  echo "setup: transformers present in .venv-hf"
-elif /usr/bin/python3 -m venv --system-site-packages "$hfvenv" &&
-     timeout 600 "$hfvenv/bin/pip" install -q --disable-pip-version-check "transformers==4.40.2" "safetensors>=0.4,<0.5"; then
-  echo "setup: installed transformers into .venv-hf"
-else
-  echo "setup: could not install transformers from PyPI: tests/hf/hf_interop_test.py will be skipped"
-fi
+# TensorBoard's own reader for tests/tensorboard_reader_test.py;
+# tests/test_tensorboard.cpp reads the event files with its own reader regardless.
+optional_venv .venv-tensorboard tensorboard tests/tensorboard_reader_test.py 300 tensorboard
+
+# Hugging Face transformers for tests/hf/hf_interop_test.py (the exported
+# directories loaded by the real client). 4.40 is the newest line that still
+# runs on Debian's torch 1.13 (later ones need torch 2). It brings the
+# `tokenizers` package too, for tests/hf_tokenizer_test.sh and
+# prepare_text.py --tokenizer-json.
+optional_venv .venv-hf "transformers, safetensors" "tests/hf/hf_interop_test.py and tests/hf_tokenizer_test.sh" 600 \
+  "transformers==4.40.2" "safetensors>=0.4,<0.5"
