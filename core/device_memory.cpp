@@ -1,5 +1,7 @@
 #include "core/device_memory.h"
 
+#include "core/host_memory.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +18,6 @@
 namespace trainer {
 
 namespace {
-constexpr size_t kAlign = 64;
 
 #ifdef TRAINER_HAVE_CUDA
 void check(cudaError_t e, const std::string& what) {
@@ -71,13 +72,7 @@ Staging& staging() {
 
 void* device_alloc(size_t bytes, Device d, const std::string& label) {
   if (bytes == 0) return nullptr;
-  if (d == Device::CPU) {
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded);
-    if (!p) throw std::runtime_error("out of host memory: " + label + " needs " + std::to_string(bytes) + " bytes");
-    std::memset(p, 0, rounded);
-    return p;
-  }
+  if (d == Device::CPU) return host_alloc_zeroed(bytes, label);
 #ifdef TRAINER_HAVE_CUDA
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
@@ -101,10 +96,7 @@ void* device_alloc(size_t bytes, Device d, const std::string& label) {
 
 void device_free(void* p, Device d) {
   if (!p) return;
-  if (d == Device::CPU) {
-    std::free(p);
-    return;
-  }
+  if (d == Device::CPU) return host_free(p);
 #ifdef TRAINER_HAVE_CUDA
   cudaFree(p);  // no throw from destructors
 #endif

@@ -222,21 +222,43 @@ void ZeroOptimizer::drop_gathered() {
   for (Slot& s : wslots_) release(s);
 }
 
+namespace {
+// Host staging per read, bounded: a whole piece (a 50k-row embedding is
+// 150 MiB) staged at once would show as a start-up peak above the plan.
+constexpr int64_t kLoadChunk = int64_t(1) << 22;
+
+// dst's elements from `read`, in chunks; a host F32 destination is read into
+// directly, anything else through one bounded staging buffer.
+void load_into(Tensor dst, const std::function<void(int64_t, int64_t, float*)>& read, std::vector<float>& stage) {
+  const int64_t count = dst.numel();
+  const bool direct = dst.device == Device::CPU && dst.dtype == DType::F32;
+  for (int64_t off = 0; off < count; off += kLoadChunk) {
+    const int64_t n = std::min(kLoadChunk, count - off);
+    if (direct) {
+      read(off, n, dst.f32() + off);
+      continue;
+    }
+    stage.resize(size_t(n));
+    read(off, n, stage.data());
+    write_from_host(Tensor(static_cast<char*>(dst.data) + off * 4, DType::F32, {n}, dst.device), stage.data());
+  }
+}
+}  // namespace
+
 void ZeroOptimizer::load(const PieceReader& read, bool moments) {
-  std::vector<float> host;
+  std::vector<float> stage;
   for (const ZeroPiece& p : opt_pieces_) {
-    host.resize(size_t(p.count));
-    read("model", p.param, p.begin, p.count, host.data());
-    write_from_host(fp32_weight(p), host.data());
+    auto from = [&](const char* what) {
+      return [&, what](int64_t off, int64_t n, float* dst) { read(what, p.param, p.begin + off, n, dst); };
+    };
+    load_into(fp32_weight(p), from("model"), stage);
     if (mixed_) ops::convert(weight_view(p), fp32_weight(p));
+    // Without moments they stay as allocated: zero (device_alloc). Writing
+    // the zeros again would touch every page of the optimizer state at
+    // start-up, before the first step needs it.
     if (moments) {
-      read("optim/m", p.param, p.begin, p.count, host.data());
-      write_from_host(moment_m(p), host.data());
-      read("optim/v", p.param, p.begin, p.count, host.data());
-      write_from_host(moment_v(p), host.data());
-    } else {
-      ops::fill(moment_m(p), 0.f);
-      ops::fill(moment_v(p), 0.f);
+      load_into(moment_m(p), from("optim/m"), stage);
+      load_into(moment_v(p), from("optim/v"), stage);
     }
   }
   gather_all_units();

@@ -84,9 +84,11 @@ class ZeroOptimizer final : public UnitHooks {
   size_t grad_bytes() const;
 
   // Sets the fp32 value of this rank's elements: `read(param, begin, count,
-  // dst)` supplies elements [begin, begin + count) of a parameter, for the
-  // weights and (when `moments`) for AdamW m and v. Collective: the updated
-  // shards are gathered afterwards.
+  // dst)` supplies elements [begin, begin + count) of a parameter (in
+  // bounded chunks), for the weights and (when `moments`) for AdamW m and v.
+  // Without `moments`, m and v must still be as allocated (zero): only a
+  // fresh optimizer is loaded that way. Collective: the updated shards are
+  // gathered afterwards.
   using PieceReader = std::function<void(const std::string& what, int param, int64_t begin, int64_t count, float* dst)>;
   void load(const PieceReader& read, bool moments);
 

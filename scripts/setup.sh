@@ -6,6 +6,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libyaml-cpp-dev libcli11-dev catch2 nlohmann-json3-dev
   libopenblas-dev libgloo-dev
+  libopenblas0-openmp   # OpenBLAS on the OpenMP threads (CMakeLists.txt: one thread pool)
   libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy python3-yaml python3-matplotlib
   python3-venv   # .venv-tensorboard below

@@ -56,8 +56,7 @@
 #include "trainer/stage_models.h"
 #include "runtime/distributed_run.h"
 #include "runtime/watchdog.h"
-
-extern "C" void openblas_set_num_threads(int);
+#include "kernels/cpu/blas_info.h"
 
 namespace trainer {
 
@@ -143,13 +142,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const DType storage = storage_dtype(cfg.train.precision, dev.device);
   if (!opt.dump_reference_dir.empty() && dev.device != Device::CPU)
     throw ConfigError("--dump-reference compares against the fp32 PyTorch reference: run it with train.device=cpu");
-  if (cfg.train.threads > 0) {
-    omp_set_num_threads(cfg.train.threads);
-    openblas_set_num_threads(cfg.train.threads);
-  }
+  if (cfg.train.threads > 0) cpu::set_cpu_threads(cfg.train.threads);
   const int threads = omp_get_max_threads();
   if (lead)
-    std::printf("%s, %d thread%s, storage %s%s%s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
+    std::printf("%s, %d thread%s%s, storage %s%s%s%s\n", dev.line.c_str(), threads, threads == 1 ? "" : "s",
+                dev.device == Device::CPU ? (" (BLAS: OpenBLAS " + cpu::blas_threading() + ")").c_str() : "",
                 dtype_name(storage),
                 mesh.tp > 1 ? (", tensor parallel " + std::to_string(mesh.tp) + (cfg.parallel.sp ? " with sp" : ""))
                                   .c_str()

@@ -1,7 +1,9 @@
 // Softmax cross-entropy of the CPU backend (see kernels/op_list.h), fused and
-// vocabulary-parallel: one pass over each row for the log-sum-exp, one more
-// to write the gradient, and no [N, V] probability tensor, so dlogits can
-// overwrite logits in place.
+// vocabulary-parallel, with no [N, V] probability tensor, so dlogits can
+// overwrite logits in place. Per row: one pass for the max, one that takes
+// e^(x - max) once per logit (vectorized, fast_exp.h) into the sum and, when
+// a gradient is wanted, into its row, and one that scales that row. At the
+// GPT-2 vocabulary this op was two double-precision libm exps per logit.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,20 +11,39 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/row_math.h"
 
 namespace trainer::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
 
-// The logit gradient of one row: softmax x grad_scale over its first `cols`
-// columns, and at the target column t (when 0 <= t < cols) p_t - 1 in
-// double: rounding p_t * grad_scale to fp32 first would lose the digits
-// that matter when the model is confident. target_logit is read by the
-// caller before drow, which may be row itself, is written.
-void gradient_row(float* drow, const float* row, int64_t cols, double lse, int64_t t, double target_logit,
-                  float grad_scale) {
-  for (int64_t j = 0; j < cols; ++j) drow[j] = float(std::exp(double(row[j]) - lse) * grad_scale);
+// sum_j e^(x_j - ref) in double (50k terms), with eight accumulators so the
+// adds are not one dependency chain; kWrite also stores each term in e
+// (which may be x).
+template <bool kWrite>
+double exp_sum(float* e, const float* x, int64_t n, float ref) {
+  double s[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) {
+      const float v = fast_exp(x[j + l] - ref);
+      if constexpr (kWrite) e[j + l] = v;
+      s[l] += v;
+    }
+  for (; j < n; ++j) {
+    const float v = fast_exp(x[j] - ref);
+    if constexpr (kWrite) e[j] = v;
+    s[0] += v;
+  }
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// The target column of a gradient row, p_t - 1, in double: rounding p_t *
+// grad_scale to fp32 first would lose the digits that matter when the model
+// is confident.
+void target_gradient(float* drow, int64_t t, int64_t cols, double lse, double target_logit, float grad_scale) {
   if (t >= 0 && t < cols) drow[t] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
 }
 
@@ -55,15 +76,16 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
       if (drow) std::fill(drow, drow + V, 0.f);
       continue;
     }
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
-    double sum = 0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - mx);
-    const double lse = double(mx) + std::log(sum);
-    // Read before the gradient pass: drow may be row itself.
+    const float mx = row_max(row, V);
+    // Read before the exp pass: drow may be row itself.
     const double target_logit = row[t];
+    const double sum = drow ? exp_sum<true>(drow, row, V, mx) : exp_sum<false>(nullptr, row, V, mx);
+    const double lse = double(mx) + std::log(sum);
     loss[n] = float(lse - target_logit);
-    if (drow) gradient_row(drow, row, V, lse, t, target_logit, grad_scale);
+    if (!drow) continue;
+    const float scale = float(grad_scale / sum);
+    for (int64_t j = 0; j < V; ++j) drow[j] *= scale;
+    target_gradient(drow, t, V, lse, target_logit, grad_scale);
   }
 }
 
@@ -84,14 +106,12 @@ void cross_entropy_partial_stats(Tensor stats, Tensor logits, Tensor targets, in
 #pragma omp parallel for schedule(static) if (N * valid_cols >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = x + n * Vl;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < valid_cols; ++j) mx = std::max(mx, row[j]);
+    const float mx = row_max(row, valid_cols);
     // Logits that are all -inf carry no probability (s = 0, as for no
     // columns; the other ranks' columns still count), not the NaN of
     // exp(-inf - -inf); measured from 0 then, a NaN logit still makes s NaN.
-    const double ref = mx == -std::numeric_limits<float>::infinity() ? 0.0 : double(mx);
-    double sum = 0;
-    for (int64_t j = 0; j < valid_cols; ++j) sum += std::exp(double(row[j]) - ref);
+    const float ref = mx == -std::numeric_limits<float>::infinity() ? 0.f : mx;
+    const double sum = exp_sum<false>(nullptr, row, valid_cols, ref);
     const int64_t local = int64_t(tg[n]) - vocab_offset;
     const bool held = tg[n] >= 0 && local >= 0 && local < valid_cols;
     st[3 * n + 0] = mx;
@@ -139,7 +159,14 @@ void cross_entropy_vocab_parallel(Tensor losses, Tensor dlogits, Tensor logits, 
                            : std::numeric_limits<double>::quiet_NaN();
     loss[n] = float(lse - target_logit);
     if (!drow) continue;
-    gradient_row(drow, row, valid_cols, lse, int64_t(t) - vocab_offset, target_logit, grad_scale);
+    // e^(x - lse) as e^(x - m_here) e^(m_here - lse): the exponent of the
+    // vectorized pass stays a float difference of logits.
+    const float here = row_max(row, valid_cols);
+    const float ref = here == -std::numeric_limits<float>::infinity() ? 0.f : here;
+    exp_sum<true>(drow, row, valid_cols, ref);
+    const float scale = float(std::exp(double(ref) - lse) * grad_scale);
+    for (int64_t j = 0; j < valid_cols; ++j) drow[j] *= scale;
+    target_gradient(drow, int64_t(t) - vocab_offset, valid_cols, lse, target_logit, grad_scale);
     std::fill(drow + valid_cols, drow + Vl, 0.f);  // padding columns
   }
 }

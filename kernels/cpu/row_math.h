@@ -1,0 +1,32 @@
+// Reductions over one row of floats, shared by the softmax of attention and
+// the cross-entropy.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace trainer::cpu {
+
+// Eight independent accumulators: one running max or sum would be a single
+// dependency chain, bound by latency rather than throughput.
+inline float row_max(const float* x, int64_t n) {
+  float m[8];
+  std::fill(m, m + 8, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], x[j + l]);
+  for (; j < n; ++j) m[0] = std::max(m[0], x[j]);
+  return *std::max_element(m, m + 8);
+}
+
+inline double row_sum(const float* x, int64_t n) {
+  double s[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) s[l] += x[j + l];
+  for (; j < n; ++j) s[0] += x[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+}  // namespace trainer::cpu
