@@ -5,11 +5,32 @@ Times full optimizer steps (forward, backward, clip, AdamW) of each shape in
 both, median over the timed steps after warm-up, next to the machine's sgemm
 rate measured in the same run; for the trainer also its peak RSS against the
 memory plan it prints, and its start-up (process wall time minus its steps).
-Shapes (--shapes, default all): llama-d256 (4 layers), llama-d512 (8 layers),
-gpt2-124m at 2 x 256 and at 4 x 512 tokens. It writes its own byte-level data
-and prints the table; --write also puts it into docs/PERFORMANCE.md between
-the CPU-benchmark markers. A benchmark, never a test.
+Shapes (--shapes, default the first four): llama-d256 (4 layers), llama-d512
+(8 layers), gpt2-124m at 2 x 256 and at 4 x 512 tokens, and gpt2-124m-4x64
+(llm.c's shape, below). It writes its own byte-level data and prints the
+table; --write also puts it into docs/PERFORMANCE.md between the CPU-benchmark
+markers. A benchmark, never a test.
 Run with Debian's python3 (it has torch): /usr/bin/python3 scripts/bench_cpu.py [--write]
+
+Optional second peer after PyTorch, Karpathy's llm.c CPU trainer (--llmc PATH): build it
+yourself, outside this repository (clone https://github.com/karpathy/llm.c and
+run `make train_gpt2` in it), then pass `--llmc path/to/train_gpt2`. Nothing is
+downloaded or built here. Its main() hard-codes GPT-2 124M at B=4, T=64 and
+cannot be told another shape, so --llmc adds the gpt2-124m-4x64 shape to the
+default shapes and fills the llm.c columns of that row only ("—" elsewhere).
+The bench runs the binary in a temporary directory that holds what main()
+opens: gpt2_124M.bin (a random-init checkpoint in llm.c's fp32 format: 256
+int32 header of magic 20240326, version 3, maxT 1024, V 50257, L 12, NH 12,
+C 768, Vp 50304, then the 16 parameter tensors in its order) and
+dev/data/tinyshakespeare/tiny_shakespeare_{train,val}.bin (256 int32 header
+of magic 20240520, version 1, token count, then uint16 tokens: the same
+license-text bytes, valid GPT-2 ids). No gpt2_tokenizer.bin: llm.c only warns
+and needs it for its text sample at step 20, which the bench never reaches: it
+reads llm.c's "step N: train loss X (took Y ms)" lines, whose time is
+llm.c's own clock around one training step (next batch, forward, zero-grad,
+backward, AdamW; its validation every 10 steps lies outside it), and stops it
+after --warmup + --steps of them (at most 20). llm.c uses OMP_NUM_THREADS =
+--threads and the same OMP_WAIT_POLICY.
 """
 import argparse
 import datetime
@@ -17,11 +38,14 @@ import json
 import math
 import os
 import platform
+import pty
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 
 # The trainer runs its OpenMP threads with a passive wait policy (trainer/main.cpp);
 # PyTorch gets the same, which is also PyTorch's faster setting on this machine.
@@ -38,7 +62,17 @@ SHAPES = {
     "gpt2-124m": dict(arch="gpt2", d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab=50257, seq=256, micro=2),
     "gpt2-124m-4x512": dict(arch="gpt2", d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab=50257, seq=512,
                             micro=4),
+    # llm.c's train_gpt2.c main() hard-codes B = 4, T = 64; this row compares all three at that shape.
+    "gpt2-124m-4x64": dict(arch="gpt2", d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab=50257, seq=64,
+                           micro=4),
 }
+# Today's default set; the 4 x 64 row exists for llm.c, so it joins the default only with --llmc.
+DEFAULT_SHAPES = ["llama-d256", "llama-d512", "gpt2-124m", "gpt2-124m-4x512"]
+LLMC_SHAPE = "gpt2-124m-4x64"
+# The model llm.c's main() builds from gpt2_124M.bin: GPT-2 124M as its exporter writes it,
+# context 1024 and the vocabulary padded to a multiple of 128 (rows 50257..50303 stay zero).
+LLMC_MODEL = dict(max_seq_len=1024, vocab=50257, padded_vocab=50304, n_layers=12, n_heads=12, d_model=768)
+LLMC_MAX_STEPS = 20  # its loop samples text at step 20 (needs gpt2_tokenizer.bin, minutes of forwards)
 
 
 def llama_ffn(d):
@@ -200,13 +234,131 @@ log: {{interval: 1, progress: lines}}
                     plan_mib=plan_mib, startup_s=wall - sum(ms) / 1e3)
 
 
-def byte_data(path):
-    """Byte tokens of the system's license texts (no download)."""
-    text = b"".join(open(os.path.join("/usr/share/common-licenses", n), "rb").read()
+def license_bytes():
+    """The system's license texts (no download), the bench's training text."""
+    return b"".join(open(os.path.join("/usr/share/common-licenses", n), "rb").read()
                     for n in sorted(os.listdir("/usr/share/common-licenses"))
                     if os.path.isfile(os.path.join("/usr/share/common-licenses", n)))
-    torch.tensor(list(text), dtype=torch.int16).numpy().tofile(path)
+
+
+def byte_data(path):
+    """Byte tokens of the license texts, int16 raw, the trainer's input."""
+    torch.tensor(list(license_bytes()), dtype=torch.int16).numpy().tofile(path)
     return path
+
+
+def write_llmc_checkpoint(path):
+    """Random-init GPT-2 124M in llm.c's fp32 checkpoint format (train_gpt2.c, gpt2_build_from_checkpoint).
+
+    256 int32 header, then every parameter as float32 in llm.c's order (fill_in_parameter_sizes);
+    the per-layer tensors hold all layers back to back. Matrices normal(0, 0.02) from a fixed seed,
+    LayerNorm weights 1, biases 0, the padded vocabulary rows 0 (as llm.c's exporter pads).
+    Returns the parameter count llm.c will print.
+    """
+    m = LLMC_MODEL
+    maxT, V, Vp, L, NH, C = (m[k] for k in ("max_seq_len", "vocab", "padded_vocab", "n_layers", "n_heads", "d_model"))
+    header = torch.zeros(256, dtype=torch.int32)
+    header[:8] = torch.tensor([20240326, 3, maxT, V, L, NH, C, Vp], dtype=torch.int32)  # magic, version 3 = fp32
+    g = torch.Generator().manual_seed(1234)
+    normal = lambda *shape: torch.randn(*shape, generator=g) * 0.02
+    tensors = [  # llm.c's ParameterTensors order, shapes as its fill_in_parameter_sizes
+        lambda: torch.cat([normal(V, C), torch.zeros(Vp - V, C)]),  # wte
+        lambda: normal(maxT, C),  # wpe
+        lambda: torch.ones(L, C), lambda: torch.zeros(L, C),  # ln1w, ln1b
+        lambda: normal(L, 3 * C, C), lambda: torch.zeros(L, 3 * C),  # qkvw, qkvb
+        lambda: normal(L, C, C), lambda: torch.zeros(L, C),  # attprojw, attprojb
+        lambda: torch.ones(L, C), lambda: torch.zeros(L, C),  # ln2w, ln2b
+        lambda: normal(L, 4 * C, C), lambda: torch.zeros(L, 4 * C),  # fcw, fcb
+        lambda: normal(L, C, 4 * C), lambda: torch.zeros(L, C),  # fcprojw, fcprojb
+        lambda: torch.ones(C), lambda: torch.zeros(C),  # lnfw, lnfb
+    ]
+    count = 0
+    with open(path, "wb") as f:
+        header.numpy().tofile(f)
+        for make in tensors:  # one tensor at a time: the whole model is 0.5 GB of fp32
+            t = make().contiguous()
+            count += t.numel()
+            t.numpy().tofile(f)
+    return count
+
+
+def write_llmc_tokens(path, tokens):
+    """llm.c's token shard (llmc/dataloader.h): 256 int32 header (magic 20240520, version 1, count), uint16 ids."""
+    header = torch.zeros(256, dtype=torch.int32)
+    header[:3] = torch.tensor([20240520, 1, len(tokens)], dtype=torch.int32)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        header.numpy().tofile(f)
+        # uint16 has no torch dtype in 1.13; bytes < 256 fit int16's bit pattern unchanged
+        torch.tensor(list(tokens), dtype=torch.int16).numpy().tofile(f)
+
+
+LLMC_STEP = re.compile(r"^step (\d+): train loss (\S+) \(took ([0-9.]+) ms\)")
+
+
+def bench_llmc(binary, threads, steps, warmup):
+    """Median ms/step of llm.c's train_gpt2 (its own per-step clock), its parameter count, its wall time (s)."""
+    want = warmup + steps
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        nparams = write_llmc_checkpoint(os.path.join(tmp, "gpt2_124M.bin"))
+        text = license_bytes()
+        cut = len(text) * 9 // 10
+        # main() prefers tiny_shakespeare over tinystories when it exists; train / val split 90 / 10
+        write_llmc_tokens(os.path.join(tmp, "dev/data/tinyshakespeare/tiny_shakespeare_train.bin"), text[:cut])
+        write_llmc_tokens(os.path.join(tmp, "dev/data/tinyshakespeare/tiny_shakespeare_val.bin"), text[cut:])
+        files_s = time.perf_counter() - t0
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        # llm.c printf()s to stdout, block-buffered into a pipe: a pty makes it line-buffered,
+        # so each step line arrives when printed and the run can be stopped after the steps we need.
+        master, slave = pty.openpty()
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.Popen([binary], cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        except OSError as e:
+            os.close(master)
+            os.close(slave)
+            sys.exit(f"bench_cpu: --llmc {binary}: cannot run it: {e}")
+        os.close(slave)
+        tail, ms, losses, printed_params, buf = deque(maxlen=20), [], [], None, b""
+        while len(ms) < want:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the pty has exited
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace").rstrip("\r")
+                tail.append(line)
+                hit = LLMC_STEP.match(line)
+                if hit:
+                    losses.append(hit.group(2))
+                    ms.append(float(hit.group(3)))
+                elif line.startswith("num_parameters: "):
+                    printed_params = line.split()[1]
+        wall = time.perf_counter() - t0
+        if len(ms) >= want:
+            p.terminate()  # it would go on to step 40, with validation and text samples between
+        status = p.wait()
+        os.close(master)
+        if buf:
+            tail.append(buf.decode(errors="replace").rstrip("\r"))
+        if len(ms) < want:
+            how = f"exited with status {status}" if status >= 0 else f"was killed by signal {-status}"
+            last = "\n".join(tail) or "(no output)"
+            sys.exit(f"bench_cpu: --llmc {binary} {how} after {len(ms)} of {want} parseable "
+                     f"'step N: train loss X (took Y ms)' lines; is it llm.c's train_gpt2 "
+                     f"(make train_gpt2)? Last lines of its output:\n{last}")
+        if printed_params != str(nparams):
+            # It read a model of another size than the one written: its checkpoint format has changed.
+            sys.exit(f"bench_cpu: --llmc {binary} printed num_parameters {printed_params}, but the checkpoint "
+                     f"written for it holds {nparams}; its gpt2_124M.bin format differs from the one this "
+                     f"bench writes. Last lines of its output:\n" + "\n".join(tail))
+    return dict(ms=statistics.median(ms[warmup:]), nparams=nparams, files_s=files_s, wall_s=wall,
+                first_loss=losses[0], last_loss=losses[-1])
 
 
 def write_table(text):
@@ -221,21 +373,44 @@ def write_table(text):
         f.write(doc)
 
 
+def llmc_commit(binary):
+    """llm.c's commit when the binary sits in its git checkout (as `make train_gpt2` leaves it), else ''."""
+    r = subprocess.run(["git", "-C", os.path.dirname(binary), "rev-parse", "--short", "HEAD"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainer", default=os.path.join(ROOT, "build", "trainer"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
+    ap.add_argument("--shapes", help="comma-separated: " + ", ".join(SHAPES) + "; default: " +
+                    ", ".join(DEFAULT_SHAPES) + f" (and {LLMC_SHAPE} with --llmc)")
+    ap.add_argument("--llmc", metavar="PATH", help="an already-built llm.c train_gpt2 (make train_gpt2 in a clone "
+                    f"of karpathy/llm.c), timed as a third peer at {LLMC_SHAPE}")
     ap.add_argument("--write", action="store_true", help="also write the table into docs/PERFORMANCE.md")
     a = ap.parse_args()
-    names = a.shapes.split(",")
+    names = a.shapes.split(",") if a.shapes else DEFAULT_SHAPES + ([LLMC_SHAPE] if a.llmc else [])
     for n in names:
         if n not in SHAPES:
             sys.exit(f"bench_cpu: unknown shape {n!r}; known: {', '.join(SHAPES)}")
+    llmc = None
+    if a.llmc:
+        # Checked before any timing, so a wrong path costs seconds, not the trainer and PyTorch runs.
+        llmc = os.path.abspath(a.llmc)  # it runs with a temporary directory as its cwd
+        if not os.path.isfile(llmc) or not os.access(llmc, os.X_OK):
+            sys.exit(f"bench_cpu: --llmc {a.llmc}: no executable file there; build llm.c's train_gpt2 "
+                     "(clone karpathy/llm.c, make train_gpt2) and pass its path")
+        if LLMC_SHAPE not in names:
+            sys.exit(f"bench_cpu: --llmc runs only at {LLMC_SHAPE} (its main() hard-codes B=4, T=64); "
+                     f"add it to --shapes")
+        if a.warmup + a.steps > LLMC_MAX_STEPS:
+            sys.exit(f"bench_cpu: --llmc: --warmup + --steps is {a.warmup + a.steps}; at most {LLMC_MAX_STEPS} "
+                     "(llm.c's loop samples text at step 20)")
     gemm = sgemm_gflops(a.threads)
-    rows = []
+    rows, llmc_params = [], None
     with tempfile.TemporaryDirectory() as tmp:
         data = byte_data(os.path.join(tmp, "tokens.bin"))
         for n in names:
@@ -245,11 +420,23 @@ def main():
             tokens = shape["micro"] * shape["seq"]
             gflops = ours["tflops"] * 1e3
             torch_gflops = gflops * ours["ms"] / theirs  # the same work in PyTorch's time
-            rows.append(f"| {n} ({nparams / 1e6:.1f}M, {shape['micro']} x {shape['seq']}) | {ours['ms']:.1f} | "
-                        f"{theirs:.1f} | {theirs / ours['ms']:.2f}x | {tokens / ours['ms'] * 1e3:.0f} | "
-                        f"{gflops:.0f} ({gflops / gemm:.0%}) | {torch_gflops:.0f} ({torch_gflops / gemm:.0%}) | "
-                        f"{ours['rss_mib']:.0f} / {ours['plan_mib']:.0f} (+{ours['rss_mib'] - ours['plan_mib']:.0f}) | "
-                        f"{ours['startup_s']:.2f} |")
+            row = (f"| {n} ({nparams / 1e6:.1f}M, {shape['micro']} x {shape['seq']}) | {ours['ms']:.1f} | "
+                   f"{theirs:.1f} | {theirs / ours['ms']:.2f}x | {tokens / ours['ms'] * 1e3:.0f} | "
+                   f"{gflops:.0f} ({gflops / gemm:.0%}) | {torch_gflops:.0f} ({torch_gflops / gemm:.0%}) | ")
+            if llmc and n == LLMC_SHAPE:
+                lc = bench_llmc(llmc, a.threads, a.steps, a.warmup)
+                llmc_params = lc["nparams"]
+                print(f"llm.c: {a.warmup + a.steps} steps, {lc['wall_s']:.1f} s from start to its last step line "
+                      f"(+{lc['files_s']:.1f} s writing its checkpoint and data); "
+                      f"train loss {lc['first_loss']} at step 0, {lc['last_loss']} at its last", file=sys.stderr, flush=True)
+                llmc_gflops = gflops * ours["ms"] / lc["ms"]  # the same work (the trainer's count) in llm.c's time
+                row += (f"{lc['ms']:.1f} | {lc['ms'] / ours['ms']:.2f}x | {tokens / lc['ms'] * 1e3:.0f} | "
+                        f"{llmc_gflops:.0f} ({llmc_gflops / gemm:.0%}) | ")
+            elif llmc:
+                row += "— | — | — | — | "
+            row += (f"{ours['rss_mib']:.0f} / {ours['plan_mib']:.0f} (+{ours['rss_mib'] - ours['plan_mib']:.0f}) | "
+                    f"{ours['startup_s']:.2f} |")
+            rows.append(row)
             print(rows[-1], flush=True)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
@@ -258,19 +445,35 @@ def main():
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    table = f"""## CPU training step: trainer vs PyTorch eager
+    title, llmc_text, llmc_head, llmc_rule = "trainer vs PyTorch eager", "", "", ""
+    if llmc:
+        at = llmc_commit(llmc)
+        title = "trainer vs PyTorch eager vs llm.c"
+        llmc_text = f"""
+llm.c: Karpathy's CPU `train_gpt2` ({f"commit `{at}`" if at else "commit unknown"}), built with its
+Makefile (`make train_gpt2`), on a random-init GPT-2 124M checkpoint ({llmc_params / 1e6:.1f}M parameters:
+context 1024, vocabulary padded to 50304) and the same bytes, OMP_NUM_THREADS={a.threads}. Its main()
+hard-codes B = 4, T = 64 and cannot be told another shape, so only the {LLMC_SHAPE} row has llm.c
+numbers ("—" elsewhere). llm.c ms/step: the median of the per-step times it prints (its clock around
+next batch, forward, zero-grad, backward, AdamW; no clip) after the same warm-up; trainer vs llm.c: llm.c's
+time over the trainer's; GFLOP/s: the trainer's count of that shape over llm.c's time. How its
+model and step differ from the other two: the text above this table.
+"""
+        llmc_head = " llm.c ms/step | trainer vs llm.c | llm.c tokens/s | llm.c GFLOP/s (% sgemm) |"
+        llmc_rule = "---|---|---|---|"
+    table = f"""## CPU training step: {title}
 
 Measured {datetime.date.today()} at commit `{commit}` on {cpu}, {a.threads} threads,
-by `/usr/bin/python3 scripts/bench_cpu.py` (median of {a.steps} steps after {a.warmup} warm-up);
+by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}` (median of {a.steps} steps after {a.warmup} warm-up);
 sgemm (2048^3 fp32 through PyTorch's BLAS, same threads): {gemm:.0f} GFLOP/s. One step = forward +
 backward + clip + AdamW, fp32, the same shapes and parameter counts on both sides; PyTorch
 {torch.__version__} eager (explicit attention; 1.13 has no SDPA), AdamW foreach; both with
 OMP_WAIT_POLICY={os.environ["OMP_WAIT_POLICY"]}. GFLOP/s: the trainer's own count (6N + 12LTC per token),
 for PyTorch the same work over its time. RSS: the trainer's peak resident memory against the
 memory plan it prints (MiB). Start-up: the trainer's wall time minus its steps (s).
-
-| shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) | peak RSS / plan MiB | start-up s |
-|---|---|---|---|---|---|---|---|---|
+{llmc_text}
+| shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) |{llmc_head} peak RSS / plan MiB | start-up s |
+|---|---|---|---|---|---|---|{llmc_rule}---|---|
 """ + "\n".join(rows) + "\n"
     print(table)
     if a.write:
