@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include "model/normal_pair.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -216,8 +218,9 @@ void normal_pair(uint64_t s0, uint64_t j, double& a, double& b) {
   const double u1 = (double(draw(s0, 2 * j) >> 11) + 1.0) * 0x1.0p-53;
   const double u2 = double(draw(s0, 2 * j + 1) >> 11) * 0x1.0p-53;
   const double r = std::sqrt(-2.0 * std::log(u1));
-  a = r * std::cos(2 * M_PI * u2);
-  b = r * std::sin(2 * M_PI * u2);
+  normal_math::sincos_turns(u2, b, a);
+  a *= r;
+  b *= r;
 }
 }  // namespace
 
@@ -239,6 +242,7 @@ void initial_values(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t co
   const size_t nd = shape.size();
   if (p.global_shape.size() != nd || p.offset.size() != nd)
     throw std::logic_error("initial_values: '" + p.spec.name + "' has no global placement");
+  if (nd > size_t(kMaxDims)) throw std::logic_error("initial_values: '" + p.spec.name + "' has more than 4 dims");
   const uint64_t s0 = seed ^ hash_name(p.spec.name);
   const int64_t row = nd ? shape[nd - 1] : 1;  // contiguous run in both the slice and the global tensor
   const int64_t first_row = begin / row, last_row = (begin + count - 1) / row;
@@ -246,7 +250,7 @@ void initial_values(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t co
   for (int64_t r = first_row; r <= last_row; ++r) {
     // Global flat index of this row's first element.
     int64_t g = 0, rest = r;
-    std::vector<int64_t> idx(nd, 0);
+    int64_t idx[kMaxDims] = {};
     for (size_t k = nd - 1; k-- > 0;) {
       idx[k] = rest % shape[k];
       rest /= shape[k];

@@ -4,7 +4,7 @@
 Times full optimizer steps (forward, backward, clip, AdamW) of each shape in
 both, median over the timed steps after warm-up, next to the machine's sgemm
 rate measured in the same run; for the trainer also its peak RSS against the
-memory plan it prints, and its start-up (process wall time minus its steps).
+memory plan it prints, and its start-up (process start to step 1, as it prints it).
 Shapes (--shapes, default the first four): llama-d256 (4 layers), llama-d512
 (8 layers), gpt2-124m at 2 x 256 and at 4 x 512 tokens, and gpt2-124m-4x64
 (llm.c's shape, below). It writes its own byte-level data and prints the
@@ -230,8 +230,12 @@ log: {{interval: 1, progress: lines}}
         plan = next(l for l in out.splitlines() if l.strip().startswith("total"))
         num, unit = plan.split()[1:3]
         plan_mib = float(num) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
+        # The trainer's own "start-up: X s from process start to step 1" line; older binaries
+        # lack it, and then the whole run minus its steps stands in (exit included).
+        start = [l for l in out.splitlines() if l.startswith("start-up: ")]
+        startup = float(start[0].split()[1]) if start else wall - sum(ms) / 1e3
         return dict(ms=statistics.median(ms[warmup:]), tflops=tflops, rss_mib=usage.ru_maxrss / 1024,
-                    plan_mib=plan_mib, startup_s=wall - sum(ms) / 1e3)
+                    plan_mib=plan_mib, startup_s=startup)
 
 
 def license_bytes():
@@ -470,7 +474,7 @@ backward + clip + AdamW, fp32, the same shapes and parameter counts on both side
 {torch.__version__} eager (explicit attention; 1.13 has no SDPA), AdamW foreach; both with
 OMP_WAIT_POLICY={os.environ["OMP_WAIT_POLICY"]}. GFLOP/s: the trainer's own count (6N + 12LTC per token),
 for PyTorch the same work over its time. RSS: the trainer's peak resident memory against the
-memory plan it prints (MiB). Start-up: the trainer's wall time minus its steps (s).
+memory plan it prints (MiB). Start-up: from process start to step 1, as the trainer prints it (s).
 {llmc_text}
 | shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) |{llmc_head} peak RSS / plan MiB | start-up s |
 |---|---|---|---|---|---|---|{llmc_rule}---|---|

@@ -40,6 +40,7 @@
 #include "trainer/run_tokenizer.h"
 #include "model/kv_cache.h"
 #include "trainer/metrics.h"
+#include "trainer/process_age.h"
 #include "trainer/plan.h"
 #include "trainer/hf_import.h"
 #include "trainer/recompute_report.h"
@@ -346,6 +347,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   const double model_flops = flops_per_token(dims, global_params);
   const double peak = peak_tflops(dev.line, storage != DType::F32, cfg.train.peak_tflops);
   RankMonitor monitor(host, opt.launch.local_rank, cfg.log, lead ? run_dir : "", start_step > 0);
+
+  if (lead) {
+    const double age = process_age_seconds();
+    if (age >= 0) std::printf("start-up: %.2f s from process start to step %lld\n", age, (long long)start_step + 1);
+  }
 
   // A failed collective ends the run on every rank naming the step, the
   // phase and the heartbeats (runtime/watchdog.h).
