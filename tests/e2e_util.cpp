@@ -115,7 +115,7 @@ std::map<std::string, std::vector<float>> model_tensors(const fs::path& dir) {
   return out;
 }
 
-double weight_diff(const fs::path& a, const fs::path& b) {
+double weight_diff(const fs::path& a, const fs::path& b, std::string* where) {
   const auto ta = model_tensors(a), tb = model_tensors(b);
   REQUIRE(ta.size() == tb.size());
   double worst = 0;
@@ -130,6 +130,7 @@ double weight_diff(const fs::path& a, const fs::path& b) {
       num = std::isnan(d) ? INFINITY : std::max(num, d);
       den = std::max(den, double(std::fabs(y[i])));
     }
+    if (num / den > worst && where) *where = name;
     worst = std::max(worst, num / den);
   }
   return worst;
@@ -191,21 +192,40 @@ Setup make_setup(const std::string& prefix, const std::string& name, const std::
 }
 
 void expect_same_run(const Setup& s, const std::string& tag, const std::string& label, const std::string& run_dir) {
-  const auto a = losses(fs::path(s.single()) / "metrics.jsonl"), b = losses(fs::path(run_dir) / "metrics.jsonl");
+  expect_same_run(s.single(), tag, label, run_dir);
+}
+
+void expect_same_run(const std::string& reference, const std::string& tag, const std::string& label,
+                     const std::string& run_dir) {
+  const auto a = losses(fs::path(reference) / "metrics.jsonl"), b = losses(fs::path(run_dir) / "metrics.jsonl");
   REQUIRE(a.size() == 20);
   REQUIRE(b.size() == 20);
-  const auto va = metric(fs::path(s.single()) / "metrics.jsonl", "val_loss"),
+  const auto va = metric(fs::path(reference) / "metrics.jsonl", "val_loss"),
              vb = metric(fs::path(run_dir) / "metrics.jsonl", "val_loss");
   REQUIRE(va.size() == 2);
   REQUIRE(vb.size() == 2);
   const double worst = max_rel_diff(b, a), vworst = max_rel_diff(vb, va);
-  const double w = weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(run_dir) / "ckpt/step_00000020");
-  std::printf("[%s] %-36s losses max rel diff %.2e, val %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
-              tag.c_str(), label.c_str(), worst, vworst, w);
+  std::string where;
+  const double w =
+      weight_diff(fs::path(reference) / "ckpt/step_00000020", fs::path(run_dir) / "ckpt/step_00000020", &where);
+  std::printf("[%s] %-36s losses max rel diff %.2e, val %.2e (tol 1e-5), final weights %.2e (tol 1e-4%s%s)\n",
+              tag.c_str(), label.c_str(), worst, vworst, w, where.empty() ? "" : ", worst ", where.c_str());
   // Only the summation order differs from one process.
   CHECK(worst < 1e-5);
   CHECK(vworst < 1e-5);
   CHECK(w < 1e-4);
+}
+
+std::string reference_run(const Setup& s, const std::string& setting) {
+  std::string name = "single_" + setting;
+  std::replace(name.begin(), name.end(), '=', '_');
+  const std::string dir = (s.dir / name).string();
+  if (fs::exists(fs::path(dir) / "metrics.jsonl")) return dir;
+  std::string out;
+  const int rc = run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + dir + " --set " + setting, &out);
+  INFO(e2e::tail(out));
+  REQUIRE(rc == 0);
+  return dir;
 }
 
 void run_cases(const Setup& s, const std::string& tag, const std::vector<Case>& cases,
@@ -218,7 +238,13 @@ void run_cases(const Setup& s, const std::string& tag, const std::vector<Case>& 
     INFO(c.label << "\n" << e2e::tail(out));
     REQUIRE(rc == 0);
     for (const std::string& m : must_print) CHECK(out.find(m) != std::string::npos);
-    expect_same_run(s, tag, c.label, rd);
+    // A case of one sequence per micro-batch is compared with one process
+    // that also takes one: with two, the weight gradients sum the tokens in
+    // another order, and AdamW turns those ulps into differences of a
+    // fraction of its step on weights whose gradient is near zero.
+    const std::string mb1 = "train.micro_batch_size=1";
+    expect_same_run(std::string(c.set).find(mb1) == std::string::npos ? s.single() : reference_run(s, mb1), tag,
+                    c.label, rd);
   }
 }
 

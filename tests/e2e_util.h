@@ -42,8 +42,10 @@ std::map<std::string, std::vector<float>> model_tensors(const std::filesystem::p
 // arithmetic and rounding noise of order 1e-9 is all they get; AdamW
 // divides that noise by its own root mean square and moves them by about
 // the learning rate each step in a direction the summation order decides.
-// They never change the loss; every other tensor is compared.
-double weight_diff(const std::filesystem::path& a, const std::filesystem::path& b);
+// They never change the loss; every other tensor is compared. The result is
+// the worst over tensors of max |a - b| / max |b|; `where` (if given) gets
+// that tensor's name.
+double weight_diff(const std::filesystem::path& a, const std::filesystem::path& b, std::string* where = nullptr);
 
 // Starts `world` copies of the binary with the variables torchrun sets
 // (rank r on LOCAL_RANK r of one node); returns 0 when all succeeded.
@@ -70,6 +72,12 @@ Setup make_setup(const std::string& prefix, const std::string& name, const std::
 // weights (assembled from the checkpoints) within 1e-4; prints the errors
 // as "[tag] label ...".
 void expect_same_run(const Setup& s, const std::string& tag, const std::string& label, const std::string& run_dir);
+// The same against another reference run directory.
+void expect_same_run(const std::string& reference, const std::string& tag, const std::string& label,
+                     const std::string& run_dir);
+// One process with one more "--set key=value" (run once per Setup, then
+// reused): the reference of cases that change how a step is cut up.
+std::string reference_run(const Setup& s, const std::string& setting);
 
 struct Case {
   const char* label;
