@@ -22,6 +22,9 @@ bool env_flag(const char* name) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  // The ops load the CUDA module as the trainer does; it lives next to
+  // `trainer`, not next to this binary.
+  ::setenv("TRAINER_CUDA_MODULE", TRAINER_CUDA_MODULE_FILE, 0);
   // One line at a time, also into a pipe or file: a family killed at its
   // time limit (scripts/gpu-check.sh) keeps every [gpu] line printed so far.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
