@@ -4,12 +4,16 @@
 // caller chose another one. Child `trainer` processes inherit the variable;
 // the test of the lookup next to the binary removes it.
 #define CATCH_CONFIG_RUNNER
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
 int main(int argc, char* argv[]) {
 #ifdef TRAINER_CUDA_MODULE_FILE
-  ::setenv("TRAINER_CUDA_MODULE", TRAINER_CUDA_MODULE_FILE, 0);
+  // Where this build put it; binaries copied elsewhere without it (a flat
+  // directory with the module beside them) use the lookup next to themselves.
+  if (::access(TRAINER_CUDA_MODULE_FILE, R_OK) == 0) ::setenv("TRAINER_CUDA_MODULE", TRAINER_CUDA_MODULE_FILE, 0);
 #endif
   return Catch::Session().run(argc, argv);
 }
