@@ -1,7 +1,5 @@
 #include "comm/nccl_communicator.h"
 
-#if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -10,8 +8,8 @@
 #include <stdexcept>
 
 #include "comm/collective_trace.h"
+#include "kernels/cuda/compute_stream.h"
 #include "kernels/cuda/cuda_check.h"
-#include "core/compute_stream.h"
 
 namespace trainer {
 
@@ -24,6 +22,13 @@ std::string seconds_text(double s) {
 }
 
 }  // namespace
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
+  // NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch.
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
 
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
@@ -414,5 +419,3 @@ std::string NcclCommunicator::async_error() {
 }
 
 }  // namespace trainer
-
-#endif  // TRAINER_HAVE_CUDA && TRAINER_HAVE_NCCL

@@ -1,5 +1,7 @@
 // The GPU backend: every collective of comm/communicator.h on CUDA tensors,
-// with NCCL. Only in builds with CUDA and NCCL (TRAINER_HAVE_NCCL).
+// with NCCL. Part of the CUDA module, and only when NCCL was found
+// (TRAINER_HAVE_NCCL); the trainer reaches it through the module's table
+// (core/cuda_backend.h: nccl_world, nccl_split), from comm/process_group.cpp.
 //
 // The world communicator comes from one NCCL unique id that rank 0 creates
 // and publishes in the rendezvous store (key nccl/world/<generation>); every
@@ -8,7 +10,7 @@
 // the world calls for every split, in the same order.
 //
 // Streams: synchronous collectives are queued on the compute stream
-// (core/compute_stream.h), in order with the kernels around them; the
+// (kernels/cuda/compute_stream.h), in order with the kernels around them; the
 // host does not wait. Async ones run on the communicator's own stream after
 // the compute stream's queued work, and Work::wait makes the compute stream
 // wait for them. A synchronous collective issued after async ones of the
@@ -25,8 +27,6 @@
 // (async_error below).
 #pragma once
 
-#if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +35,9 @@
 #include "comm/store.h"
 
 namespace trainer {
+
+// "NCCL 2.27.7" (ncclGetVersion), for the module's description.
+std::string nccl_version();
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -88,5 +91,3 @@ class NcclCommunicator final : public Communicator {
 };
 
 }  // namespace trainer
-
-#endif  // TRAINER_HAVE_CUDA && TRAINER_HAVE_NCCL

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "comm/gloo_communicator.h"
-#include "comm/nccl_communicator.h"
 #include "comm/store_secret.h"
+#include "core/cuda_module.h"
 #include "kernels/ops.h"
 
 namespace trainer {
@@ -25,6 +25,14 @@ void move_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_
   char* s = static_cast<char*>(src.data) + size_t(src_off) * es;
   if (d == s) return;
   ops::copy(flat(d, dst.dtype, n, dst.device), flat(s, src.dtype, n, src.device));
+}
+
+// The NCCL half of the CUDA module (core/cuda_backend.h), or why there is
+// none. A CUDA run loaded the module when it chose its device.
+const CudaBackend& cuda_for_groups() {
+  std::string why;
+  if (const CudaBackend* b = cuda_backend(&why)) return *b;
+  throw std::runtime_error("process groups on CUDA: " + why);
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
@@ -176,17 +184,18 @@ void ProcessGroups::connect_all(const LaunchInfo& launch, int generation) {
       groups_[size_t(a)] = axis_size(mesh, a) == 1 ? single(name) : gloo(name, group_ranks(mesh, rank_, a));
     }
   } else if (world == 1) {
-#if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)
     // One GPU under a launcher: the world is still an NCCL communicator, so
     // that the single-GPU run exercises the same collective path as many.
-    world_ = NcclCommunicator::create_world(*store_, rank_, 1, timeout, generation);
-#else
-    world_ = single("world");
-#endif
+    const CudaBackend& cuda = cuda_for_groups();
+    world_ = cuda.nccl_world ? cuda.nccl_world(*store_, rank_, 1, timeout, generation) : single("world");
     for (Axis a : kAllAxes) groups_[size_t(a)] = single(group_name(mesh, a, rank_));
   } else {
-#if defined(TRAINER_HAVE_CUDA) && defined(TRAINER_HAVE_NCCL)
-    auto nccl_world = NcclCommunicator::create_world(*store_, rank_, world, timeout, generation);
+    const CudaBackend& cuda = cuda_for_groups();
+    if (!cuda.nccl_world)
+      throw std::runtime_error("process groups: " + std::to_string(world) +
+                               " ranks on CUDA need NCCL, and this build has none "
+                               "(configure with CUDA and NCCL, or run with device: cpu)");
+    std::unique_ptr<Communicator> nccl_world = cuda.nccl_world(*store_, rank_, world, timeout, generation);
     // ncclCommSplit is collective over the world: every rank splits every
     // axis (sizes are the same everywhere, so all skip the same ones).
     for (Axis a : kAllAxes) {
@@ -196,14 +205,9 @@ void ProcessGroups::connect_all(const LaunchInfo& launch, int generation) {
         continue;
       }
       const GroupSplit sp = group_split(mesh, rank_, a);
-      groups_[size_t(a)] = nccl_world->split(sp.color, sp.key, name, group_ranks(mesh, rank_, a));
+      groups_[size_t(a)] = cuda.nccl_split(*nccl_world, sp.color, sp.key, name, group_ranks(mesh, rank_, a));
     }
     world_ = std::move(nccl_world);
-#else
-    throw std::runtime_error("process groups: " + std::to_string(world) +
-                             " ranks on CUDA need NCCL, and this build has none "
-                             "(configure with CUDA and NCCL, or run with device: cpu)");
-#endif
   }
   if (device == Device::CUDA && options_.host_world)
     host_world_ = world == 1 ? std::make_unique<SingleRankCommunicator>("host_world", rank_, Device::CPU)

@@ -1,4 +1,6 @@
-// Raw memory of either device, for arenas and host<->device transfers. The
+// Raw memory of either device, for arenas and host<->device transfers. Host
+// memory is here; device memory and every copy touching it are the CUDA
+// module's (core/cuda_module.h), loaded by the first such request. The
 // CPU-only build answers every CUDA request with a clear error.
 #pragma once
 

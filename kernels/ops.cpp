@@ -1,23 +1,30 @@
 // The router: one function per entry of kernels/op_list.h, generated below,
 // that sends the call to the backend owning its tensors: kernels/cpu for host
-// tensors, kernels/cuda for device tensors (when the CUDA backend is built).
+// tensors, kernels/cuda for device tensors (when the CUDA backend is built),
+// through the CUDA module's table (core/cuda_backend.h), loaded on first use.
 #include "kernels/ops.h"
 
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/cuda_module.h"
 #include "core/device_memory.h"
 #include "kernels/checks/op_checks.h"
 #include "kernels/cpu/cpu_ops.h"
-#ifdef TRAINER_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
 
 namespace trainer::ops {
 namespace {
 
-#ifndef TRAINER_HAVE_CUDA
+#ifdef TRAINER_HAVE_CUDA
+// A CUDA tensor exists only once device memory loaded the module, so this
+// fails only for tensors made by hand (and then says why).
+const CudaBackend::Ops& cuda_ops(const char* op) {
+  std::string why;
+  if (const CudaBackend* b = cuda_backend(&why)) return b->ops;
+  throw std::runtime_error(std::string(op) + ": a CUDA tensor reached an op, but " + why);
+}
+#else
 [[noreturn]] void no_cuda(const char* op) {
   throw std::logic_error(std::string(op) +
                          ": a CUDA tensor reached an op, but this build has no CUDA backend");
@@ -91,7 +98,7 @@ class RouteDevice {
 
 #ifdef TRAINER_HAVE_CUDA
 #define TRAINER_REFUSE_CUDA(name, route)
-#define TRAINER_ON_CUDA(name, args) return cuda::name args;
+#define TRAINER_ON_CUDA(name, args) return cuda_ops(#name).name args;
 #else
 // Any CUDA tensor, first or not: the clearest thing to say in this build.
 #define TRAINER_REFUSE_CUDA(name, route) \

@@ -3,27 +3,28 @@
 #include <cstdio>
 
 #include "config/config.h"
-
-#ifdef TRAINER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "core/cuda_module.h"
+#include "runtime/cuda_driver.h"
 
 namespace trainer {
 
 int cuda_device_count(std::string* why) {
-#ifdef TRAINER_HAVE_CUDA
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (why) *why = cudaGetErrorString(e);
-    return -1;
+  std::string reason;
+  int n = -1;
+  if (!cuda_module_built()) {
+    reason = "this build has no CUDA backend";
+  } else if (const CudaDriverProbe& d = probe_cuda_driver(); d.devices <= 0) {
+    // No driver, or no device: the module (and libcublasLt with it) stays unloaded.
+    n = d.devices;
+    reason = d.why;
+  } else if (const CudaBackend* cuda = cuda_backend(&reason)) {
+    // The runtime's count, which CUDA_VISIBLE_DEVICES and a driver too old
+    // for the runtime can still bring to nothing.
+    n = cuda->device_count(&reason);
+    if (n == 0 && reason.empty()) reason = "no devices visible";
   }
-  if (n == 0 && why) *why = "no devices visible";
+  if (why) *why = reason;
   return n;
-#else
-  if (why) *why = "this build has no CUDA backend";
-  return -1;
-#endif
 }
 
 DeviceChoice select_device(const std::string& requested, int local_rank) {
@@ -32,7 +33,6 @@ DeviceChoice select_device(const std::string& requested, int local_rank) {
     c.line = "device: cpu (train.device=cpu)";
     return c;
   }
-  (void)local_rank;  // used only by the CUDA build
   std::string why;
   const int n = cuda_device_count(&why);
   if (n <= 0) {
@@ -42,20 +42,16 @@ DeviceChoice select_device(const std::string& requested, int local_rank) {
     c.line = "device: cpu (no CUDA device: " + why + ")";
     return c;
   }
-#ifdef TRAINER_HAVE_CUDA
+  const CudaBackend& cuda = *cuda_backend(nullptr);  // loaded by the count
   c.device = Device::CUDA;
   c.index = local_rank % n;
-  cudaError_t e = cudaSetDevice(c.index);
-  if (e != cudaSuccess)
-    throw std::runtime_error("cudaSetDevice(" + std::to_string(c.index) + "): " + cudaGetErrorString(e));
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, c.index);
-  c.memory_bytes = prop.totalGlobalMem;
+  cuda.set_device(c.index);
+  const CudaDeviceInfo prop = cuda.device_info(c.index);
+  c.memory_bytes = prop.memory_bytes;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "device: cuda:%d (%s, %.1f GiB, sm_%d%d, %d SMs)", c.index, prop.name,
-                double(prop.totalGlobalMem) / (1 << 30), prop.major, prop.minor, prop.multiProcessorCount);
+  std::snprintf(buf, sizeof buf, "device: cuda:%d (%s, %.1f GiB, sm_%d%d, %d SMs)", c.index, prop.name.c_str(),
+                double(prop.memory_bytes) / (1 << 30), prop.major, prop.minor, prop.multiprocessors);
   c.line = buf;
-#endif
   return c;
 }
 

@@ -19,7 +19,9 @@ struct DeviceChoice {
 
 // Throws ConfigError when train.device=cuda cannot be honoured.
 DeviceChoice select_device(const std::string& requested, int local_rank = 0);
-// Number of visible CUDA devices, or -1 with the reason in *why.
+// Number of visible CUDA devices, or -1 with the reason in *why. Asks the
+// driver first (runtime/cuda_driver.h) and loads the CUDA module only when it
+// has devices.
 int cuda_device_count(std::string* why);
 // auto: BF16 on a GPU, F32 on the CPU; fp16 -> F16; fp32 -> F32. Throws
 // ConfigError for a 16-bit precision on the CPU (whose backend is fp32).

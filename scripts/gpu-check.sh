@@ -15,13 +15,15 @@
 #     copy has no .git) and appended after every phase, so a kill at any point
 #     still returns everything measured so far;
 #   versions; configure build-gpu (sm_90 only); build gpu_tests first with all
-#     cores, then trainer and bench_kernels (no CPU-only tests: CI runs those);
+#     cores (and the CUDA module libtrainer_cuda.so it loads), then trainer and
+#     bench_kernels (no CPU-only tests: CI runs those);
 #     PyTorch's benchmark runs only while our build does, and is stopped when it ends;
 #   our GPU tests, one process per op family, each with its own time limit,
 #     line-buffered, with GPU_TESTS_REQUIRE_DEVICE=1 (no device = failure);
 #   a failed family again under compute-sanitizer memcheck (time-capped);
-#   bench_kernels; the trainer on the two bench configs (a failing config
-#     again for 2 steps with CUDA_LAUNCH_BLOCKING=1);
+#   bench_kernels; `trainer devices` (driver, module, devices); the trainer on
+#     the two bench configs (a failing config again for 2 steps with
+#     CUDA_LAUNCH_BLOCKING=1);
 #   with nothing failed and time left: racecheck and synccheck on a small
 #     attention subset; then PyTorch resumes with the time left; the tables.
 # Results in $OUT, 8 files: summary.md gpu-check.log build.log tests.log
@@ -30,7 +32,7 @@
 #   bash scripts/gpu-check.sh --dry-run    # here: everything short of the GPU
 #
 # Environment: GPU_CHECK_BIN_DIR=DIR uses DIR/{gpu_tests,trainer,bench_kernels}
-# instead of building (a warm machine's earlier build, or the rehearsal's
+# (and DIR/libtrainer_cuda.so, which DIR/trainer loads) instead of building (a warm machine's earlier build, or the rehearsal's
 # stand-ins: tests/gpu_check_rehearsal.sh); GPU_CHECK_TORCH=0 skips PyTorch;
 # GPU_CHECK_FAMILY_CAP=N gives every test family N seconds.
 # Numbers go to docs/PERFORMANCE.md only once measured by this script.
@@ -84,6 +86,10 @@ if [ -n "$BIN_DIR" ]; then
 else
   GPU_TESTS=$ROOT/$BUILD/tests/gpu_tests TRAINER=$ROOT/$BUILD/trainer BENCH=$ROOT/$BUILD/bench/bench_kernels
 fi
+# The CUDA backend: every kernel lives in it, next to the trainer, which
+# dlopens it on the first CUDA use (gpu_tests and bench_kernels load the
+# same file).
+MODULE=$(dirname "$TRAINER")/libtrainer_cuda.so
 # gpu_tests line-buffers its own stdout; stdbuf covers stderr and stand-ins.
 STDBUF=(env)
 command -v stdbuf >/dev/null 2>&1 && STDBUF=(stdbuf -oL -eL)
@@ -267,14 +273,15 @@ phase_build() {
   done
   grep -E "error|warning: .*(spill|stack frame)" "$OUT/build.log" | head -30
   local built=""
-  for t in "$GPU_TESTS" "$TRAINER" "$BENCH"; do [ -x "$t" ] && built+=" $(basename "$t")"; done
+  for t in "$GPU_TESTS" "$MODULE" "$TRAINER" "$BENCH"; do [ -e "$t" ] && built+=" $(basename "$t")"; done
   if ((rc == 0)); then row build "ok:$built"
   elif ((rc == 124 || rc == 137)); then FAILED=1; row build "TIMEOUT after $limit s; built:${built:- nothing}"
   else FAILED=1; row build "FAILED (exit $rc): $(grep -m1 -E 'error' "$OUT/build.log" | cut -c1-160); built:${built:- nothing}"; fi
-  # Registers, stack frames and spills of every kernel (cuobjdump, device-side only).
-  if [ -x "$GPU_TESTS" ] && command -v cuobjdump >/dev/null 2>&1; then
-    echo "== cuobjdump --dump-resource-usage $GPU_TESTS" >> "$OUT/build.log"
-    timeout 30 cuobjdump --dump-resource-usage "$GPU_TESTS" > "$OUT/resource.tmp" 2>&1
+  # Registers, stack frames and spills of every kernel (cuobjdump, device-side
+  # only), in the module that holds them.
+  if [ -e "$MODULE" ] && command -v cuobjdump >/dev/null 2>&1; then
+    echo "== cuobjdump --dump-resource-usage $MODULE" >> "$OUT/build.log"
+    timeout 30 cuobjdump --dump-resource-usage "$MODULE" > "$OUT/resource.tmp" 2>&1
     cat "$OUT/resource.tmp" >> "$OUT/build.log"
     local n maxreg stack
     n=$(grep -c 'REG:' "$OUT/resource.tmp")
@@ -385,6 +392,17 @@ phase_bench() {
 phase_trainer() {
   section "trainer end to end (log: trainer.log)"
   local i c n rc rows log dir reserve j
+  if [ -x "$TRAINER" ]; then
+    # Which driver, module and devices the trainer itself finds (exit 1: the
+    # module next to it does not load).
+    timeout -k 5 20 "$TRAINER" devices > "$OUT/devices.tmp" 2>&1
+    rc=$?
+    { echo "== $TRAINER devices (exit $rc)"; cat "$OUT/devices.tmp"; } >> "$OUT/trainer.log"
+    cat "$OUT/devices.tmp"
+    if ((rc == 0)); then row "trainer: devices" "ok: $(grep -m1 '^cuda module' "$OUT/devices.tmp" | cut -c1-150)"
+    else FAILED=1; row "trainer: devices" "FAILED (exit $rc): $(grep -m1 -E '^cuda module|error' "$OUT/devices.tmp" | cut -c1-150)"; fi
+    rm -f "$OUT/devices.tmp"
+  fi
   for i in "${!CONFIGS[@]}"; do
     c=${CONFIGS[$i]}
     n=$(basename "$c" .yaml)
@@ -579,6 +597,14 @@ PY
   fi
   local tr=""
   for t in build/trainer build-gpu/trainer; do [ -x "$t" ] && { tr=$t; break; }; done
+  # A local CUDA build's trainer must load its module (no driver needed).
+  if [ -n "$tr" ] && [ -e "$(dirname "$tr")/libtrainer_cuda.so" ]; then
+    local dev
+    if dev=$(env -u TRAINER_CUDA_MODULE "$tr" devices 2>&1); then ok "$tr loads $(grep -m1 '^cuda module' <<< "$dev" | cut -c14-100)"
+    else bad "$tr devices: $(grep -m1 -E '^cuda module|error' <<< "$dev")"; fi
+  elif [ -n "$tr" ]; then
+    echo "  --       $tr has no libtrainer_cuda.so beside it (a CPU-only build): module not checked"
+  fi
   for c in "${CONFIGS[@]}"; do
     if [ -z "$tr" ]; then echo "  --       $c not parsed (no local trainer build)"
     elif "$tr" --config "$c" --print-config > /dev/null 2> "$OUT/print-config.err"; then ok "$c parses"

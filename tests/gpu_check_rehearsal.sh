@@ -38,6 +38,7 @@ EOF
 # trainer: writes a metrics.jsonl of 3 steps into run.dir.
 cat > "$BIN/trainer" <<'EOF'
 #!/usr/bin/env bash
+[ "${1:-}" = devices ] && { echo "cuda module: $(dirname "$0")/libtrainer_cuda.so (ABI 1): stand-in"; exit 0; }
 dir=""
 for a in "$@"; do case "$a" in run.dir=*) dir=${a#run.dir=} ;; esac; done
 echo "device: stand-in"
@@ -83,6 +84,7 @@ done
 expect "memcheck of norms" '^\| memcheck: norms \| 0 errors \(exit 1\)'
 expect "memcheck of moe, at twice its limit" '^\| memcheck: moe \| TIMEOUT after 8 s'
 expect "bench_kernels" '^\| bench_kernels \| ok'
+expect "trainer devices" '^\| trainer: devices \| ok: cuda module: .*/libtrainer_cuda\.so \(ABI 1\)'
 expect "trainer gpt2" '^\| trainer: bench_gpt2_124m \| ok: 3 steps logged'
 expect "trainer llama" '^\| trainer: bench_llama_1b \| ok: 3 steps logged'
 expect "no racecheck after a failure" '^\| elapsed \|'

@@ -8,6 +8,7 @@
 //   trainer plan --config run.yaml [--world N] [--gpus-per-node G] [--gpu NAME] [--search [--top K]]
 //   trainer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
 //                    [--seed S] [--device cpu|cuda|auto] [--tokenizer PATH] [--compare]
+//   trainer devices
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration (a run
 // directory another trainer holds included: trainer/run_lock.h), 3 a distributed
@@ -27,6 +28,7 @@
 #include "config/config.h"
 #include "trainer/step_policy.h"
 #include "trainer/preemption.h"
+#include "trainer/devices_command.h"
 #include "trainer/engine.h"
 #include "trainer/hf_export.h"
 #include "comm/launch.h"
@@ -111,6 +113,8 @@ int main(int argc, char** argv) {
   generate->add_option("--tokenizer", gen.tokenizer,
                        "tokenizer file or directory (default: the run's, see README \"Generating text\")");
   generate->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
+  CLI::App* devices = app.add_subcommand(
+      "devices", "say what CUDA this machine and build offer (driver, CUDA module, devices) and what device: auto picks");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -121,6 +125,11 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*devices) {
+      bool ok = true;
+      std::fputs(trainer::describe_devices(&ok).c_str(), stdout);
+      return ok ? 0 : 1;
+    }
     if (*inspect) {
       const std::string report = trainer::describe_checkpoint(inspect_dir);
       std::fputs(report.c_str(), stdout);

@@ -1,5 +1,5 @@
 // Per-process CUDA state shared by every op: the compute stream
-// (core/compute_stream.h, which core's copies use too), the cuBLASLt handle
+// (kernels/cuda/compute_stream.h, which the copies use too), the cuBLASLt handle
 // and its workspace. Created on first use on the current device (LOCAL_RANK
 // picks the device before any op runs).
 #pragma once
@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "core/compute_stream.h"
+#include "kernels/cuda/compute_stream.h"
 
 namespace trainer::cuda {
 

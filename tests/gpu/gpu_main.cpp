@@ -4,6 +4,7 @@
 // that nothing was checked.
 #define CATCH_CONFIG_RUNNER
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -22,6 +23,11 @@ bool env_flag(const char* name) {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  // The ops load the CUDA module as the trainer does; the build puts it next
+  // to `trainer`, not next to this binary. Binaries copied elsewhere without
+  // it (GPU_CHECK_BIN_DIR's flat directory, the module beside them) use the
+  // lookup next to themselves.
+  if (::access(TRAINER_CUDA_MODULE_FILE, R_OK) == 0) ::setenv("TRAINER_CUDA_MODULE", TRAINER_CUDA_MODULE_FILE, 0);
   // One line at a time, also into a pipe or file: a family killed at its
   // time limit (scripts/gpu-check.sh) keeps every [gpu] line printed so far.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -1,10 +1,9 @@
 // The one CUDA stream every device operation of this process is ordered on:
 // kernels, host<->device copies, memsets, and the NCCL collectives' waits.
-// Created on first use on the current device (LOCAL_RANK picks the device
-// before any op runs). Only in builds with the CUDA backend.
+// Created on first use on the current device (select_device picks the device
+// before any op runs). Part of the CUDA module (core/cuda_backend.h).
 #pragma once
 
-#ifdef TRAINER_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 namespace trainer::cuda {
@@ -14,4 +13,3 @@ cudaStream_t stream();
 void synchronize();
 
 }  // namespace trainer::cuda
-#endif

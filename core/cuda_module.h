@@ -1,0 +1,34 @@
+// Loading libtrainer_cuda.so (the CUDA backend, core/cuda_backend.h) the
+// first time a run needs CUDA, and never otherwise: a CPU run of the same
+// binary maps none of the CUDA libraries.
+//
+// Where the module is looked for, first match wins:
+//   1. $TRAINER_CUDA_MODULE, a path (tests, an installed module elsewhere);
+//   2. a module the program already links (bench_kernels does);
+//   3. libtrainer_cuda.so next to the running executable (/proc/self/exe),
+//      where the build puts it beside `trainer`.
+// It is opened RTLD_NOW | RTLD_LOCAL: every symbol it takes from the
+// executable (Tensor methods, op checks, ...: the executables export theirs)
+// resolves at load, so a broken module fails here, naming the symbol, rather
+// than in the middle of a step.
+#pragma once
+
+#include <string>
+
+#include "core/cuda_backend.h"
+
+namespace trainer {
+
+// Whether this build has a CUDA module at all (TRAINER_HAVE_CUDA).
+bool cuda_module_built();
+// The backend, loaded on the first call (thread-safe; later calls return the
+// same answer). nullptr when it cannot be had, with the reason in *why,
+// phrased to follow "but ": "this build has no CUDA backend", "the CUDA
+// module /p/libtrainer_cuda.so cannot be loaded (dlerror's text)".
+const CudaBackend* cuda_backend(std::string* why);
+// Whether a call to cuda_backend() has loaded it; loads nothing.
+bool cuda_backend_loaded();
+// The file the loader opened, or would open (rule 2 gives the linked file).
+std::string cuda_module_path();
+
+}  // namespace trainer
