@@ -234,7 +234,13 @@ log: {{interval: 1, progress: lines}}
         # lack it, and then the whole run minus its steps stands in (exit included).
         start = [l for l in out.splitlines() if l.startswith("start-up: ")]
         startup = float(start[0].split()[1]) if start else wall - sum(ms) / 1e3
-        return dict(ms=statistics.median(ms[warmup:]), tflops=tflops, rss_mib=usage.ru_maxrss / 1024,
+        # Its own "peak resident memory: X MiB" (VmHWM): wait4's ru_maxrss of a child starts at
+        # this Python's size (the fork's pages count until exec), a bound only.
+        peak = [l for l in out.splitlines() if l.startswith("peak resident memory: ")]
+        rss_mib = float(peak[0].split()[3]) if peak else usage.ru_maxrss / 1024
+        if peak:  # the plan to the MiB there, where the start-up ledger rounds to 0.1 GiB
+            plan_mib = float(peak[0].split("memory plan ")[1].split()[0])
+        return dict(ms=statistics.median(ms[warmup:]), tflops=tflops, rss_mib=rss_mib,
                     plan_mib=plan_mib, startup_s=startup)
 
 
@@ -473,7 +479,7 @@ sgemm (2048^3 fp32 through PyTorch's BLAS, same threads): {gemm:.0f} GFLOP/s. On
 backward + clip + AdamW, fp32, the same shapes and parameter counts on both sides; PyTorch
 {torch.__version__} eager (explicit attention; 1.13 has no SDPA), AdamW foreach; both with
 OMP_WAIT_POLICY={os.environ["OMP_WAIT_POLICY"]}. GFLOP/s: the trainer's own count (6N + 12LTC per token),
-for PyTorch the same work over its time. RSS: the trainer's peak resident memory against the
+for PyTorch the same work over its time. RSS: the trainer's peak resident memory (VmHWM, as it prints it) against the
 memory plan it prints (MiB). Start-up: from process start to step 1, as the trainer prints it (s).
 {llmc_text}
 | shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) |{llmc_head} peak RSS / plan MiB | start-up s |

@@ -40,7 +40,7 @@
 #include "trainer/run_tokenizer.h"
 #include "model/kv_cache.h"
 #include "trainer/metrics.h"
-#include "trainer/process_age.h"
+#include "trainer/process_stats.h"
 #include "trainer/plan.h"
 #include "trainer/hf_import.h"
 #include "trainer/recompute_report.h"
@@ -634,6 +634,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       all += window_parts;
       for (const auto& [g, t] : comm_delta(run_comm0).comm) all.add_comm(g, t);
       std::printf("%s", format_step_time(all, seconds_since(run_wall0), run_iterations).c_str());
+      // On the CPU the plan is the process's memory, less the program, its
+      // libraries and their buffers: the difference says how much that is.
+      if (const size_t peak = peak_resident_bytes(); peak > 0 && dev.device == Device::CPU)
+        std::printf("peak resident memory: %.0f MiB, memory plan %.0f MiB (%+.0f MiB)\n", double(peak) / (1 << 20),
+                    double(plan.total()) / (1 << 20), (double(peak) - double(plan.total())) / (1 << 20));
     }
     if (run_iterations > 0 && !preempt) {
       // Collective over the host group: every rank gets here after the same steps.

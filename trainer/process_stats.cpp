@@ -1,4 +1,4 @@
-#include "trainer/process_age.h"
+#include "trainer/process_stats.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +28,14 @@ double process_age_seconds() {
   const long hz = sysconf(_SC_CLK_TCK);
   if (hz <= 0) return -1;
   return double(now.tv_sec) + double(now.tv_nsec) * 1e-9 - double(start_ticks) / double(hz);
+}
+
+size_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return size_t(std::stoull(line.substr(6))) * 1024;  // "VmHWM:  1234 kB"
+  return 0;
 }
 
 }  // namespace trainer
