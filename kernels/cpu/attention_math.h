@@ -19,7 +19,7 @@ namespace trainer::cpu::attention_math {
 
 using cpu::fast_exp;
 using cpu::row_max;
-using cpu::row_sum;
+using cpu::exp_sum;
 
 // Query rows per block: each block's scores are one kBlock x keys sgemm.
 constexpr int64_t kBlock = 64;

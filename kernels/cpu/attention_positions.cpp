@@ -141,8 +141,7 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
           for (int64_t j = 0; j < n; ++j)
             if (kpos[span.lo + j] > qpos[i]) x[j] = kNegInf;
         const float mx = row_max(x, n);
-        for (int64_t j = 0; j < n; ++j) x[j] = fast_exp(x[j] - mx);
-        const double sum = row_sum(x, n);
+        const double sum = exp_sum<true>(x, x, n, mx);
         const float inv = float(1.0 / sum);
         for (int64_t j = 0; j < n; ++j) x[j] *= inv;
         std::fill(row, x, 0.f);

@@ -1,11 +1,7 @@
 #include "kernels/cpu/blas_info.h"
 
+#include <cblas.h>
 #include <omp.h>
-
-extern "C" {
-int openblas_get_parallel(void);
-void openblas_set_num_threads(int);
-}
 
 namespace trainer::cpu {
 

@@ -19,27 +19,6 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
 
-// sum_j e^(x_j - ref) in double (50k terms), with eight accumulators so the
-// adds are not one dependency chain; kWrite also stores each term in e
-// (which may be x).
-template <bool kWrite>
-double exp_sum(float* e, const float* x, int64_t n, float ref) {
-  double s[8] = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; ++l) {
-      const float v = fast_exp(x[j + l] - ref);
-      if constexpr (kWrite) e[j + l] = v;
-      s[l] += v;
-    }
-  for (; j < n; ++j) {
-    const float v = fast_exp(x[j] - ref);
-    if constexpr (kWrite) e[j] = v;
-    s[0] += v;
-  }
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
 // The target column of a gradient row, p_t - 1, in double: rounding p_t *
 // grad_scale to fp32 first would lose the digits that matter when the model
 // is confident.

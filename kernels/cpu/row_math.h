@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/cpu/fast_exp.h"
+
 namespace trainer::cpu {
 
 // Eight independent accumulators: one running max or sum would be a single
@@ -20,12 +22,24 @@ inline float row_max(const float* x, int64_t n) {
   return *std::max_element(m, m + 8);
 }
 
-inline double row_sum(const float* x, int64_t n) {
+// sum_j e^(x_j - ref) in double (a vocabulary is 50k terms), eight
+// accumulators again; kWrite also stores each term in e (which may be x), so
+// a softmax takes its exps and their sum in one pass.
+template <bool kWrite>
+inline double exp_sum(float* e, const float* x, int64_t n, float ref) {
   double s[8] = {};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; ++l) s[l] += x[j + l];
-  for (; j < n; ++j) s[0] += x[j];
+    for (int l = 0; l < 8; ++l) {
+      const float v = fast_exp(x[j + l] - ref);
+      if constexpr (kWrite) e[j + l] = v;
+      s[l] += v;
+    }
+  for (; j < n; ++j) {
+    const float v = fast_exp(x[j] - ref);
+    if constexpr (kWrite) e[j] = v;
+    s[0] += v;
+  }
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
