@@ -364,7 +364,12 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (hooks.signal_step == step + 1) ::raise(SIGTERM);
       const auto t0 = clock_type::now();
       if (watchdog) watchdog->progress(step + 1, "forward/backward");
+      // Zeroing the gradients and (below) their norm are the optimizer's
+      // work, as zero_grad and clip_grad_norm_ are in PyTorch, not "other".
+      const auto z0 = clock_type::now();
+      const double zb0 = total_blocked_seconds();
       models.begin_step();
+      window_parts.optimizer += seconds_since(z0) - (total_blocked_seconds() - zb0);
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
       if (hooks.nan_grad_step == step + 1 && !nan_fired) {
@@ -417,7 +422,10 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       completed = step + 1;
       const double loss = loss_sum / double(M * dims.N() * dp);
       const double aux = aux_sum / double(M * dp * mesh.cp);
+      const auto n0 = clock_type::now();
+      const double nb0 = total_blocked_seconds();
       const double norm = std::sqrt(models.grad_sum_squares()) / loss_scale;
+      window_parts.optimizer += seconds_since(n0) - (total_blocked_seconds() - nb0);
       if (scaler.enabled() && (!std::isfinite(norm) || !std::isfinite(loss))) {
         scaler.overflow();
         summary.skipped_steps.push_back(step + 1);

@@ -1,10 +1,12 @@
 // Reductions of the CPU backend (kernels/op_list.h): sum and sum_squares, in
-// double.
+// double (sum_squares in row_math's lanes: one running sum is a chain of
+// dependent adds, and it is the gradient norm's pass over every gradient).
 #include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
+#include "kernels/cpu/row_math.h"
 
 namespace trainer::cpu {
 namespace {
@@ -25,10 +27,8 @@ double sum_squares(Tensor x) {
   std::vector<double> partial(size_t(chunks), 0.0);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    double s = 0;
-    for (int64_t i = c * kChunk; i < end; ++i) s += double(p[i]) * double(p[i]);
-    partial[size_t(c)] = s;
+    const float* x = p + c * kChunk;
+    partial[size_t(c)] = lane_sum(std::min(kChunk, n - c * kChunk), [x](int64_t i) { return double(x[i]) * x[i]; });
   }
   double total = 0;
   for (double s : partial) total += s;

@@ -1,5 +1,5 @@
-// Reductions over one row of floats, shared by the softmax of attention and
-// the cross-entropy.
+// Reductions over one row of floats, shared by the softmax of attention, the
+// cross-entropy, the norms and the gradient norm.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +40,19 @@ inline double exp_sum(float* e, const float* x, int64_t n, float ref) {
     if constexpr (kWrite) e[j] = v;
     s[0] += v;
   }
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// sum_{i < n} f(i) in double over eight accumulators in a fixed lane order,
+// so the compiler can put the lanes on SIMD registers without reassociating
+// anything: the result depends on n only, never on the thread count or ISA.
+template <class F>
+inline double lane_sum(int64_t n, F f) {
+  double s[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) s[l] += f(i + l);
+  for (; i < n; ++i) s[0] += f(i);
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
