@@ -1,9 +1,11 @@
 // GELU (tanh approximation) and SwiGLU of the CPU backend (see kernels/op_list.h).
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/simd_clones.h"
 
 namespace trainer::cpu {
 namespace {
@@ -16,17 +18,20 @@ constexpr float kGeluCubic = 0.044715f;
 // to inf for x < -88, which gives the right limit, 0.
 inline float sigmoid(float x) { return 1.f / (1.f + fast_exp(-x)); }
 
-}  // namespace
+// Threads take chunks of elements; each chunk runs one cloned loop below.
+constexpr int64_t kChunk = 1 << 14;
+
+template <class F>
+void over_chunks(int64_t n, F f) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
 
 // 0.5 x (1 + tanh(u)) is evaluated as x * sigmoid(2u), the same function: for
 // negative x, 1 + tanh(u) cancels to a few ulps in fp32, the sigmoid does not.
-void gelu_forward(Tensor out, Tensor inp) {
-  need_f32("gelu_forward", {{"out", &out}, {"inp", &inp}});
-  const float* x = inp.f32();
-  float* y = out.f32();
-  const int64_t n = inp.numel();
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+TRAINER_SIMD_CLONES void gelu_range(float* y, const float* x, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
     const float xi = x[i];
     const float u = kSqrt2OverPi * (xi + kGeluCubic * xi * xi * xi);
     y[i] = xi * sigmoid(2.f * u);
@@ -34,14 +39,8 @@ void gelu_forward(Tensor out, Tensor inp) {
 }
 
 // d/dx [x s(2u)] = s + 2 x s (1 - s) u',  u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
-  need_f32("gelu_backward", {{"dinp", &dinp}, {"dout", &dout}, {"inp", &inp}});
-  const float* x = inp.f32();
-  const float* g = dout.f32();
-  float* d = dinp.f32();
-  const int64_t n = inp.numel();
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+TRAINER_SIMD_CLONES void gelu_grad_range(float* d, const float* g, const float* x, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
     const float xi = x[i];
     const float u = kSqrt2OverPi * (xi + kGeluCubic * xi * xi * xi);
     const float du = kSqrt2OverPi * (1.f + 3.f * kGeluCubic * xi * xi);
@@ -50,18 +49,47 @@ void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   }
 }
 
+TRAINER_SIMD_CLONES void swiglu_range(float* y, const float* a, const float* b, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) y[i] = a[i] * sigmoid(a[i]) * b[i];
+}
+
+// silu'(a) = s (1 + a (1 - s)). Every input of element i is read before its
+// outputs are written, so da/db may alias g, a or b elementwise.
+TRAINER_SIMD_CLONES void swiglu_grad_range(float* da, float* db, const float* g, const float* a, const float* b,
+                                           int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float ai = a[i], bi = b[i], gi = g[i];
+    const float s = sigmoid(ai);
+    da[i] = gi * bi * s * (1.f + ai * (1.f - s));
+    db[i] = gi * ai * s;
+  }
+}
+
+}  // namespace
+
+void gelu_forward(Tensor out, Tensor inp) {
+  need_f32("gelu_forward", {{"out", &out}, {"inp", &inp}});
+  const float* x = inp.f32();
+  float* y = out.f32();
+  over_chunks(inp.numel(), [=](int64_t i0, int64_t i1) { gelu_range(y, x, i0, i1); });
+}
+
+void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  need_f32("gelu_backward", {{"dinp", &dinp}, {"dout", &dout}, {"inp", &inp}});
+  const float* x = inp.f32();
+  const float* g = dout.f32();
+  float* d = dinp.f32();
+  over_chunks(inp.numel(), [=](int64_t i0, int64_t i1) { gelu_grad_range(d, g, x, i0, i1); });
+}
+
 void swiglu_forward(Tensor out, Tensor gate, Tensor up) {
   need_f32("swiglu_forward", {{"out", &out}, {"gate", &gate}, {"up", &up}});
   const float* a = gate.f32();
   const float* b = up.f32();
   float* y = out.f32();
-  const int64_t n = gate.numel();
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * sigmoid(a[i]) * b[i];
+  over_chunks(gate.numel(), [=](int64_t i0, int64_t i1) { swiglu_range(y, a, b, i0, i1); });
 }
 
-// silu'(a) = s (1 + a (1 - s)). Every input of element i is read before its
-// outputs are written, so dgate/dup may alias dout, gate or up elementwise.
 void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
   need_f32("swiglu_backward",
            {{"dgate", &dgate}, {"dup", &dup}, {"dout", &dout}, {"gate", &gate}, {"up", &up}});
@@ -70,14 +98,7 @@ void swiglu_backward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor 
   const float* g = dout.f32();
   float* da = dgate.f32();
   float* db = dup.f32();
-  const int64_t n = gate.numel();
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float ai = a[i], bi = b[i], gi = g[i];
-    const float s = sigmoid(ai);
-    da[i] = gi * bi * s * (1.f + ai * (1.f - s));
-    db[i] = gi * ai * s;
-  }
+  over_chunks(gate.numel(), [=](int64_t i0, int64_t i1) { swiglu_grad_range(da, db, g, a, b, i0, i1); });
 }
 
 }  // namespace trainer::cpu

@@ -142,9 +142,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
         for (int64_t r = 0; r < rows; ++r) {
           const float* o = outp + base + (i0 + r) * ldq;
           const float* go = dO + r * ldq;
-          double acc = 0;
-          for (int64_t d = 0; d < D; ++d) acc += double(go[d]) * o[d];
-          delta[r] = float(acc);
+          delta[r] = float(lane_sum(D, [=](int64_t d) { return double(go[d]) * o[d]; }));
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale, Q,
                     int(ldq), K, int(ldk), 0.f, P, int(keys));
@@ -156,10 +154,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
           const int64_t n = visible(i0 + r, T, causal);
           const float l = L[i0 + r];
           const float dl = delta[r];
-          for (int64_t j = 0; j < n; ++j) {
-            pr[j] = fast_exp(pr[j] - l);
-            dr[j] = pr[j] * (dr[j] - dl);
-          }
+          softmax_grad_row(pr, dr, n, l, dl);
           std::fill(pr + n, pr + keys, 0.f);
           std::fill(dr + n, dr + keys, 0.f);
         }

@@ -20,6 +20,8 @@ namespace trainer::cpu::attention_math {
 using cpu::fast_exp;
 using cpu::row_max;
 using cpu::exp_sum;
+using cpu::lane_sum;
+using cpu::softmax_grad_row;
 
 // Query rows per block: each block's scores are one kBlock x keys sgemm.
 constexpr int64_t kBlock = 64;

@@ -256,9 +256,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
         for (int64_t r = 0; r < rows; ++r) {
           const float* o = outp + base + (i0 + r) * ldq;
           const float* go = dO + r * ldq;
-          double acc = 0;
-          for (int64_t d = 0; d < D; ++d) acc += double(go[d]) * o[d];
-          delta[r] = float(acc);
+          delta[r] = float(lane_sum(D, [=](int64_t d) { return double(go[d]) * o[d]; }));
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale, Q,
                     int(ldq), K + klo * ldk, int(ldk), 0.f, P, int(keys));
@@ -279,10 +277,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
           const float dl = delta[r];
           float* x = pr + a;
           float* y = dr + a;
-          for (int64_t j = 0; j < n; ++j) {
-            x[j] = fast_exp(x[j] - l);
-            y[j] = x[j] * (y[j] - dl);
-          }
+          softmax_grad_row(x, y, n, l, dl);
           if (span.holes)
             for (int64_t j = 0; j < n; ++j)
               if (kpos[span.lo + j] > qpos[i]) x[j] = y[j] = 0.f;

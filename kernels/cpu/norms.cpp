@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 #include "kernels/cpu/row_math.h"
+#include "kernels/cpu/simd_clones.h"
 
 namespace trainer::cpu {
 namespace {
@@ -36,6 +37,53 @@ void column_sums(float* acc, int64_t N, int64_t C, F f) {
   }
 }
 
+// One row each, with AVX2 clones (simd_clones.h).
+
+// Returns r = (mean(x^2) + eps)^-1/2; o = x r w.
+TRAINER_SIMD_CLONES float rmsnorm_row(float* o, const float* xr, const float* w, int64_t C, float eps) {
+  const double ss = lane_sum(C, [xr](int64_t c) { return double(xr[c]) * xr[c]; });
+  const float r = float(1.0 / std::sqrt(ss / double(C) + double(eps)));
+  for (int64_t c = 0; c < C; ++c) o[c] = xr[c] * r * w[c];
+  return r;
+}
+
+// y = x r w with r = (mean(x^2) + eps)^-1/2, dr/dx_c = -r^3 x_c / C:
+// dx_c = r w_c g_c - r^3 x_c / C * sum_j g_j w_j x_j.
+TRAINER_SIMD_CLONES void rmsnorm_grad_row(float* d, const float* gr, const float* xr, const float* w, int64_t C,
+                                          double r) {
+  const double dot = lane_sum(C, [=](int64_t c) { return double(gr[c]) * w[c] * xr[c]; });
+  const float a = float(r);
+  const float b = float(r * r * r * dot / double(C));
+  for (int64_t c = 0; c < C; ++c) d[c] += a * w[c] * gr[c] - b * xr[c];
+}
+
+TRAINER_SIMD_CLONES void layernorm_row(float* o, float* mean, float* rstd, const float* xr, const float* w,
+                                       const float* bp, int64_t C, float eps) {
+  const double m = lane_sum(C, [xr](int64_t c) { return double(xr[c]); }) / double(C);
+  // Two passes: the one-pass E[x^2] - E[x]^2 loses the variance when the
+  // mean is large compared with the spread.
+  const double v = lane_sum(C, [xr, m](int64_t c) { return (xr[c] - m) * (xr[c] - m); });
+  const double r = 1.0 / std::sqrt(v / double(C) + double(eps));
+  for (int64_t c = 0; c < C; ++c) {
+    const float y = float((xr[c] - m) * r) * w[c];
+    o[c] = bp ? y + bp[c] : y;
+  }
+  *mean = float(m);
+  *rstd = float(r);
+}
+
+// With xhat = (x - mean) r and gh = g w:
+// dx = r (gh - mean(gh) - xhat mean(gh xhat)).
+TRAINER_SIMD_CLONES void layernorm_grad_row(float* d, const float* gr, const float* xr, const float* w, int64_t C,
+                                            double m, double r) {
+  const double sg = lane_sum(C, [=](int64_t c) { return double(gr[c]) * w[c]; }) / double(C);
+  const double sgx = lane_sum(C, [=](int64_t c) { return double(gr[c]) * w[c] * (xr[c] - m) * r; }) / double(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const double xhat = (xr[c] - m) * r;
+    d[c] += float(r * (double(gr[c]) * w[c] - sg - xhat * sgx));
+  }
+}
+
 }  // namespace
 
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps) {
@@ -47,14 +95,7 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps
   float* o = out.f32();
   float* rs = rstd.f32();
 #pragma omp parallel for if (N * C >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = xp + n * C;
-    const double ss = lane_sum(C, [xr](int64_t c) { return double(xr[c]) * xr[c]; });
-    const float r = float(1.0 / std::sqrt(ss / double(C) + double(eps)));
-    float* orow = o + n * C;
-    for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * r * w[c];
-    rs[n] = r;
-  }
+  for (int64_t n = 0; n < N; ++n) rs[n] = rmsnorm_row(o + n * C, xp + n * C, w, C, eps);
 }
 
 void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight,
@@ -67,19 +108,8 @@ void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor w
   const float* g = dout.f32();
   const float* rs = rstd.f32();
   float* dxp = dx.f32();
-  // y = x r w with r = (mean(x^2) + eps)^-1/2, dr/dx_c = -r^3 x_c / C:
-  // dx_c = r w_c g_c - r^3 x_c / C * sum_j g_j w_j x_j.
 #pragma omp parallel for if (N * C >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = xp + n * C;
-    const float* gr = g + n * C;
-    const double r = rs[n];
-    const double dot = lane_sum(C, [=](int64_t c) { return double(gr[c]) * w[c] * xr[c]; });
-    const float a = float(r);
-    const float b = float(r * r * r * dot / double(C));
-    float* d = dxp + n * C;
-    for (int64_t c = 0; c < C; ++c) d[c] += a * w[c] * gr[c] - b * xr[c];
-  }
+  for (int64_t n = 0; n < N; ++n) rmsnorm_grad_row(dxp + n * C, g + n * C, xp + n * C, w, C, rs[n]);
   column_sums(dweight.f32(), N, C,
               [&](int64_t n, int64_t c) { return double(g[n * C + c]) * xp[n * C + c] * rs[n]; });
 }
@@ -96,21 +126,7 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor we
   float* mu = mean.f32();
   float* rs = rstd.f32();
 #pragma omp parallel for if (N * C >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = xp + n * C;
-    const double m = lane_sum(C, [xr](int64_t c) { return double(xr[c]); }) / double(C);
-    // Two passes: the one-pass E[x^2] - E[x]^2 loses the variance when the
-    // mean is large compared with the spread.
-    const double v = lane_sum(C, [xr, m](int64_t c) { return (xr[c] - m) * (xr[c] - m); });
-    const double r = 1.0 / std::sqrt(v / double(C) + double(eps));
-    float* orow = o + n * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const float y = float((xr[c] - m) * r) * w[c];
-      orow[c] = bp ? y + bp[c] : y;
-    }
-    mu[n] = float(m);
-    rs[n] = float(r);
-  }
+  for (int64_t n = 0; n < N; ++n) layernorm_row(o + n * C, mu + n, rs + n, xp + n * C, w, bp, C, eps);
 }
 
 void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Tensor x,
@@ -129,22 +145,8 @@ void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Te
   const float* mu = mean.f32();
   const float* rs = rstd.f32();
   float* dxp = dx.f32();
-  // With xhat = (x - mean) r and gh = g w:
-  // dx = r (gh - mean(gh) - xhat mean(gh xhat)).
 #pragma omp parallel for if (N * C >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = xp + n * C;
-    const float* gr = g + n * C;
-    const double m = mu[n], r = rs[n];
-    const double sg = lane_sum(C, [=](int64_t c) { return double(gr[c]) * w[c]; }) / double(C);
-    const double sgx =
-        lane_sum(C, [=](int64_t c) { return double(gr[c]) * w[c] * (xr[c] - m) * r; }) / double(C);
-    float* d = dxp + n * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (xr[c] - m) * r;
-      d[c] += float(r * (double(gr[c]) * w[c] - sg - xhat * sgx));
-    }
-  }
+  for (int64_t n = 0; n < N; ++n) layernorm_grad_row(dxp + n * C, g + n * C, xp + n * C, w, C, mu[n], rs[n]);
   column_sums(dweight.f32(), N, C, [&](int64_t n, int64_t c) {
     return double(g[n * C + c]) * ((xp[n * C + c] - double(mu[n])) * rs[n]);
   });
