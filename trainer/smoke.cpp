@@ -92,8 +92,13 @@ std::vector<SmokeCheck> judge_smoke(const TrainSummary& s, size_t device_bytes) 
       const double a = lower_quartile({s.step_ms.begin() + long(skip), s.step_ms.begin() + long(mid)});
       const double b = lower_quartile({s.step_ms.begin() + long(mid), s.step_ms.end()});
       const double r = b / a;
-      c.pass = r > 0.67 && r < 1.5;
-      c.detail = fmt("step time (25th percentile) %.1f ms in the first half vs %.1f ms in the second, ratio %.2f (allowed 0.67-1.5)", a, b, r);
+      // Steps of a few ms (a tiny model) move by whole factors when the OS
+      // runs something else for a moment (a checkpoint's writeback on a
+      // 2-core machine): a change under kJitterMs a step is not a trend.
+      constexpr double kJitterMs = 5.0;
+      c.pass = (r > 0.67 && r < 1.5) || std::abs(b - a) < kJitterMs;
+      c.detail = fmt("step time (25th percentile) %.1f ms in the first half vs %.1f ms in the second, ratio %.2f", a, b, r) +
+                 fmt(" (allowed 0.67-1.5, or a change under %.0f ms)", kJitterMs);
     }
     out.push_back(c);
   }
