@@ -10,6 +10,9 @@ Shapes (--shapes, default the first four): llama-d256 (4 layers), llama-d512
 (llm.c's shape, below). It writes its own byte-level data and prints the
 table; --write also puts it into docs/PERFORMANCE.md between the CPU-benchmark
 markers. A benchmark, never a test.
+This machine's speed drifts by 10-15% over minutes: sgemm is measured before, between and after
+the shapes and the best rate is the table's peak; --rounds N alternates trainer and PyTorch N
+times per shape and takes the median run of each.
 Run with Debian's python3 (it has torch): /usr/bin/python3 scripts/bench_cpu.py [--write]
 
 Optional second peer after PyTorch, Karpathy's llm.c CPU trainer (--llmc PATH): build it
@@ -396,12 +399,16 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of trainer and PyTorch per shape, alternating; the table takes the median run")
     ap.add_argument("--shapes", help="comma-separated: " + ", ".join(SHAPES) + "; default: " +
                     ", ".join(DEFAULT_SHAPES) + f" (and {LLMC_SHAPE} with --llmc)")
     ap.add_argument("--llmc", metavar="PATH", help="an already-built llm.c train_gpt2 (make train_gpt2 in a clone "
                     f"of karpathy/llm.c), timed as a third peer at {LLMC_SHAPE}")
     ap.add_argument("--write", action="store_true", help="also write the table into docs/PERFORMANCE.md")
     a = ap.parse_args()
+    if a.rounds < 1:
+        sys.exit(f"bench_cpu: --rounds {a.rounds}: at least 1")
     names = a.shapes.split(",") if a.shapes else DEFAULT_SHAPES + ([LLMC_SHAPE] if a.llmc else [])
     for n in names:
         if n not in SHAPES:
@@ -419,35 +426,55 @@ def main():
         if a.warmup + a.steps > LLMC_MAX_STEPS:
             sys.exit(f"bench_cpu: --llmc: --warmup + --steps is {a.warmup + a.steps}; at most {LLMC_MAX_STEPS} "
                      "(llm.c's loop samples text at step 20)")
-    gemm = sgemm_gflops(a.threads)
-    rows, llmc_params = [], None
+    # This machine's speed drifts by 10-15% over minutes (a shared VM): sgemm is measured before,
+    # between and after the shapes and the best rate is the table's peak (the lowest, most
+    # conservative percentages); trainer and PyTorch alternate for --rounds rounds, median of each.
+    gemms = [sgemm_gflops(a.threads)]
+    measured, llmc_params = [], None
     with tempfile.TemporaryDirectory() as tmp:
         data = byte_data(os.path.join(tmp, "tokens.bin"))
         for n in names:
             shape = SHAPES[n]
-            ours = bench_trainer(a.trainer, shape, a.threads, a.steps, a.warmup, data)
-            theirs, nparams = bench_torch(shape, a.threads, a.steps, a.warmup)
-            tokens = shape["micro"] * shape["seq"]
-            gflops = ours["tflops"] * 1e3
-            torch_gflops = gflops * ours["ms"] / theirs  # the same work in PyTorch's time
-            row = (f"| {n} ({nparams / 1e6:.1f}M, {shape['micro']} x {shape['seq']}) | {ours['ms']:.1f} | "
-                   f"{theirs:.1f} | {theirs / ours['ms']:.2f}x | {tokens / ours['ms'] * 1e3:.0f} | "
-                   f"{gflops:.0f} ({gflops / gemm:.0%}) | {torch_gflops:.0f} ({torch_gflops / gemm:.0%}) | ")
+            ours_runs, theirs_runs = [], []
+            for _ in range(a.rounds):
+                ours_runs.append(bench_trainer(a.trainer, shape, a.threads, a.steps, a.warmup, data))
+                theirs, nparams = bench_torch(shape, a.threads, a.steps, a.warmup)
+                theirs_runs.append(theirs)
+                print(f"{n}: trainer {ours_runs[-1]['ms']:.1f} ms/step, PyTorch {theirs:.1f} ms/step",
+                      file=sys.stderr, flush=True)
+            ours = dict(ours_runs[0])
+            for k in ("ms", "tflops", "startup_s"):
+                ours[k] = statistics.median(r[k] for r in ours_runs)
+            ours["rss_mib"] = max(r["rss_mib"] for r in ours_runs)
+            theirs = statistics.median(theirs_runs)
+            lc = None
             if llmc and n == LLMC_SHAPE:
                 lc = bench_llmc(llmc, a.threads, a.steps, a.warmup)
                 llmc_params = lc["nparams"]
                 print(f"llm.c: {a.warmup + a.steps} steps, {lc['wall_s']:.1f} s from start to its last step line "
                       f"(+{lc['files_s']:.1f} s writing its checkpoint and data); "
                       f"train loss {lc['first_loss']} at step 0, {lc['last_loss']} at its last", file=sys.stderr, flush=True)
-                llmc_gflops = gflops * ours["ms"] / lc["ms"]  # the same work (the trainer's count) in llm.c's time
-                row += (f"{lc['ms']:.1f} | {lc['ms'] / ours['ms']:.2f}x | {tokens / lc['ms'] * 1e3:.0f} | "
-                        f"{llmc_gflops:.0f} ({llmc_gflops / gemm:.0%}) | ")
-            elif llmc:
-                row += "— | — | — | — | "
-            row += (f"{ours['rss_mib']:.0f} / {ours['plan_mib']:.0f} (+{ours['rss_mib'] - ours['plan_mib']:.0f}) | "
-                    f"{ours['startup_s']:.2f} |")
-            rows.append(row)
-            print(rows[-1], flush=True)
+            gemms.append(sgemm_gflops(a.threads))
+            measured.append((n, shape, ours, theirs, nparams, lc))
+    gemm = max(gemms)
+    rows = []
+    for n, shape, ours, theirs, nparams, lc in measured:
+        tokens = shape["micro"] * shape["seq"]
+        gflops = ours["tflops"] * 1e3
+        torch_gflops = gflops * ours["ms"] / theirs  # the same work in PyTorch's time
+        row = (f"| {n} ({nparams / 1e6:.1f}M, {shape['micro']} x {shape['seq']}) | {ours['ms']:.1f} | "
+               f"{theirs:.1f} | {theirs / ours['ms']:.2f}x | {tokens / ours['ms'] * 1e3:.0f} | "
+               f"{gflops:.0f} ({gflops / gemm:.0%}) | {torch_gflops:.0f} ({torch_gflops / gemm:.0%}) | ")
+        if lc:
+            llmc_gflops = gflops * ours["ms"] / lc["ms"]  # the same work (the trainer's count) in llm.c's time
+            row += (f"{lc['ms']:.1f} | {lc['ms'] / ours['ms']:.2f}x | {tokens / lc['ms'] * 1e3:.0f} | "
+                    f"{llmc_gflops:.0f} ({llmc_gflops / gemm:.0%}) | ")
+        elif llmc:
+            row += "— | — | — | — | "
+        row += (f"{ours['rss_mib']:.0f} / {ours['plan_mib']:.0f} (+{ours['rss_mib'] - ours['plan_mib']:.0f}) | "
+                f"{ours['startup_s']:.2f} |")
+        rows.append(row)
+        print(rows[-1], flush=True)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     cpu = platform.processor() or platform.machine()
@@ -474,8 +501,9 @@ model and step differ from the other two: the text above this table.
     table = f"""## CPU training step: {title}
 
 Measured {datetime.date.today()} at commit `{commit}` on {cpu}, {a.threads} threads,
-by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}` (median of {a.steps} steps after {a.warmup} warm-up);
-sgemm (2048^3 fp32 through PyTorch's BLAS, same threads): {gemm:.0f} GFLOP/s. One step = forward +
+by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}{f" --rounds {a.rounds}" if a.rounds != 1 else ""}` (median of {a.steps} steps after {a.warmup} warm-up{f"; trainer and PyTorch alternate, {a.rounds} runs each, the median run" if a.rounds > 1 else ""});
+sgemm (2048^3 fp32 through PyTorch's BLAS, same threads): {gemm:.0f} GFLOP/s, the best of {len(gemms)} measurements
+before, between and after the shapes (they ranged {min(gemms):.0f}-{max(gemms):.0f}: this machine's speed drifts). One step = forward +
 backward + clip + AdamW, fp32, the same shapes and parameter counts on both sides; PyTorch
 {torch.__version__} eager (explicit attention; 1.13 has no SDPA), AdamW foreach; both with
 OMP_WAIT_POLICY={os.environ["OMP_WAIT_POLICY"]}. GFLOP/s: the trainer's own count (6N + 12LTC per token),
