@@ -6,10 +6,13 @@
 // already faster than a series written here.)
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 namespace trainer::normal_math {
+
+constexpr uint64_t kSignBit = uint64_t(1) << 63;
 
 // sin and cos of 2 pi u for u in [0, 1]: u = q/4 + f with |f| <= 1/8, the
 // Taylor series on |theta| = |2 pi f| <= pi/4 (to theta^17 / theta^18:
@@ -27,12 +30,15 @@ inline void sincos_turns(double u, double& sin_out, double& cos_out) {
   for (int k = 0; k < 8; ++k) s = s * -t2 + inv_fact_s[k];
   for (int k = 0; k < 9; ++k) c = c * -t2 + inv_fact_c[k];
   s *= th;
-  switch (int64_t(q) & 3) {
-    case 0: sin_out = s, cos_out = c; break;
-    case 1: sin_out = c, cos_out = -s; break;
-    case 2: sin_out = -s, cos_out = -c; break;
-    default: sin_out = -c, cos_out = s; break;
-  }
+  // Quarter turns q in 0..4 (4 is 0): odd q swaps sin and cos, q = 2 or 3
+  // negates sin, q = 1 or 2 negates cos. Bit masks rather than a switch, so
+  // a loop over many angles runs on SIMD lanes (initial_values' batches).
+  const uint64_t odd = -uint64_t(q == 1.0 || q == 3.0);
+  const uint64_t neg_sin = -uint64_t(q == 2.0 || q == 3.0) & kSignBit;
+  const uint64_t neg_cos = -uint64_t(q == 1.0 || q == 2.0) & kSignBit;
+  const uint64_t sb = std::bit_cast<uint64_t>(s), cb = std::bit_cast<uint64_t>(c);
+  sin_out = std::bit_cast<double>(((cb & odd) | (sb & ~odd)) ^ neg_sin);
+  cos_out = std::bit_cast<double>(((sb & odd) | (cb & ~odd)) ^ neg_cos);
 }
 
 }  // namespace trainer::normal_math

@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include "core/simd_clones.h"
 #include "model/normal_pair.h"
 
 #include <algorithm>
@@ -212,15 +213,26 @@ uint64_t draw(uint64_t s0, uint64_t k) {
   return z ^ (z >> 31);
 }
 
-// Elements 2j and 2j+1 of the global tensor: Box-Muller on 53-bit uniforms
-// from draws 2j and 2j+1.
-void normal_pair(uint64_t s0, uint64_t j, double& a, double& b) {
-  const double u1 = (double(draw(s0, 2 * j) >> 11) + 1.0) * 0x1.0p-53;
-  const double u2 = double(draw(s0, 2 * j + 1) >> 11) * 0x1.0p-53;
-  const double r = std::sqrt(-2.0 * std::log(u1));
-  normal_math::sincos_turns(u2, b, a);
-  a *= r;
-  b *= r;
+// Pairs j0 .. j0 + n - 1 (n <= kPairs): pair j is elements 2j (a, the cos
+// side) and 2j+1 (b, the sin side) of the global tensor, Box-Muller on
+// 53-bit uniforms from draws 2j and 2j+1. In batches, so that the angle's
+// polynomial runs on SIMD lanes (core/simd_clones.h); the draws and libm's
+// log stay scalar. The same operations per pair as one at a time.
+constexpr int64_t kPairs = 64;
+
+TRAINER_SIMD_CLONES void normal_pairs(uint64_t s0, uint64_t j0, int64_t n, double* a, double* b) {
+  double u1[kPairs], u2[kPairs], r[kPairs];
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t j = j0 + uint64_t(i);
+    u1[i] = (double(draw(s0, 2 * j) >> 11) + 1.0) * 0x1.0p-53;
+    u2[i] = double(draw(s0, 2 * j + 1) >> 11) * 0x1.0p-53;
+  }
+  for (int64_t i = 0; i < n; ++i) r[i] = std::sqrt(-2.0 * std::log(u1[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    normal_math::sincos_turns(u2[i], b[i], a[i]);
+    a[i] *= r[i];
+    b[i] *= r[i];
+  }
 }
 }  // namespace
 
@@ -257,17 +269,16 @@ void initial_values(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t co
     }
     for (size_t k = 0; k < nd; ++k) g = g * p.global_shape[k] + p.offset[k] + (k + 1 < nd ? idx[k] : 0);
     const int64_t lo = std::max(begin, r * row), hi = std::min(begin + count, (r + 1) * row);
-    for (int64_t j = lo; j < hi;) {
-      const int64_t gj = g + (j - r * row);
-      double a, b;
-      normal_pair(s0, uint64_t(gj >> 1), a, b);
-      if ((gj & 1) == 0) {
-        out[j - begin] = float(a * p.init_std);
-        if (j + 1 < hi) out[j + 1 - begin] = float(b * p.init_std);
-        j += 2;
-      } else {
-        out[j - begin] = float(b * p.init_std);
-        j += 1;
+    // Global elements [g_lo, g_hi) of this row, pairs [p_lo, p_hi).
+    const int64_t g_lo = g + (lo - r * row), g_hi = g + (hi - r * row);
+    double a[kPairs], b[kPairs];
+    for (int64_t p0 = g_lo >> 1; p0 <= (g_hi - 1) >> 1; p0 += kPairs) {
+      const int64_t n = std::min(kPairs, ((g_hi - 1) >> 1) + 1 - p0);
+      normal_pairs(s0, uint64_t(p0), n, a, b);
+      const int64_t e0 = std::max(g_lo, 2 * p0), e1 = std::min(g_hi, 2 * (p0 + n));
+      for (int64_t e = e0; e < e1; ++e) {
+        const int64_t k = (e >> 1) - p0;
+        out[lo + (e - g_lo) - begin] = float(((e & 1) ? b[k] : a[k]) * p.init_std);
       }
     }
   }

@@ -5,7 +5,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 #include "kernels/cpu/fast_exp.h"
-#include "kernels/cpu/simd_clones.h"
+#include "core/simd_clones.h"
 
 namespace trainer::cpu {
 namespace {

@@ -9,7 +9,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 #include "kernels/cpu/row_math.h"
-#include "kernels/cpu/simd_clones.h"
+#include "core/simd_clones.h"
 
 namespace trainer::cpu {
 namespace {
@@ -37,7 +37,7 @@ void column_sums(float* acc, int64_t N, int64_t C, F f) {
   }
 }
 
-// One row each, with AVX2 clones (simd_clones.h).
+// One row each, with AVX2 clones (core/simd_clones.h).
 
 // Returns r = (mean(x^2) + eps)^-1/2; o = x r w.
 TRAINER_SIMD_CLONES float rmsnorm_row(float* o, const float* xr, const float* w, int64_t C, float eps) {

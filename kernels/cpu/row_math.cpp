@@ -1,11 +1,11 @@
-// The row reductions of row_math.h, each with an AVX2 clone (simd_clones.h).
+// The row reductions of row_math.h, each with an AVX2 clone (core/simd_clones.h).
 #include "kernels/cpu/row_math.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "kernels/cpu/fast_exp.h"
-#include "kernels/cpu/simd_clones.h"
+#include "core/simd_clones.h"
 
 namespace trainer::cpu {
 namespace {

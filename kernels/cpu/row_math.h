@@ -9,7 +9,7 @@ namespace trainer::cpu {
 // Eight independent accumulators: one running max or sum would be a single
 // dependency chain, bound by latency rather than throughput. These are out of
 // line (row_math.cpp) so that each is one function with an AVX2 clone
-// (simd_clones.h), shared by attention, ring attention and the cross-entropy.
+// (core/simd_clones.h), shared by attention, ring attention and the cross-entropy.
 float row_max(const float* x, int64_t n);
 
 // sum_j e^(x_j - ref) in double (a vocabulary is 50k terms), eight
