@@ -333,6 +333,14 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     return t;
   };
   StepTime window_parts, run_parts;
+  // The optimizer's share of a step: its wall time less what its
+  // collectives blocked (those count for their group).
+  auto as_optimizer = [&](auto&& work) {
+    const auto t = clock_type::now();
+    const double blocked = total_blocked_seconds();
+    work();
+    window_parts.optimizer += seconds_since(t) - (total_blocked_seconds() - blocked);
+  };
   StepTime window_comm0 = comm_now(), run_comm0 = window_comm0;
   // Bytes each group moves in the steps of this run (trainer/comm_measured.h).
   const std::vector<CommBytes> run_bytes0 = comm_bytes_now(timed);
@@ -366,10 +374,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (watchdog) watchdog->progress(step + 1, "forward/backward");
       // Zeroing the gradients and (below) their norm are the optimizer's
       // work, as zero_grad and clip_grad_norm_ are in PyTorch, not "other".
-      const auto z0 = clock_type::now();
-      const double zb0 = total_blocked_seconds();
-      models.begin_step();
-      window_parts.optimizer += seconds_since(z0) - (total_blocked_seconds() - zb0);
+      as_optimizer([&] { models.begin_step(); });
       const double loss_scale = scaler.scale();
       const float ce_scale = float(loss_scale / double(M * dims.N() * dp));
       if (hooks.nan_grad_step == step + 1 && !nan_fired) {
@@ -422,10 +427,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       completed = step + 1;
       const double loss = loss_sum / double(M * dims.N() * dp);
       const double aux = aux_sum / double(M * dp * mesh.cp);
-      const auto n0 = clock_type::now();
-      const double nb0 = total_blocked_seconds();
-      const double norm = std::sqrt(models.grad_sum_squares()) / loss_scale;
-      window_parts.optimizer += seconds_since(n0) - (total_blocked_seconds() - nb0);
+      double norm = 0;
+      as_optimizer([&] { norm = std::sqrt(models.grad_sum_squares()) / loss_scale; });
       if (scaler.enabled() && (!std::isfinite(norm) || !std::isfinite(loss))) {
         scaler.overflow();
         summary.skipped_steps.push_back(step + 1);
@@ -510,10 +513,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       if (dump && step == 0) dump->after_step0_backward();
       const double lr = learning_rate(sched, step);
       if (watchdog) watchdog->progress(step + 1, "optimizer step");
-      const auto o0 = clock_type::now();
-      const double ob0 = total_blocked_seconds();
-      models.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale);
-      window_parts.optimizer += seconds_since(o0) - (total_blocked_seconds() - ob0);
+      as_optimizer([&] { models.step(lr, clip_factor(norm, cfg.train.grad_clip) / loss_scale); });
       scaler.step_applied();  // only now may the scale grow: this step divided by loss_scale
       const int64_t step_tokens = M * dims.N() * dp;
       tokens += step_tokens;

@@ -78,7 +78,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
         float* row = s + r * keys;
         const int64_t n = visible(i0 + r, T, causal);
         const float mx = row_max(row, n);
-        const double sum = exp_sum<true>(row, row, n, mx);
+        const double sum = exp_sum_into(row, row, n, mx);
         const float inv = float(1.0 / sum);
         for (int64_t j = 0; j < n; ++j) row[j] *= inv;
         std::fill(row + n, row + keys, 0.f);

@@ -12,14 +12,12 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/row_math.h"
 
 namespace trainer::cpu::attention_math {
 
-using cpu::fast_exp;
 using cpu::row_max;
-using cpu::exp_sum;
+using cpu::exp_sum_into;
 using cpu::lane_sum;
 using cpu::softmax_grad_row;
 

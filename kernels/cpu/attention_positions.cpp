@@ -141,7 +141,7 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
           for (int64_t j = 0; j < n; ++j)
             if (kpos[span.lo + j] > qpos[i]) x[j] = kNegInf;
         const float mx = row_max(x, n);
-        const double sum = exp_sum<true>(x, x, n, mx);
+        const double sum = exp_sum_into(x, x, n, mx);
         const float inv = float(1.0 / sum);
         for (int64_t j = 0; j < n; ++j) x[j] *= inv;
         std::fill(row, x, 0.f);

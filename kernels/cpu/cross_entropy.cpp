@@ -1,7 +1,7 @@
 // Softmax cross-entropy of the CPU backend (see kernels/op_list.h), fused and
 // vocabulary-parallel, with no [N, V] probability tensor, so dlogits can
 // overwrite logits in place. Per row: one pass for the max, one that takes
-// e^(x - max) once per logit (vectorized, fast_exp.h) into the sum and, when
+// e^(x - max) once per logit (vectorized, row_math.h) into the sum and, when
 // a gradient is wanted, into its row, and one that scales that row. At the
 // GPT-2 vocabulary this op was two double-precision libm exps per logit.
 #include <algorithm>
@@ -11,7 +11,6 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
-#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/row_math.h"
 
 namespace trainer::cpu {
@@ -25,6 +24,12 @@ constexpr int64_t kParallelMin = 1 << 15;
 void target_gradient(float* drow, int64_t t, int64_t cols, double lse, double target_logit, float grad_scale) {
   if (t >= 0 && t < cols) drow[t] = float((std::exp(target_logit - lse) - 1.0) * grad_scale);
 }
+
+// The exponent's reference of a row with max mx: logits that are all -inf
+// carry no probability (s = 0, as for no columns; the other ranks' columns
+// still count), not the NaN of exp(-inf - -inf); measured from 0 then, a NaN
+// logit still makes s NaN.
+float exp_ref(float mx) { return mx == -std::numeric_limits<float>::infinity() ? 0.f : mx; }
 
 }  // namespace
 
@@ -58,7 +63,7 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
     const float mx = row_max(row, V);
     // Read before the exp pass: drow may be row itself.
     const double target_logit = row[t];
-    const double sum = drow ? exp_sum<true>(drow, row, V, mx) : exp_sum<false>(nullptr, row, V, mx);
+    const double sum = drow ? exp_sum_into(drow, row, V, mx) : exp_sum(row, V, mx);
     const double lse = double(mx) + std::log(sum);
     loss[n] = float(lse - target_logit);
     if (!drow) continue;
@@ -86,11 +91,8 @@ void cross_entropy_partial_stats(Tensor stats, Tensor logits, Tensor targets, in
   for (int64_t n = 0; n < N; ++n) {
     const float* row = x + n * Vl;
     const float mx = row_max(row, valid_cols);
-    // Logits that are all -inf carry no probability (s = 0, as for no
-    // columns; the other ranks' columns still count), not the NaN of
-    // exp(-inf - -inf); measured from 0 then, a NaN logit still makes s NaN.
-    const float ref = mx == -std::numeric_limits<float>::infinity() ? 0.f : mx;
-    const double sum = exp_sum<false>(nullptr, row, valid_cols, ref);
+    const float ref = exp_ref(mx);
+    const double sum = exp_sum(row, valid_cols, ref);
     const int64_t local = int64_t(tg[n]) - vocab_offset;
     const bool held = tg[n] >= 0 && local >= 0 && local < valid_cols;
     st[3 * n + 0] = mx;
@@ -141,8 +143,8 @@ void cross_entropy_vocab_parallel(Tensor losses, Tensor dlogits, Tensor logits, 
     // e^(x - lse) as e^(x - m_here) e^(m_here - lse): the exponent of the
     // vectorized pass stays a float difference of logits.
     const float here = row_max(row, valid_cols);
-    const float ref = here == -std::numeric_limits<float>::infinity() ? 0.f : here;
-    exp_sum<true>(drow, row, valid_cols, ref);
+    const float ref = exp_ref(here);
+    exp_sum_into(drow, row, valid_cols, ref);
     const float scale = float(std::exp(double(ref) - lse) * grad_scale);
     for (int64_t j = 0; j < valid_cols; ++j) drow[j] *= scale;
     target_gradient(drow, int64_t(t) - vocab_offset, valid_cols, lse, target_logit, grad_scale);

@@ -18,12 +18,6 @@ float row_max(const float* x, int64_t n);
 double exp_sum_into(float* e, const float* x, int64_t n, float ref);
 double exp_sum(const float* x, int64_t n, float ref);
 
-template <bool kWrite>
-inline double exp_sum(float* e, const float* x, int64_t n, float ref) {
-  if constexpr (kWrite) return exp_sum_into(e, x, n, ref);
-  return exp_sum(x, n, ref);
-}
-
 // The softmax backward of one attention row from its scores x and dP = y, in
 // place: x_j <- e^(x_j - lse), y_j <- x_j (y_j - delta).
 void softmax_grad_row(float* x, float* y, int64_t n, float lse, float delta);
