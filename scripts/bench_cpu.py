@@ -13,6 +13,9 @@ markers. A benchmark, never a test.
 This machine's speed drifts by 10-15% over minutes: sgemm is measured before, between and after
 the shapes and the best rate is the table's peak; --rounds N alternates trainer and PyTorch N
 times per shape and takes the median run of each.
+--gemm-floor runs the trainer once more per shape under build/bench/libblas_time.so (an LD_PRELOAD
+library that times every cblas_sgemm) and adds a table of how much of the step is sgemm, and so
+how fast the step could get if everything else took no time at this BLAS's speed.
 Run with Debian's python3 (it has torch): /usr/bin/python3 scripts/bench_cpu.py [--write]
 
 Optional second peer after PyTorch, Karpathy's llm.c CPU trainer (--llmc PATH): build it
@@ -204,8 +207,10 @@ def bench_torch(shape, threads, steps, warmup):
     return statistics.median(times[warmup:]) * 1e3, sum(p.numel() for p in m.parameters())
 
 
-def bench_trainer(binary, shape, threads, steps, warmup, data):
-    """Median ms/step, TFLOP/s as the trainer counts them, peak RSS and the plan's total (MiB), start-up (s)."""
+def bench_trainer(binary, shape, threads, steps, warmup, data, blas_time=None):
+    """Median ms/step, TFLOP/s as the trainer counts them, peak RSS and the plan's total (MiB), start-up (s).
+    With blas_time (the path of libblas_time.so), the run is preloaded with it and its sgemm log is
+    returned as "sgemm" (a measuring run: the timer's overhead is in its step times)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "bench.yaml")
         tie = ", tie_embeddings: true" if shape["arch"] == "gpt2" else ""
@@ -219,8 +224,12 @@ optim: {{lr: 1.0e-3}}
 data: {{train: [{data}]}}
 log: {{interval: 1, progress: lines}}
 """)
+        env = dict(os.environ)
+        if blas_time:
+            env.update(LD_PRELOAD=blas_time, BLAS_TIME_OUT=os.path.join(tmp, "sgemm.json"))
         t0 = time.perf_counter()
-        p = subprocess.Popen([binary, "--config", cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen([binary, "--config", cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
         out = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
@@ -243,8 +252,22 @@ log: {{interval: 1, progress: lines}}
         rss_mib = float(peak[0].split()[3]) if peak else usage.ru_maxrss / 1024
         if peak:  # the plan to the MiB there, where the start-up ledger rounds to 0.1 GiB
             plan_mib = float(peak[0].split("memory plan ")[1].split()[0])
-        return dict(ms=statistics.median(ms[warmup:]), tflops=tflops, rss_mib=rss_mib,
-                    plan_mib=plan_mib, startup_s=startup)
+        result = dict(ms=statistics.median(ms[warmup:]), tflops=tflops, rss_mib=rss_mib,
+                      plan_mib=plan_mib, startup_s=startup)
+        if blas_time:
+            with open(os.path.join(tmp, "sgemm.json")) as f:
+                result["sgemm"] = json.load(f)["sgemm"]
+        return result
+
+
+def gemm_floor_ms(sgemm, steps_total, threads):
+    """Milliseconds per step spent in sgemm: (layer GEMMs, attention's GEMMs), from libblas_time's log.
+    Each call shape counts at its median time (so the first step's page faults stay out) times its
+    calls per step. Calls inside a parallel region ran on every thread at once: their per-thread
+    sum over the thread count is their share of the wall clock (assuming the threads stay busy)."""
+    big = sum(c["median_s"] * c["calls"] for c in sgemm if not c["in_parallel"]) / steps_total
+    small = sum(c["median_s"] * c["calls"] for c in sgemm if c["in_parallel"]) / steps_total / threads
+    return big * 1e3, small * 1e3
 
 
 def license_bytes():
@@ -405,6 +428,10 @@ def main():
                     ", ".join(DEFAULT_SHAPES) + f" (and {LLMC_SHAPE} with --llmc)")
     ap.add_argument("--llmc", metavar="PATH", help="an already-built llm.c train_gpt2 (make train_gpt2 in a clone "
                     f"of karpathy/llm.c), timed as a third peer at {LLMC_SHAPE}")
+    ap.add_argument("--gemm-floor", nargs="?", const="", metavar="LIB",
+                    help="also run the trainer once per shape under libblas_time.so (LD_PRELOAD; default: "
+                    "bench/libblas_time.so beside --trainer) and print how much of its step is sgemm: the "
+                    "step a faster rest of the code could reach at the machine's GEMM rate")
     ap.add_argument("--write", action="store_true", help="also write the table into docs/PERFORMANCE.md")
     a = ap.parse_args()
     if a.rounds < 1:
@@ -413,6 +440,13 @@ def main():
     for n in names:
         if n not in SHAPES:
             sys.exit(f"bench_cpu: unknown shape {n!r}; known: {', '.join(SHAPES)}")
+    blas_time = None
+    if a.gemm_floor is not None:
+        blas_time = os.path.abspath(a.gemm_floor or os.path.join(os.path.dirname(a.trainer), "bench",
+                                                                  "libblas_time.so"))
+        if not os.path.isfile(blas_time):
+            sys.exit(f"bench_cpu: --gemm-floor: no {blas_time}; build it (cmake --build BUILD --target blas_time) "
+                     "or pass its path")
     llmc = None
     if a.llmc:
         # Checked before any timing, so a wrong path costs seconds, not the trainer and PyTorch runs.
@@ -447,6 +481,9 @@ def main():
                 ours[k] = statistics.median(r[k] for r in ours_runs)
             ours["rss_mib"] = max(r["rss_mib"] for r in ours_runs)
             theirs = statistics.median(theirs_runs)
+            if blas_time:
+                timed = bench_trainer(a.trainer, shape, a.threads, a.steps, a.warmup, data, blas_time)
+                ours["gemm_ms"] = gemm_floor_ms(timed["sgemm"], a.warmup + a.steps, a.threads)
             lc = None
             if llmc and n == LLMC_SHAPE:
                 lc = bench_llmc(llmc, a.threads, a.steps, a.warmup)
@@ -475,6 +512,16 @@ def main():
                 f"{ours['startup_s']:.2f} |")
         rows.append(row)
         print(rows[-1], flush=True)
+    floor_rows = []
+    for n, shape, ours, theirs, nparams, lc in measured:
+        if "gemm_ms" not in ours:
+            continue
+        big, small = ours["gemm_ms"]
+        rest = ours["ms"] - big - small
+        floor_rows.append(f"| {n} | {ours['ms']:.1f} | {big:.1f} + {small:.1f} | {rest:.1f} | "
+                          f"{(big + small) / ours['ms']:.0%} | {theirs:.1f} | {theirs / ours['ms']:.2f}x | "
+                          f"{theirs / (big + small):.2f}x |")
+        print(floor_rows[-1], flush=True)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     cpu = platform.processor() or platform.machine()
@@ -513,6 +560,17 @@ memory plan it prints (MiB). Start-up: from process start to step 1, as the trai
 | shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) |{llmc_head} peak RSS / plan MiB | start-up s |
 |---|---|---|---|---|---|---|{llmc_rule}---|---|
 """ + "\n".join(rows) + "\n"
+    if floor_rows:
+        table += f"""
+Where the trainer's step goes (`--gemm-floor`: one more trainer run per shape under
+`build/bench/libblas_time.so`, which times every `cblas_sgemm`): the layers' GEMMs and attention's
+per-head GEMMs (per-thread time over {a.threads} threads) per step, each call shape at its median
+time; the rest is the table's step time less both. "Speed-up at the GEMM floor": PyTorch's time over
+the GEMMs' alone, the most any change outside the GEMMs could reach at this BLAS's speed.
+
+| shape | trainer ms/step | sgemm ms/step (layers + attention) | rest ms/step | sgemm share | PyTorch ms/step | speed-up | speed-up at the GEMM floor |
+|---|---|---|---|---|---|---|---|
+""" + "\n".join(floor_rows) + "\n"
     print(table)
     if a.write:
         write_table(table)
