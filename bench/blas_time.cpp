@@ -7,8 +7,10 @@
 // shorten: scripts/bench_cpu.py --gemm-floor reads it as the step's floor.
 // Each distinct call (transposes, M, N, K, beta zero or not, called inside
 // an OpenMP parallel region or not) gets its call count, total and median
-// seconds; the median keeps the first step's page faults out. Calls inside
-// a parallel region (attention's per-head GEMMs) are timed per thread.
+// seconds and every call's seconds in call order, so a reader that knows the
+// step count can leave the warm-up steps (page faults) out. Calls inside a
+// parallel region (attention's per-head GEMMs) are timed per thread, their
+// order across threads is the order they finished in.
 // At exit it writes one JSON object to $BLAS_TIME_OUT (stderr when unset).
 // A measuring tool, not part of the trainer: it adds a clock read and a lock
 // to every call, so runs under it are not timed for the table.
@@ -50,12 +52,15 @@ struct Log {
       const auto [ta, tb, m, n, k, beta, parallel] = key;
       double total = 0;
       for (double x : s) total += x;
-      std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+      std::vector<double> sorted = s;
+      std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
       std::fprintf(f,
                    "%s\n {\"trans_a\": %s, \"trans_b\": %s, \"m\": %d, \"n\": %d, \"k\": %d, \"beta\": %s, "
-                   "\"in_parallel\": %s, \"calls\": %zu, \"total_s\": %.9g, \"median_s\": %.9g}",
+                   "\"in_parallel\": %s, \"calls\": %zu, \"total_s\": %.9g, \"median_s\": %.9g, \"seconds\": [",
                    sep, ta ? "true" : "false", tb ? "true" : "false", m, n, k, beta ? "true" : "false",
-                   parallel ? "true" : "false", s.size(), total, s[s.size() / 2]);
+                   parallel ? "true" : "false", s.size(), total, sorted[sorted.size() / 2]);
+      for (size_t i = 0; i < s.size(); ++i) std::fprintf(f, "%s%.4g", i ? "," : "", s[i]);
+      std::fprintf(f, "]}");
       sep = ",";
     }
     std::fprintf(f, "\n]}\n");
