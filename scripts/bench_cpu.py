@@ -561,7 +561,7 @@ model and step differ from the other two: the text above this table.
     table = f"""## CPU training step: {title}
 
 Measured {datetime.date.today()} at commit `{commit}` on {cpu}, {a.threads} threads,
-by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}{f" --rounds {a.rounds}" if a.rounds != 1 else ""}` (median of {a.steps} steps after {a.warmup} warm-up{f"; trainer and PyTorch alternate, {a.rounds} runs each, the median of their medians" if a.rounds > 1 else ""});
+by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}{f" --rounds {a.rounds}" if a.rounds != 1 else ""}{" --gemm-floor" if blas_time else ""}` (median of {a.steps} steps after {a.warmup} warm-up{f"; trainer and PyTorch alternate, {a.rounds} runs each, the median of their medians" if a.rounds > 1 else ""});
 sgemm (2048^3 fp32 through PyTorch's BLAS, same threads): {gemm:.0f} GFLOP/s, the best of {len(gemms)} measurements
 before, between and after the shapes (they ranged {min(gemms):.0f}-{max(gemms):.0f}: this machine's speed drifts). One step = forward +
 backward + clip + AdamW, fp32, the same shapes and parameter counts on both sides; PyTorch
