@@ -253,8 +253,7 @@ log: {{interval: 1, progress: lines}}
         if peak:  # the plan to the MiB there, where the start-up ledger rounds to 0.1 GiB
             plan_mib = float(peak[0].split("memory plan ")[1].split()[0])
         result = dict(ms=statistics.median(ms[warmup:]), mean_ms=statistics.mean(ms[warmup:]), tflops=tflops,
-                      rss_mib=rss_mib,
-                      plan_mib=plan_mib, startup_s=startup)
+                      rss_mib=rss_mib, plan_mib=plan_mib, startup_s=startup)
         if blas_time:
             with open(os.path.join(tmp, "sgemm.json")) as f:
                 result["sgemm"] = json.load(f)["sgemm"]
