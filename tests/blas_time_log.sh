@@ -4,24 +4,19 @@
 # the same calls every step (scripts/bench_cpu.py --gemm-floor tells the
 # warm-up steps apart by that), and write a log Python's json reads.
 set -euo pipefail
-trainer=$1 lib=$2 work=$3
+trainer=$1 lib=$2 source=$3 work=$4 steps=3
 rm -rf "$work" && mkdir -p "$work"
-python3 - "$work/tokens.bin" <<'PY'
-import array, glob, os, sys
-files = [p for p in sorted(glob.glob("/usr/share/common-licenses/*")) if os.path.isfile(p)][:8]
-ids = list(b"".join(open(p, "rb").read() for p in files))[:200000]  # one byte per uint16 id
-array.array("H", ids).tofile(open(sys.argv[1], "wb"))
-PY
+python3 "$source/scripts/prepare_text.py" --out-dir "$work/data" '/usr/share/common-licenses/*' > /dev/null
 cat > "$work/run.yaml" <<YAML
 run: {name: blas_time, dir: $work/run}
 model: {arch: llama, vocab_size: 256, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, max_seq_len: 64}
-train: {device: cpu, steps: 3, seq_len: 64, micro_batch_size: 4, global_batch_size: 4, threads: 2}
-data: {train: [$work/tokens.bin]}
+train: {device: cpu, steps: $steps, seq_len: 64, micro_batch_size: 4, global_batch_size: 4, threads: 2}
+data: {train: [$work/data/train.bin]}
 log: {progress: lines}
 YAML
 BLAS_TIME_OUT="$work/sgemm.json" LD_PRELOAD="$lib" "$trainer" --config "$work/run.yaml" > "$work/train.txt" 2>&1 ||
   { cat "$work/train.txt"; echo "the trainer failed under $lib"; exit 1; }
-python3 - "$work/sgemm.json" 3 <<'PY'
+python3 - "$work/sgemm.json" "$steps" <<'PY'
 import json, sys
 calls = json.load(open(sys.argv[1]))["sgemm"]
 steps = int(sys.argv[2])
