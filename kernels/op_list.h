@@ -256,26 +256,39 @@ TRAINER_OP(device, void, cross_entropy_vocab_parallel,
 TRAINER_OP(device, void, moe_route_forward,
            (Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logits, bool normalize),
            (probs, topk_idx, topk_w, logits, normalize))
-// Load-balancing loss (Switch/GShard form, written to aux[0], one F32):
-//   aux = E * sum_e f_e * P_e,  f_e = (#assignments in topk_idx to e) / (N*K),
-//   P_e = mean_n probs[n,e].  f_e is a constant for the gradient.
-TRAINER_OP(device, void, moe_aux_loss_forward, (Tensor aux, Tensor probs, Tensor topk_idx),
-           (aux, probs, topk_idx))
+// Router statistics of a micro-batch's tokens, stats [2,E] F32 (overwrite):
+//   stats[0,e] = assignments in topk_idx to expert e (before any capacity drop),
+//   stats[1,e] = sum_n probs[n,e].
+// Sums over tokens, so the ranks that split a sequence (context parallelism)
+// add theirs to get the whole micro-batch's (model/router_stats.h).
+TRAINER_OP(device, void, moe_router_stats, (Tensor stats, Tensor probs, Tensor topk_idx),
+           (stats, probs, topk_idx))
+// Load-balancing loss (Switch/GShard form, written to aux[0], one F32) of the
+// `tokens` tokens the statistics cover, each with `topk` assignments:
+//   aux = E * sum_e f_e * P_e,  f_e = stats[0,e] / (tokens*topk),
+//   P_e = stats[1,e] / tokens.  f_e is a constant for the gradient.
+TRAINER_OP(device, void, moe_aux_loss_forward, (Tensor aux, Tensor stats, int tokens, int topk),
+           (aux, stats, tokens, topk))
 // dlogits [N,E] overwrite, from dtopk_w [N,K] (the gradient of the combine
 // weights; may be empty: only the aux term) and aux_grad (= d loss / d aux,
-// e.g. coefficient * grad scale).
+// e.g. coefficient * grad scale): d aux / d probs[n,e] = E * f_e / tokens,
+// f_e from stats as in moe_aux_loss_forward (stats and tokens are only read
+// when aux_grad != 0; stats may then be empty).
 TRAINER_OP(device, void, moe_route_backward,
            (Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w,
-            bool normalize, float aux_grad),
-           (dlogits, dtopk_w, probs, topk_idx, topk_w, normalize, aux_grad))
+            bool normalize, float aux_grad, Tensor stats, int tokens),
+           (dlogits, dtopk_w, probs, topk_idx, topk_w, normalize, aux_grad, stats, tokens))
 // Dispatch plan with capacity. Assignments are admitted k-major (every token's
 // first choice before any second choice), tokens in order within a k, while
 // the expert has fewer than `capacity` rows (capacity <= 0: dropless).
+// admitted [N,K] I32 (may be empty): an assignment whose entry is < 0 is
+// dropped before the capacity counts (the admission already decided over a
+// whole sequence split across ranks: model/router_stats.h).
 // row_map [N,K] I32: row of the assignment in the permuted buffer, -1 if dropped.
 // offsets [E+1] I32: rows of expert e are [offsets[e], offsets[e+1]); offsets[E] = kept total.
 TRAINER_OP(device, void, moe_dispatch_plan,
-           (Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity),
-           (row_map, offsets, topk_idx, num_experts, capacity))
+           (Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity, Tensor admitted),
+           (row_map, offsets, topk_idx, num_experts, capacity, admitted))
 
 // ---- mixture of experts: permutation ---------------------------------------
 // xp[row_map[n,k],:] = x[n,:]; rows >= offsets[E] are zeroed. xp [N*K,C].

@@ -52,6 +52,7 @@ std::vector<TensorSpec> layer_specs(const ModelDims& d, int64_t i) {
     add("probs", {N, d.E}, F);
     add("topk_idx", {N, d.K}, DType::I32);
     add("topk_w", {N, d.K}, F);
+    add("router_stats", {2, d.E}, F);
     add("row_map", {N, d.K}, DType::I32);
     add("offsets", {d.E + 1}, DType::I32);
     add("aux", {1}, F);
@@ -110,7 +111,7 @@ const std::vector<Field>& layer_fields() {
       {"a2", &LayerActs::a2},           {"act", &LayerActs::act},
       {"rlogits", &LayerActs::rlogits}, {"probs", &LayerActs::probs},
       {"topk_idx", &LayerActs::topk_idx}, {"topk_w", &LayerActs::topk_w},
-      {"row_map", &LayerActs::row_map}, {"offsets", &LayerActs::offsets},
+      {"router_stats", &LayerActs::router_stats}, {"row_map", &LayerActs::row_map}, {"offsets", &LayerActs::offsets},
       {"aux", &LayerActs::aux},         {"xp", &LayerActs::xp},
       {"e1", &LayerActs::e1},           {"e2", &LayerActs::e2},
       {"eact", &LayerActs::eact},       {"yp", &LayerActs::yp},
@@ -190,6 +191,13 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
     add("d1", {N, d.F}, A);
     add("d2", {N, d.F}, A);
     add("dact", {N, d.F}, A);
+  }
+  if (any_moe && d.cp > 1 && d.capacity > 0) {
+    const int64_t all = int64_t(d.cp) * N;
+    add("cp_moe_all_rows", {all, d.K}, DType::I32);
+    add("cp_moe_all_idx", {all, d.K}, DType::I32);
+    add("cp_moe_all_offsets", {d.E + 1}, DType::I32);
+    add("cp_moe_admitted", {N, d.K}, DType::I32);
   }
   if (any_moe) {
     const int64_t NK = N * d.K, R = d.expert_rows();
@@ -293,6 +301,10 @@ GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
   g.cp_dv1 = get("cp_dv1");
   g.cp_o = get("cp_o");
   g.cp_lse = get("cp_lse");
+  g.cp_moe_all_rows = get("cp_moe_all_rows");
+  g.cp_moe_all_idx = get("cp_moe_all_idx");
+  g.cp_moe_all_offsets = get("cp_moe_all_offsets");
+  g.cp_moe_admitted = get("cp_moe_admitted");
   g.dye = get("dye");
   g.dxe = get("dxe");
   g.dxe2 = get("dxe2");

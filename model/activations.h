@@ -35,7 +35,9 @@ struct LayerActs {
   Tensor h2, mean2, rstd2;     // mlp norm out, stats
   Tensor a1, a2, act;          // dense: llama gate/up/swiglu; gpt2 fc/-/gelu  [N,F]
   // MoE
-  Tensor rlogits, probs, topk_idx, topk_w, row_map, offsets, aux;
+  // router_stats [2, E]: the micro-batch's tokens per expert and summed
+  // probabilities (whole sequences: model/moe_routing_plan.h).
+  Tensor rlogits, probs, topk_idx, topk_w, router_stats, row_map, offsets, aux;
   Tensor xp, e1, e2, eact, yp; // permuted rows [N*K, C|Fm]; e1, e2, eact on the experts' side [R, Fm]
   // Expert parallelism (model/expert_parallel.h): the rows this rank's
   // experts received from every ep rank [R, C] (R = ModelDims::expert_rows),
@@ -73,6 +75,8 @@ struct GradScratch {
   // and their gradients [B, T, Hkv, D] (two each), one block's partial
   // attention output and log-sum-exp.
   Tensor cp_positions, cp_k0, cp_k1, cp_v0, cp_v1, cp_dk0, cp_dk1, cp_dv0, cp_dv1, cp_o, cp_lse;
+  // A MoE capacity admitted over the cp group's whole sequences (ContextParallel).
+  Tensor cp_moe_all_rows, cp_moe_all_idx, cp_moe_all_offsets, cp_moe_admitted;
   // Activation recompute (model/recompute.h): the one copy of what
   // recomputing layers leave out of their slots.
   LayerActs recompute;

@@ -37,6 +37,11 @@ struct ContextParallel {
   Tensor k[2], v[2];            // blocks received in turn [B, T_local, Hkv, D]
   Tensor dk[2], dv[2];          // their travelling gradients
   Tensor part_o, part_lse;      // one block's partial attention [B, T_local, Hq, D], [B, Hq, T_local]
+  // A MoE layer's capacity admitted over the whole sequences
+  // (model/moe_routing_plan.h): every rank's expert choices [cp N, K] in
+  // rank order and in sequence order, that plan's offsets [E + 1], and this
+  // rank's admissions [N, K]. Present with cp > 1, MoE and a capacity.
+  Tensor moe_all_rows, moe_all_idx, moe_all_offsets, moe_admitted;
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
   Tensor positions_of(int r) const;

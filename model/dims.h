@@ -26,7 +26,10 @@ struct ModelDims {
   int64_t E = 0, K = 0, Fm = 0, moe_every = 1;  // E: experts of the model (the router's width)
   int64_t E_local = 0;     // experts whose weights this instance holds (expert parallelism; 0: E)
   int ep = 1;              // expert-parallel group size: E / E_local
-  int64_t capacity = 0;    // per expert rows, 0: dropless
+  // Rows per expert of a micro-batch's whole sequences (B x T x cp tokens),
+  // 0: dropless. Under cp the ranks admit over the whole sequences together
+  // (model/moe_routing_plan.h); under ep each source rank keeps its own.
+  int64_t capacity = 0;
   bool normalize_topk = true;
   float eps = 1e-5f, rope_theta = 10000.f;
   float aux_coeff = 0.f;

@@ -108,6 +108,8 @@ std::vector<float> KvDecoder::append(const std::vector<int32_t>& tokens) {
   Communicator& solo = device_ == Device::CPU ? solo_cpu : solo_cuda;
   TensorParallel tp;
   tp.group = &solo;
+  ContextParallel cp;
+  cp.group = &solo;
   const Tensor q_pos = positions_.slice0(p, p + n), k_pos = positions_.slice0(0, p + n);
 
   write_from_host(a.ids, tokens.data());
@@ -136,7 +138,7 @@ std::vector<float> KvDecoder::append(const std::vector<int32_t>& tokens) {
     ops::linear_forward(la.x_mid, la.o, lw.wo, lw.bo);
     ops::add_inplace(la.x_mid, la.x_in);
     if (d.moe_layer(i))
-      moe_block_forward(d, tp, solo, lw, la, a.moe_out, x_out);
+      moe_block_forward(d, tp, cp, solo, lw, la, a.moe_out, x_out);
     else
       mlp_block_forward(d, tp, lw, la, x_out);
   }

@@ -52,9 +52,11 @@ void mlp_block_backward_weight(const ModelDims& d, const LayerWeights& w, const 
                                const WeightGradInputs& in);
 
 // moe_out is a [N,C] combine buffer shared by all MoE layers.
+// cp: the group splitting the sequences, over which the router statistics
+// and the capacity's admission are whole (model/moe_routing_plan.h).
 // ep: the expert-parallel group (a group of one without expert parallelism).
-void moe_block_forward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
-                       LayerActs& a, Tensor moe_out, Tensor x_out);
+void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp, Communicator& ep,
+                       const LayerWeights& w, LayerActs& a, Tensor moe_out, Tensor x_out);
 // aux_grad: d loss / d aux of this layer.
 void moe_block_backward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
                         const LayerWeights& gw, const LayerActs& a, GradScratch& g, float aux_grad,

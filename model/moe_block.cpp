@@ -1,6 +1,7 @@
 #include "kernels/ops.h"
 #include "model/expert_parallel.h"
 #include "model/layers.h"
+#include "model/moe_routing_plan.h"
 
 namespace trainer {
 
@@ -23,14 +24,13 @@ Tensor rows(Tensor t, const ExpertSegment& s) { return t.slice0(s.begin, s.begin
 
 }  // namespace
 
-void moe_block_forward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
-                       LayerActs& a, Tensor moe_out, Tensor x_out) {
+void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp, Communicator& ep,
+                       const LayerWeights& w, LayerActs& a, Tensor moe_out, Tensor x_out) {
   norm_forward(d, own_rows(d, tp, a.h2), a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
   column_input(d, tp, a.h2);
   ops::linear_forward(a.rlogits, a.h2, w.router, {});
   ops::moe_route_forward(a.probs, a.topk_idx, a.topk_w, a.rlogits, d.normalize_topk);
-  ops::moe_aux_loss_forward(a.aux, a.probs, a.topk_idx);
-  ops::moe_dispatch_plan(a.row_map, a.offsets, a.topk_idx, int(d.E), int(d.capacity));
+  moe_route_plan(d, cp, a);
   ops::moe_permute(a.xp, a.h2, a.row_map);
   if (d.ep > 1) {
     ep_plan(d, ep, a);
@@ -108,7 +108,8 @@ void moe_block_backward(const ModelDims& d, const TensorParallel& tp, Communicat
   // Summed over tp before the router's part, which every tp rank computes
   // whole (for its own rows under sp).
   const Tensor dh = column_input_grad(d, tp, g.dh);
-  ops::moe_route_backward(in.drlogits, g.dtopk_w, a.probs, a.topk_idx, a.topk_w, d.normalize_topk, aux_grad);
+  ops::moe_route_backward(in.drlogits, g.dtopk_w, a.probs, a.topk_idx, a.topk_w, d.normalize_topk, aux_grad,
+                          a.router_stats, int(routed_tokens(d)));
   ops::linear_backward(dh, {}, {}, own_rows(d, tp, in.drlogits), own_rows(d, tp, a.h2), w.router, true);
   if (whole) moe_block_backward_weight(d, w, gw, a, in);
   norm_backward(d, g.dres, gw.mlp_norm_w, gw.mlp_norm_b, dh, a.x_mid, w.mlp_norm_w, a.mean2, a.rstd2);

@@ -64,7 +64,7 @@ void recompute_layer(const ModelDims& d, Recompute mode, bool moe, const TensorP
   attention_block_forward(d, tp, cp, w, a, a.x_mid);
   const Tensor x_out = scratch.view({d.N(), d.C}).slice0(0, d.rows());
   if (moe)
-    moe_block_forward(d, tp, ep, w, a, moe_out, x_out);
+    moe_block_forward(d, tp, cp, ep, w, a, moe_out, x_out);
   else
     mlp_block_forward(d, tp, w, a, x_out);
 }

@@ -109,6 +109,10 @@ ContextParallel cp_of(Model& m) {
   cp.dv[1] = g.cp_dv1;
   cp.part_o = g.cp_o;
   cp.part_lse = g.cp_lse;
+  cp.moe_all_rows = g.cp_moe_all_rows;
+  cp.moe_all_idx = g.cp_moe_all_idx;
+  cp.moe_all_offsets = g.cp_moe_all_offsets;
+  cp.moe_admitted = g.cp_moe_admitted;
   return cp;
 }
 
@@ -229,7 +233,7 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
     const Tensor x_out = i + 1 < d.L ? a.layers[size_t(i + 1)].x_in : a.x_final;
     attention_block_forward(d, tp, cp, lw, la, la.x_mid);
     if (d.moe_layer(i)) {
-      moe_block_forward(d, tp, ep_of(m), lw, la, a.moe_out, x_out);
+      moe_block_forward(d, tp, cp, ep_of(m), lw, la, a.moe_out, x_out);
       if (m.expert_load) count_expert_load(d, i, la, *m.expert_load);
       aux += ops::sum(la.aux);
     } else {

@@ -205,14 +205,23 @@ void expect_same_run(const std::string& reference, const std::string& tag, const
   REQUIRE(va.size() == 2);
   REQUIRE(vb.size() == 2);
   const double worst = max_rel_diff(b, a), vworst = max_rel_diff(vb, va);
+  // MoE runs log the load-balancing loss: the same objective on every layout.
+  const auto xa = metric(fs::path(reference) / "metrics.jsonl", "aux_loss"),
+             xb = metric(fs::path(run_dir) / "metrics.jsonl", "aux_loss");
+  REQUIRE(xa.size() == xb.size());
+  const double xworst = xa.empty() ? 0.0 : max_rel_diff(xb, xa);
   std::string where;
   const double w =
       weight_diff(fs::path(reference) / "ckpt/step_00000020", fs::path(run_dir) / "ckpt/step_00000020", &where);
-  std::printf("[%s] %-36s losses max rel diff %.2e, val %.2e (tol 1e-5), final weights %.2e (tol 1e-4%s%s)\n",
-              tag.c_str(), label.c_str(), worst, vworst, w, where.empty() ? "" : ", worst ", where.c_str());
+  char aux_part[32] = "";
+  if (!xa.empty()) std::snprintf(aux_part, sizeof aux_part, ", aux %.2e", xworst);
+  std::printf("[%s] %-36s losses max rel diff %.2e, val %.2e%s (tol 1e-5), final weights %.2e (tol 1e-4%s%s)\n",
+              tag.c_str(), label.c_str(), worst, vworst, aux_part, w, where.empty() ? "" : ", worst ",
+              where.c_str());
   // Only the summation order differs from one process.
   CHECK(worst < 1e-5);
   CHECK(vworst < 1e-5);
+  CHECK(xworst < 1e-5);
   CHECK(w < 1e-4);
 }
 

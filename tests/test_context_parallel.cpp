@@ -22,10 +22,11 @@ namespace {
 const char* const kLlamaGqa =
     "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}";
 const char* const kGpt2 = "{arch: gpt2, vocab_size: 259, d_model: 32, n_layers: 2, n_heads: 4, max_seq_len: 32}";
-// Without the load-balancing loss, whose statistics are per chunk under cp.
+// With the load-balancing loss, whole-sequence under cp (model/moe_routing_plan.h;
+// tests/test_moe_layouts.cpp has every split layout with and without a capacity).
 const char* const kMoe =
     "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32, "
-    "moe: {num_experts: 4, top_k: 2, d_ff: 32, aux_loss_coeff: 0}}";
+    "moe: {num_experts: 4, top_k: 2, d_ff: 32, aux_loss_coeff: 0.01}}";
 
 void run_cases(const Setup& s, const std::vector<e2e::Case>& cases) {
   e2e::run_cases(s, "cp", cases, {"context parallel "});

@@ -157,12 +157,22 @@ TEST_CASE("moe_route_forward accepts probs aliasing logits", "[moe]") {
   CHECK(w.f == w2.f);
 }
 
+namespace {
+
+// The aux loss of a micro-batch as the model forms it: statistics, then the loss.
+void aux_of(Owned& aux, Owned& stats, Owned& probs, Owned& idx) {
+  cpu::moe_router_stats(stats, probs, idx);
+  cpu::moe_aux_loss_forward(aux, stats, int(probs.t.dim(0)), int(idx.t.dim(1)));
+}
+
+}  // namespace
+
 TEST_CASE("moe_aux_loss_forward matches float64 and the balanced value 1", "[moe]") {
   const int64_t N = 12, E = 4, K = 2;
-  Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), aux({1});
+  Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), aux({1}), stats({2, E});
   fill_normal(logits.f, 21, 2.f);
   cpu::moe_route_forward(probs, idx, w, logits, true);
-  cpu::moe_aux_loss_forward(aux, probs, idx);
+  aux_of(aux, stats, probs, idx);
   std::vector<double> f(E, 0), P(E, 0);
   for (int32_t e : idx.i) f[size_t(e)] += 1.0 / double(N * K);
   for (int64_t n = 0; n < N; ++n)
@@ -172,16 +182,59 @@ TEST_CASE("moe_aux_loss_forward matches float64 and the balanced value 1", "[moe
   double err = std::fabs(aux.f[0] - ref) / ref;
   std::printf("[forward] moe_aux_loss aux=%.6f ref=%.6f rel=%.3e\n", aux.f[0], ref, err);
   REQUIRE(err < 1e-6);
+  for (int64_t e = 0; e < E; ++e) {
+    CHECK(stats.f[size_t(e)] == float(f[size_t(e)] * double(N * K)));
+    CHECK(std::fabs(stats.f[size_t(E + e)] - P[size_t(e)] * double(N)) < 1e-5);
+  }
 
   // Uniform router and perfectly balanced assignments: aux = E * E * (1/E)(1/E) = 1.
   Owned up({4, E}), bidx({4, K}, DType::I32);
   std::fill(up.f.begin(), up.f.end(), 0.25f);
   bidx.i = {0, 1, 2, 3, 1, 0, 3, 2};
-  cpu::moe_aux_loss_forward(aux, up, bidx);
+  aux_of(aux, stats, up, bidx);
   REQUIRE(aux.f[0] == Approx(1.0).epsilon(1e-6));
 
   bidx.i[3] = 4;
-  test::require_rejected([&] { ops::moe_aux_loss_forward(aux, up, bidx); }, {"moe_aux_loss_forward: ", "topk_idx[1,1] = 4 is outside [0, 4)"});
+  test::require_rejected([&] { ops::moe_router_stats(stats, up, bidx); }, {"moe_router_stats: ", "topk_idx[1,1] = 4 is outside [0, 4)"});
+  Owned wrong({2, E + 1});
+  test::require_rejected([&] { ops::moe_aux_loss_forward(aux, wrong, 4, 0); }, {"moe_aux_loss_forward: ", "topk = 0 must be >= 1"});
+  test::require_rejected([&] { ops::moe_route_backward(probs, Tensor(), probs, idx, w, true, 0.5f, Tensor(), int(N)); },
+                         {"moe_route_backward: ", "aux_grad != 0 needs the router statistics"});
+  test::require_rejected([&] { ops::moe_route_backward(probs, Tensor(), probs, idx, w, true, 0.5f, stats, int(N - 1)); },
+                         {"moe_route_backward: ", "tokens = 11 must count at least this rank's 12 tokens"});
+}
+
+// Context parallelism splits a micro-batch's tokens over ranks: statistics
+// summed over the parts must give the whole batch's loss, and each part's
+// backward with the summed statistics must be the whole backward's rows.
+TEST_CASE("moe router statistics of split tokens add up to the whole micro-batch's", "[moe]") {
+  const int64_t N = 16, E = 6, K = 2, half = N / 2;
+  Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), aux({1}), stats({2, E});
+  fill_normal(logits.f, 61, 2.f);
+  cpu::moe_route_forward(probs, idx, w, logits, true);
+  aux_of(aux, stats, probs, idx);
+  Owned part({2, E}), sum({2, E}), aux_parts({1});
+  for (int64_t p = 0; p < 2; ++p) {
+    cpu::moe_router_stats(part, probs.t.slice0(p * half, (p + 1) * half), idx.t.slice0(p * half, (p + 1) * half));
+    for (size_t i = 0; i < sum.f.size(); ++i) sum.f[i] += part.f[i];
+  }
+  cpu::moe_aux_loss_forward(aux_parts, sum, int(N), int(K));
+  const double err = std::fabs(double(aux_parts.f[0]) - aux.f[0]);
+  std::printf("[forward] aux from split statistics %.8f, whole %.8f, |diff| %.2e\n", aux_parts.f[0], aux.f[0], err);
+  REQUIRE(err < 1e-6);
+
+  Owned G({N, K}), whole({N, E}), mine({half, E});
+  fill_normal(G.f, 62);
+  cpu::moe_route_backward(whole, G, probs, idx, w, true, 0.9f, stats, int(N));
+  double worst = 0;
+  for (int64_t p = 0; p < 2; ++p) {
+    const auto rows = [&](Owned& t) { return t.t.slice0(p * half, (p + 1) * half); };
+    cpu::moe_route_backward(mine, rows(G), rows(probs), rows(idx), rows(w), true, 0.9f, sum, int(N));
+    for (int64_t i = 0; i < half * E; ++i)
+      worst = std::max(worst, double(std::fabs(mine.f[size_t(i)] - whole.f[size_t(p * half * E + i)])));
+  }
+  std::printf("[backward] split-token router gradient vs whole: max |diff| %.2e\n", worst);
+  REQUIRE(worst < 1e-6);
 }
 
 TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
@@ -190,7 +243,7 @@ TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
   for (bool normalize : {false, true})
     for (float aux_grad : {0.f, 0.7f}) {
       Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), aux({1}), G({N, K}),
-          dlogits({N, E});
+          dlogits({N, E}), stats({2, E});
       set_values(logits, separated_logits(N, E, 31));
       fill_normal(G.f, 32);
       cpu::moe_route_forward(probs, idx, w, logits, normalize);
@@ -199,7 +252,7 @@ TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
       // loss = sum G * topk_w + aux_grad * aux, all through the op forwards.
       auto loss = [&]() {
         cpu::moe_route_forward(probs, idx, w, logits, normalize);
-        cpu::moe_aux_loss_forward(aux, probs, idx);
+        aux_of(aux, stats, probs, idx);
         if (idx.i != base_idx) selection_changed = true;
         double L = double(aux_grad) * aux.f[0];
         for (size_t i = 0; i < G.f.size(); ++i) L += double(G.f[i]) * w.f[i];
@@ -207,7 +260,7 @@ TEST_CASE("moe_route_backward matches finite differences", "[moe][gradcheck]") {
       };
       loss();
       std::fill(dlogits.f.begin(), dlogits.f.end(), kNaN);  // must be overwritten
-      cpu::moe_route_backward(dlogits, G, probs, idx, w, normalize, aux_grad);
+      cpu::moe_route_backward(dlogits, G, probs, idx, w, normalize, aux_grad, stats, int(N));
       const std::vector<float> analytic = dlogits.f;
       char label[96];
       std::snprintf(label, sizeof label, "moe_route dlogits norm=%d aux_grad=%.1f", normalize,
@@ -231,12 +284,13 @@ TEST_CASE("moe_route_backward: the aux path alone matches finite differences", "
   const int64_t N = 9, E = 4, K = 2;
   const float aux_grad = 1.3f;
   Owned logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}), zero({N, K}), d1({N, E}),
-      d2({N, E});
+      d2({N, E}), stats({2, E});
   set_values(logits, separated_logits(N, E, 41));
   cpu::moe_route_forward(probs, idx, w, logits, true);
+  cpu::moe_router_stats(stats, probs, idx);
   const std::vector<int32_t> base_idx = idx.i;
-  cpu::moe_route_backward(d1, zero, probs, idx, w, true, aux_grad);
-  cpu::moe_route_backward(d2, Tensor(), probs, idx, w, true, aux_grad);  // absent dtopk_w
+  cpu::moe_route_backward(d1, zero, probs, idx, w, true, aux_grad, stats, int(N));
+  cpu::moe_route_backward(d2, Tensor(), probs, idx, w, true, aux_grad, stats, int(N));  // absent dtopk_w
   CHECK(d1.f == d2.f);
   REQUIRE(max_abs(d1.f) > 1e-3);
   // The loss is recomputed in float64 (the aux forward is checked against
@@ -290,7 +344,7 @@ TEST_CASE("moe_dispatch_plan admits k-major under a capacity", "[moe][plan]") {
     //        n4->e0 dropped, n5->e3.
     // A token-major rule would instead keep n2's second choice (e1) and drop
     // n5's first choice: the two rules differ on this input.
-    cpu::moe_dispatch_plan(row_map, offsets, idx, E, 2);
+    cpu::moe_dispatch_plan(row_map, offsets, idx, E, 2, {});
     CHECK(offsets.i == std::vector<int32_t>{0, 2, 4, 6, 7});
     // Rows within an expert follow admission order.
     CHECK(row_map.i == std::vector<int32_t>{0, -1,   //
@@ -301,21 +355,21 @@ TEST_CASE("moe_dispatch_plan admits k-major under a capacity", "[moe][plan]") {
                                             3, 6});
   }
   SECTION("capacity 1") {
-    cpu::moe_dispatch_plan(row_map, offsets, idx, E, 1);
+    cpu::moe_dispatch_plan(row_map, offsets, idx, E, 1, {});
     CHECK(offsets.i == std::vector<int32_t>{0, 1, 2, 3, 4});
     CHECK(row_map.i == std::vector<int32_t>{0, -1, -1, -1, -1, -1, 1, -1, 2, -1, -1, 3});
   }
   SECTION("dropless keeps all N*K, for capacity 0 and negative") {
     for (int cap : {0, -1}) {
       std::fill(row_map.i.begin(), row_map.i.end(), -7);
-      cpu::moe_dispatch_plan(row_map, offsets, idx, E, cap);
+      cpu::moe_dispatch_plan(row_map, offsets, idx, E, cap, {});
       // Loads: e0 = 5 (n0,n1,n2 first; n3,n4 second), e1 = 4, e2 = 2, e3 = 1.
       CHECK(offsets.i == std::vector<int32_t>{0, 5, 9, 11, 12});
       CHECK(row_map.i == std::vector<int32_t>{0, 7, 1, 10, 2, 8, 5, 3, 9, 4, 6, 11});
     }
   }
   SECTION("capacity at least the largest load is dropless") {
-    cpu::moe_dispatch_plan(row_map, offsets, idx, E, 5);
+    cpu::moe_dispatch_plan(row_map, offsets, idx, E, 5, {});
     CHECK(offsets.i == std::vector<int32_t>{0, 5, 9, 11, 12});
   }
 }
@@ -328,7 +382,7 @@ TEST_CASE("moe_dispatch_plan invariants on random routing", "[moe][plan]") {
   fill_normal(logits.f, 51, 2.f);
   cpu::moe_route_forward(probs, idx, w, logits, true);
   for (int cap : {0, 1, 3, 6, 100}) {
-    cpu::moe_dispatch_plan(row_map, offsets, idx, E, cap);
+    cpu::moe_dispatch_plan(row_map, offsets, idx, E, cap, {});
     std::vector<char> kept = ref_admit(std::vector<int>(idx.i.begin(), idx.i.end()), N, K, E, cap);
     const int64_t total = std::count(kept.begin(), kept.end(), 1);
     REQUIRE(offsets.i[0] == 0);
@@ -349,10 +403,32 @@ TEST_CASE("moe_dispatch_plan invariants on random routing", "[moe][plan]") {
   }
 }
 
+TEST_CASE("moe_dispatch_plan: assignments not admitted are dropped before the capacity counts", "[moe][plan]") {
+  const int64_t N = 6, K = 2;
+  const int E = 4;
+  Owned idx({N, K}, DType::I32), admitted({N, K}, DType::I32), row_map({N, K}, DType::I32),
+      offsets({E + 1}, DType::I32), free_map({N, K}, DType::I32), free_off({E + 1}, DType::I32);
+  idx.i = kPlanIdx;
+  // n0's first choice (e0) and n3's second (e0) were refused elsewhere.
+  admitted.i = {-1, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0};
+  // Capacity 2: e0 now takes n1 and n2 (n0 no longer counts), n4's e0 is over it.
+  cpu::moe_dispatch_plan(row_map, offsets, idx, E, 2, admitted);
+  CHECK(offsets.i == std::vector<int32_t>{0, 2, 4, 6, 7});
+  CHECK(row_map.i == std::vector<int32_t>{-1, -1, 0, 5, 1, -1, 2, -1, 4, -1, 3, 6});
+  // Without a capacity exactly the admitted ones are kept, in the plan's order.
+  cpu::moe_dispatch_plan(row_map, offsets, idx, E, 0, admitted);
+  cpu::moe_dispatch_plan(free_map, free_off, idx, E, 0, {});
+  for (int64_t i = 0; i < N * K; ++i) CHECK((row_map.i[size_t(i)] < 0) == (admitted.i[size_t(i)] < 0));
+  CHECK(offsets.i[size_t(E)] == free_off.i[size_t(E)] - 2);
+  Owned short_adm({N - 1, K}, DType::I32);
+  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, offsets, idx, E, 0, short_adm); },
+                         {"moe_dispatch_plan: ", "admitted [5, 2] must match topk_idx [6, 2]"});
+}
+
 TEST_CASE("moe_dispatch_plan: an expert nobody picks gets an empty range", "[moe][plan]") {
   Owned idx({3, 2}, DType::I32), row_map({3, 2}, DType::I32), offsets({5}, DType::I32);
   idx.i = {0, 1, 1, 3, 3, 0};
-  cpu::moe_dispatch_plan(row_map, offsets, idx, 4, 0);
+  cpu::moe_dispatch_plan(row_map, offsets, idx, 4, 0, {});
   CHECK(offsets.i == std::vector<int32_t>{0, 2, 4, 4, 6});
   CHECK(row_map.i == std::vector<int32_t>{0, 3, 2, 5, 4, 1});
 }
@@ -361,12 +437,12 @@ TEST_CASE("moe_dispatch_plan rejects bad inputs", "[moe][plan]") {
   Owned idx({3, 2}, DType::I32), row_map({3, 2}, DType::I32), offsets({5}, DType::I32),
       short_off({4}, DType::I32), short_map({2, 2}, DType::I32);
   idx.i = {0, 1, 1, 3, 3, 4};
-  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, offsets, idx, 4, 0); }, {"moe_dispatch_plan: ", "topk_idx[2,1] = 4 is outside [0, 4)"});
+  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, offsets, idx, 4, 0, {}); }, {"moe_dispatch_plan: ", "topk_idx[2,1] = 4 is outside [0, 4)"});
   idx.i[5] = 0;
-  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, short_off, idx, 4, 0); }, {"moe_dispatch_plan: ", "offsets [4] must be [E+1] = [5]"});
-  test::require_rejected([&] { ops::moe_dispatch_plan(short_map, offsets, idx, 4, 0); }, {"moe_dispatch_plan: ", "row_map [2, 2] must match topk_idx [3, 2]"});
+  test::require_rejected([&] { ops::moe_dispatch_plan(row_map, short_off, idx, 4, 0, {}); }, {"moe_dispatch_plan: ", "offsets [4] must be [E+1] = [5]"});
+  test::require_rejected([&] { ops::moe_dispatch_plan(short_map, offsets, idx, 4, 0, {}); }, {"moe_dispatch_plan: ", "row_map [2, 2] must match topk_idx [3, 2]"});
   try {
-    ops::moe_dispatch_plan(row_map, short_off, idx, 4, 0);
+    ops::moe_dispatch_plan(row_map, short_off, idx, 4, 0, {});
   } catch (const std::invalid_argument& e) {
     std::printf("[message] %s\n", e.what());
     CHECK(std::string(e.what()).find("moe_dispatch_plan") != std::string::npos);
@@ -388,7 +464,7 @@ struct Plan {
     Owned logits({N, E}), probs({N, E});
     fill_normal(logits.f, seed, 2.f);
     cpu::moe_route_forward(probs, idx, w, logits, true);
-    cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), capacity);
+    cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), capacity, {});
     kept = offsets.i[size_t(E)];
   }
 };
@@ -580,14 +656,14 @@ struct MoeFfn {
   int capacity;
   float aux_coef;
   Owned x, Wr, Wg, Wu, Wd;                             // inputs and weights
-  Owned logits, probs, idx, w, row_map, offsets, aux;  // routing
+  Owned logits, probs, idx, w, row_map, offsets, aux, stats;  // routing
   Owned xp, gp, up, ap, yp, y;                         // data path
   Owned G;                                             // upstream dy
   Owned dx, dWr, dWg, dWu, dWd;                        // grads (+= for dW)
   MoeFfn(int cap, float aux_c, uint64_t seed)
       : capacity(cap), aux_coef(aux_c), x({N, C}), Wr({E, C}), Wg({E, H, C}), Wu({E, H, C}),
         Wd({E, C, H}), logits({N, E}), probs({N, E}), idx({N, K}, DType::I32), w({N, K}),
-        row_map({N, K}, DType::I32), offsets({E + 1}, DType::I32), aux({1}), xp({N * K, C}),
+        row_map({N, K}, DType::I32), offsets({E + 1}, DType::I32), aux({1}), stats({2, E}), xp({N * K, C}),
         gp({N * K, H}), up({N * K, H}), ap({N * K, H}), yp({N * K, C}), y({N, C}), G({N, C}),
         dx({N, C}), dWr({E, C}), dWg({E, H, C}), dWu({E, H, C}), dWd({E, C, H}) {
     fill_normal(x.f, seed);
@@ -607,8 +683,8 @@ struct MoeFfn {
         logits.f[size_t(n * E + e)] = float(s);
       }
     cpu::moe_route_forward(probs, idx, w, logits, true);
-    cpu::moe_aux_loss_forward(aux, probs, idx);
-    cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), capacity);
+    aux_of(aux, stats, probs, idx);
+    cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), capacity, {});
     cpu::moe_permute(xp, x, row_map);
     cpu::grouped_linear_forward(gp, xp, Wg, offsets);
     cpu::grouped_linear_forward(up, xp, Wu, offsets);
@@ -637,7 +713,7 @@ struct MoeFfn {
     cpu::grouped_linear_backward(dxp, dWg, dgp, xp, Wg, offsets);
     cpu::grouped_linear_backward(dxp_u, dWu, dup, xp, Wu, offsets);
     for (size_t i = 0; i < dxp.f.size(); ++i) dxp.f[i] += dxp_u.f[i];
-    cpu::moe_route_backward(dlogits, dw, probs, idx, w, true, aux_coef);
+    cpu::moe_route_backward(dlogits, dw, probs, idx, w, true, aux_coef, stats, int(N));
     // Router linear backward: dx = dlogits @ Wr (overwrite), dWr += dlogits^T x.
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c) {
@@ -787,7 +863,7 @@ TEST_CASE("MoE ops on inputs large enough to run threaded", "[moe]") {
   RefRoute r = ref_route(logits.f, N, E, K, true);
   REQUIRE(max_rel_diff(w.p(), r.w.data(), r.w.size()) < 1e-6);
   for (size_t i = 0; i < r.idx.size(); ++i) REQUIRE(idx.i[i] == r.idx[i]);
-  cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), int(N * K / E / 2));
+  cpu::moe_dispatch_plan(row_map, offsets, idx, int(E), int(N * K / E / 2), {});
   const int64_t kept = offsets.i[E];
   REQUIRE(kept < N * K);
   cpu::moe_permute(xp, x, row_map);

@@ -19,11 +19,12 @@ using namespace trainer;
 
 namespace {
 
-// Layer 0 dense, layer 1 MoE; no load-balancing loss, whose statistics are
-// per chunk under cp.
+// Layer 0 dense, layer 1 MoE with the load-balancing loss and a capacity:
+// under cp a full recompute re-runs the whole-sequence statistics and
+// admission (model/moe_routing_plan.h) with their collectives.
 const char* const kModel =
     "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32, "
-    "moe: {num_experts: 4, top_k: 2, d_ff: 32, every: 2, aux_loss_coeff: 0}}";
+    "moe: {num_experts: 4, top_k: 2, d_ff: 32, every: 2, aux_loss_coeff: 0.1, capacity_factor: 1.0}}";
 
 }  // namespace
 

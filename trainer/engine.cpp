@@ -381,9 +381,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
         models.zero(0).poison_next_gradient();
         nan_fired = true;  // once: a rollback runs the step number again
       }
-      // The load-balancing loss is each micro-batch's (under cp each
-      // chunk's): their mean over the step.
-      const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp * mesh.cp));
+      // The load-balancing loss is each micro-batch's (its whole sequences,
+      // which every cp rank holds the statistics of): their mean over the
+      // step. Each cp rank differentiates it for its own tokens, so the
+      // gradient is not divided by cp (model/moe_routing_plan.h).
+      const float aux_grad = float(loss_scale * double(dims.aux_coeff) / double(M * dp));
       const auto d0 = clock_type::now();
       const HostBatch& batch = prefetch.get(step + data_offset);
       window_parts.data += seconds_since(d0);
@@ -426,7 +428,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
       }
       completed = step + 1;
       const double loss = loss_sum / double(M * dims.N() * dp);
-      const double aux = aux_sum / double(M * dp * mesh.cp);
+      const double aux = aux_sum / double(M * dp * mesh.cp);  // each cp rank reports the same, whole value
       double norm = 0;
       as_optimizer([&] { norm = std::sqrt(models.grad_sum_squares()) / loss_scale; });
       if (scaler.enabled() && (!std::isfinite(norm) || !std::isfinite(loss))) {

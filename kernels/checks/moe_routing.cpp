@@ -46,18 +46,38 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
                  ") must be in [1, E = " + std::to_string(E) + "]");
 }
 
-void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
-  const char* op = "moe_aux_loss_forward";
+namespace {
+
+// stats [2, E] F32 (the router statistics).
+void need_stats(const char* op, const Tensor& stats, int64_t E) {
+  need_nd(op, "stats", stats, DType::F32, 2);
+  if (stats.dim(0) != 2 || stats.dim(1) != E)
+    fail(op, "stats " + stats.shape_str() + " must be [2, E] = [2, " + std::to_string(E) + "]");
+}
+
+}  // namespace
+
+void moe_router_stats(Tensor stats, Tensor probs, Tensor topk_idx) {
+  const char* op = "moe_router_stats";
   need_nd(op, "probs", probs, DType::F32, 2);
   need_nd(op, "topk_idx", topk_idx, DType::I32, 2);
+  rows_of(op, "topk_idx", topk_idx, probs.dim(0), "probs", probs);
+  need_stats(op, stats, probs.dim(1));
+}
+
+void moe_aux_loss_forward(Tensor aux, Tensor stats, int tokens, int topk) {
+  const char* op = "moe_aux_loss_forward";
+  need_nd(op, "stats", stats, DType::F32, 2);
+  need_stats(op, stats, stats.dim(1));
   if (aux.data == nullptr) fail(op, "aux is missing");
   if (aux.dtype != DType::F32 || aux.numel() != 1)
     fail(op, "aux " + aux.shape_str() + " " + dtype_name(aux.dtype) + " must be one F32 value");
-  rows_of(op, "topk_idx", topk_idx, probs.dim(0), "probs", probs);
+  if (tokens < 0) fail(op, "tokens = " + std::to_string(tokens) + " must be >= 0");
+  if (topk < 1) fail(op, "topk = " + std::to_string(topk) + " must be >= 1");
 }
 
 void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx,
-                        Tensor topk_w, bool, float) {
+                        Tensor topk_w, bool, float aux_grad, Tensor stats, int tokens) {
   const char* op = "moe_route_backward";
   need_nd(op, "probs", probs, DType::F32, 2);
   need_nd(op, "dlogits", dlogits, DType::F32, 2, /*float_any=*/true);
@@ -72,14 +92,26 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
     must_match(op, "dtopk_w", dtopk_w, "topk_idx", topk_idx);
   }
   rows_of(op, "topk_idx", topk_idx, probs.dim(0), "probs", probs);
+  if (aux_grad != 0.f) {
+    if (stats.empty()) fail(op, "aux_grad != 0 needs the router statistics (stats is missing)");
+    need_stats(op, stats, probs.dim(1));
+    if (tokens < probs.dim(0))
+      fail(op, "tokens = " + std::to_string(tokens) + " must count at least this rank's " +
+                   std::to_string(probs.dim(0)) + " tokens (probs " + probs.shape_str() + ")");
+  }
 }
 
-void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int) {
+void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int,
+                       Tensor admitted) {
   const char* op = "moe_dispatch_plan";
   need_nd(op, "topk_idx", topk_idx, DType::I32, 2);
   need_nd(op, "row_map", row_map, DType::I32, 2);
   need_nd(op, "offsets", offsets, DType::I32, 1);
   must_match(op, "row_map", row_map, "topk_idx", topk_idx);
+  if (!admitted.empty()) {
+    need_nd(op, "admitted", admitted, DType::I32, 2);
+    must_match(op, "admitted", admitted, "topk_idx", topk_idx);
+  }
   if (num_experts < 1) fail(op, "num_experts = " + std::to_string(num_experts) + " must be >= 1");
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1);
   if (offsets.dim(0) != E + 1)

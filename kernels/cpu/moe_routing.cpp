@@ -25,17 +25,9 @@ void check_expert_ids(const char* op, const Tensor& topk_idx, int64_t E) {
                    "] = " + std::to_string(idx[i]) + " is outside [0, " + std::to_string(E) + ")");
 }
 
-// f_e = assignments to e / (N*K), before any capacity drop: the aux loss
-// balances what the router asks for, not what the capacity let through.
-std::vector<double> assignment_fractions(const Tensor& topk_idx, int64_t E) {
-  std::vector<double> f(size_t(E), 0.0);
-  const int64_t NK = topk_idx.numel();
-  const int32_t* idx = topk_idx.i32();
-  for (int64_t i = 0; i < NK; ++i) f[size_t(idx[i])] += 1.0;
-  if (NK > 0)
-    for (double& v : f) v /= double(NK);
-  return f;
-}
+// The admission already decided for an assignment: absent means every
+// assignment is a candidate.
+bool candidate(const int32_t* admitted, int64_t i) { return admitted == nullptr || admitted[i] >= 0; }
 
 }  // namespace
 
@@ -85,27 +77,40 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
   }
 }
 
-void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
-  const char* op = "moe_aux_loss_forward";
+void moe_router_stats(Tensor stats, Tensor probs, Tensor topk_idx) {
+  const char* op = "moe_router_stats";
   const int64_t N = probs.dim(0), E = probs.dim(1);
   check_expert_ids(op, topk_idx, E);
-  if (N == 0) {
-    aux.f32()[0] = 0.f;
-    return;
-  }
-  const std::vector<double> f = assignment_fractions(topk_idx, E);
+  float* S = stats.f32();
+  const int32_t* idx = topk_idx.i32();
+  // Counts before any capacity drop: the aux loss balances what the router
+  // asks for, not what the capacity let through.
+  std::vector<int64_t> count(size_t(E), 0);
+  for (int64_t i = 0; i < topk_idx.numel(); ++i) ++count[size_t(idx[i])];
   const float* P = probs.f32();
-  double total = 0;
   for (int64_t e = 0; e < E; ++e) {
     double pe = 0;
     for (int64_t n = 0; n < N; ++n) pe += P[n * E + e];
-    total += f[size_t(e)] * (pe / double(N));
+    S[e] = float(count[size_t(e)]);
+    S[E + e] = float(pe);
   }
+}
+
+void moe_aux_loss_forward(Tensor aux, Tensor stats, int tokens, int topk) {
+  const int64_t E = stats.dim(1);
+  const float* S = stats.f32();
+  if (tokens == 0) {
+    aux.f32()[0] = 0.f;
+    return;
+  }
+  const double NK = double(tokens) * double(topk);
+  double total = 0;
+  for (int64_t e = 0; e < E; ++e) total += (double(S[e]) / NK) * (double(S[E + e]) / double(tokens));
   aux.f32()[0] = float(double(E) * total);
 }
 
 void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx,
-                        Tensor topk_w, bool normalize, float aux_grad) {
+                        Tensor topk_w, bool normalize, float aux_grad, Tensor stats, int tokens) {
   const char* op = "moe_route_backward";
   need_f32(op, {{"dlogits", &dlogits}});
   // An absent dtopk_w: only the aux loss drives the router.
@@ -114,12 +119,14 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
   check_expert_ids(op, topk_idx, E);
   if (N == 0) return;
 
-  // d aux / d probs[n,e] = E * f_e / N, the same for every token.
+  // d aux / d probs[n,e] = E * f_e / tokens, the same for every token; the
+  // statistics may cover more tokens than this rank's N (a split sequence).
   std::vector<double> daux(size_t(E), 0.0);
-  if (aux_grad != 0.f) {
-    const std::vector<double> f = assignment_fractions(topk_idx, E);
+  if (aux_grad != 0.f && tokens > 0) {
+    const double NK = double(tokens) * double(K);
+    const float* S = stats.f32();
     for (int64_t e = 0; e < E; ++e)
-      daux[size_t(e)] = double(aux_grad) * double(E) * f[size_t(e)] / double(N);
+      daux[size_t(e)] = double(aux_grad) * double(E) * (double(S[e]) / NK) / double(tokens);
   }
 
   const float* P = probs.f32();
@@ -157,12 +164,13 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
 }
 
 void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts,
-                       int capacity) {
+                       int capacity, Tensor admitted) {
   const char* op = "moe_dispatch_plan";
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1);
   check_expert_ids(op, topk_idx, E);
 
   const int32_t* I = topk_idx.i32();
+  const int32_t* A = admitted.empty() ? nullptr : admitted.i32();
   int32_t* R = row_map.i32();
   int32_t* O = offsets.i32();
   // Pass 1 admits in priority order (k-major, then token) and records each
@@ -174,7 +182,7 @@ void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
       const int32_t e = I[n * K + k];
-      if (capacity <= 0 || count[size_t(e)] < capacity)
+      if (candidate(A, n * K + k) && (capacity <= 0 || count[size_t(e)] < capacity))
         R[n * K + k] = int32_t(count[size_t(e)]++);
       else
         R[n * K + k] = -1;

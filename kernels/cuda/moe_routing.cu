@@ -14,10 +14,12 @@
 // Cost: ~2E double exp + K*E compares per token; reads E logits, writes E
 // probs and 2K values.
 //
-// Aux loss: integer expert counts (int atomics: exact, so deterministic),
-// then one 1024-thread block sums the probability columns in a fixed order
-// (double). Single block on purpose: reads N*E*4 bytes at one SM's
-// bandwidth (tens of microseconds at N*E = 1M), once per MoE layer.
+// Router statistics: integer expert counts (int atomics: exact, so
+// deterministic), then one 1024-thread block sums the probability columns in
+// a fixed order (double). Single block on purpose: reads N*E*4 bytes at one
+// SM's bandwidth (tens of microseconds at N*E = 1M), once per MoE layer. The
+// aux loss is then E products of the statistics, summed by one thread in
+// expert order (the statistics may first be summed over a cp group).
 //
 // Dispatch plan (moe_dispatch_plan): assignment j = k*N + n in k-major
 // order; its rank = number of earlier assignments to the same expert, kept
@@ -33,8 +35,9 @@
 //
 // Expert ids the CPU validates on the host live on the device here, and
 // checking them would cost a sync per call. Instead a bad expert id (outside
-// [0, E)) poisons what it touches: aux = NaN, that token's dlogits row = NaN,
-// and the dispatch plan drops the assignment (row -1). Shapes and dtypes
+// [0, E)) poisons what it touches: the statistics' counts (and so aux) = NaN,
+// that token's dlogits row = NaN, and the dispatch plan drops the assignment
+// (row -1). Shapes and dtypes
 // arrive checked by the router (kernels/checks/moe_routing.cpp).
 #include <climits>
 #include <cstdint>
@@ -115,16 +118,16 @@ __global__ void count_experts_kernel(const int32_t* I, int64_t NK, int E, int* c
   }
 }
 
-constexpr int kAuxThreads = 1024;  // 32 warps; the kernel relies on it
+constexpr int kStatsThreads = 1024;  // 32 warps; the kernel relies on it
 
-// aux = E * sum_e (cnt_e / NK) * (sum_n P[n,e] / N). Warp w sums rows w,
-// w+32, ... of 32 adjacent columns (coalesced); the 32 partials per column
-// are added in warp order; lanes' totals by a fixed shuffle tree.
-__global__ void __launch_bounds__(kAuxThreads) aux_loss_kernel(float* aux, const float* P, const int* cnt, int64_t N,
-                                                               int E, int64_t NK) {
+// S[0,e] = cnt[e] (NaN everywhere if an id was bad), S[1,e] = sum_n P[n,e].
+// Warp w sums rows w, w+32, ... of 32 adjacent columns (coalesced); the 32
+// partials per column are added in warp order.
+__global__ void __launch_bounds__(kStatsThreads) router_stats_kernel(float* S, const float* P, const int* cnt,
+                                                                     int64_t N, int E) {
   __shared__ double part[32][33];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  double total = 0;
+  const bool bad = cnt[E] != 0;
   for (int c0 = 0; c0 < E; c0 += 32) {
     const int c = c0 + lane;
     double s = 0;
@@ -135,22 +138,27 @@ __global__ void __launch_bounds__(kAuxThreads) aux_loss_kernel(float* aux, const
     if (warp == 0 && c < E) {
       double pe = 0;
       for (int w = 0; w < 32; ++w) pe += part[w][lane];
-      total += (double(cnt[c]) / double(NK)) * (pe / double(N));
+      S[c] = bad ? nan_f() : float(cnt[c]);
+      S[E + c] = float(pe);
     }
     __syncthreads();
   }
-  if (warp == 0) {
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_down_sync(0xffffffffu, total, o);
-    if (lane == 0) aux[0] = cnt[E] != 0 ? nan_f() : float(double(E) * total);
-  }
+}
+
+// aux = E * sum_e (S[0,e] / NK) * (S[1,e] / tokens), in expert order.
+__global__ void aux_loss_kernel(float* aux, const float* S, int E, double tokens, double NK) {
+  double total = 0;
+  for (int e = 0; e < E; ++e) total += (double(S[e]) / NK) * (double(S[E + e]) / tokens);
+  aux[0] = float(double(E) * total);
 }
 
 // Per token: dp = daux + d(combine weights)/dp, then the softmax backward
 // dl_e = p_e (dp_e - sum_j p_j dp_j), all in double in the CPU's order.
-// cnt == nullptr: no aux term. DW == nullptr: no combine-weight term.
+// counts == nullptr: no aux term (else the statistics' first row, over
+// `tokens` tokens). DW == nullptr: no combine-weight term.
 template <typename T>
 __global__ void route_backward_kernel(T* DL, const float* DW, const float* P, const int32_t* I, const float* W,
-                                      const int* cnt, float aux_grad, int64_t N, int E, int K, int64_t NK,
+                                      const float* counts, float aux_grad, int64_t N, int E, int K, double tokens,
                                       bool normalize) {
   const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -174,7 +182,7 @@ __global__ void route_backward_kernel(T* DL, const float* DW, const float* P, co
     }
   // Not stored per expert (no local array of E): recomputed, K work each.
   auto dp = [&](int e) {
-    double v = cnt ? double(aux_grad) * double(E) * (double(cnt[e]) / double(NK)) / double(N) : 0.0;
+    double v = counts ? double(aux_grad) * double(E) * (double(counts[e]) / (tokens * K)) / tokens : 0.0;
     if (dw)
       for (int k = 0; k < K; ++k)
         if (idx[k] == e) v += normalize ? (double(dw[k]) - dotw) / S : double(dw[k]);
@@ -193,10 +201,11 @@ __global__ void route_backward_kernel(T* DL, const float* DW, const float* P, co
 constexpr int kChunk = 256;  // assignments per block in the rank pass (= its blockDim)
 
 // Assignment j = k*N + n (k-major). R[a] (a = n*K + k) = rank of j within its
-// chunk among assignments to the same expert (temporary), -1 for a bad id;
+// chunk among assignments to the same expert (temporary), -1 for a bad id or
+// one not admitted (A, may be null);
 // hist[chunk, e] = count of e in the chunk, written by e's last entry.
-__global__ void __launch_bounds__(kChunk) dispatch_rank_kernel(const int32_t* I, int32_t* R, int* hist, int64_t N,
-                                                               int K, int E) {
+__global__ void __launch_bounds__(kChunk) dispatch_rank_kernel(const int32_t* I, const int32_t* A, int32_t* R,
+                                                               int* hist, int64_t N, int K, int E) {
   __shared__ int s[kChunk];
   const int64_t NK = N * int64_t(K);
   const int64_t j = int64_t(blockIdx.x) * kChunk + threadIdx.x;
@@ -206,7 +215,7 @@ __global__ void __launch_bounds__(kChunk) dispatch_rank_kernel(const int32_t* I,
     const int64_t k = j / N, n = j - k * N;
     a = n * K + k;
     e = I[a];
-    if (e < 0 || e >= E) e = -1;
+    if (e < 0 || e >= E || (A && A[a] < 0)) e = -1;
   }
   s[threadIdx.x] = e;
   __syncthreads();
@@ -281,13 +290,13 @@ __global__ void __launch_bounds__(kScanThreads) dispatch_offsets_kernel(const in
   if (threadIdx.x == 0) offsets[0] = 0;
 }
 
-__global__ void dispatch_finalize_kernel(const int32_t* I, int32_t* R, const int* hist, const int32_t* offsets,
-                                         int64_t N, int K, int E, int capacity) {
+__global__ void dispatch_finalize_kernel(const int32_t* I, const int32_t* A, int32_t* R, const int* hist,
+                                         const int32_t* offsets, int64_t N, int K, int E, int capacity) {
   const int64_t NK = N * int64_t(K);
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < NK; j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t k = j / N, n = j - k * N, a = n * K + k;
     const int e = I[a];
-    if (e < 0 || e >= E) continue;  // already -1
+    if (e < 0 || e >= E || (A && A[a] < 0)) continue;  // already -1
     const int rank = hist[(j / kChunk) * E + e] + R[a];
     R[a] = (capacity <= 0 || rank < capacity) ? offsets[e] + rank : -1;
   }
@@ -312,56 +321,62 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
   });
 }
 
-void moe_aux_loss_forward(Tensor aux, Tensor probs, Tensor topk_idx) {
-  const char* op = "moe_aux_loss_forward";
+void moe_router_stats(Tensor stats, Tensor probs, Tensor topk_idx) {
+  const char* op = "moe_router_stats";
   const int64_t N = probs.dim(0), E = probs.dim(1), NK = topk_idx.numel();
   if (E < 1 || E > INT_MAX) fail(op, "probs " + probs.shape_str() + " must have 1 to 2^31 - 1 experts");
-  // No tokens or no assignments: every f_e is 0, so is the loss (as on the CPU).
-  if (N == 0 || NK == 0) {
-    CUDA_CHECK(cudaMemsetAsync(aux.data, 0, sizeof(float), stream()), std::string(op) + ": aux");
-    return;
-  }
   const std::string ctx = std::string(op) + ": probs " + probs.shape_str() + ", topk_idx " + topk_idx.shape_str();
   std::lock_guard<std::mutex> lock(scratch_mutex());
   int* cnt = static_cast<int*>(scratch(size_t(E + 1) * sizeof(int), op));
   CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(E + 1) * sizeof(int), stream()), ctx);
-  count_experts_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(topk_idx.i32(), NK, int(E), cnt);
-  KERNEL_CHECK("count_experts_kernel", ctx);
-  aux_loss_kernel<<<1, kAuxThreads, 0, stream()>>>(aux.f32(), probs.f32(), cnt, N, int(E), NK);
+  if (NK > 0) {
+    count_experts_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(topk_idx.i32(), NK, int(E), cnt);
+    KERNEL_CHECK("count_experts_kernel", ctx);
+  }
+  router_stats_kernel<<<1, kStatsThreads, 0, stream()>>>(stats.f32(), probs.f32(), cnt, N, int(E));
+  KERNEL_CHECK("router_stats_kernel", ctx);
+}
+
+void moe_aux_loss_forward(Tensor aux, Tensor stats, int tokens, int topk) {
+  const char* op = "moe_aux_loss_forward";
+  const int64_t E = stats.dim(1);
+  if (E > INT_MAX) fail(op, "stats " + stats.shape_str() + " has too many experts");
+  const std::string ctx = std::string(op) + ": stats " + stats.shape_str() + ", tokens " + std::to_string(tokens);
+  // No tokens: every f_e is 0, so is the loss (as on the CPU).
+  if (tokens == 0) {
+    CUDA_CHECK(cudaMemsetAsync(aux.data, 0, sizeof(float), stream()), ctx);
+    return;
+  }
+  aux_loss_kernel<<<1, 1, 0, stream()>>>(aux.f32(), stats.f32(), int(E), double(tokens),
+                                         double(tokens) * double(topk));
   KERNEL_CHECK("aux_loss_kernel", ctx);
 }
 
 void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w, bool normalize,
-                        float aux_grad) {
+                        float aux_grad, Tensor stats, int tokens) {
   const char* op = "moe_route_backward";
   // An absent dtopk_w: only the aux loss drives the router.
   const bool have_dw = !dtopk_w.empty();
-  const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1), NK = N * K;
+  const int64_t N = probs.dim(0), E = probs.dim(1), K = topk_idx.dim(1);
   if (E > INT_MAX || K > INT_MAX) fail(op, "probs " + probs.shape_str() + " or topk_idx " + topk_idx.shape_str() + " is too large");
   if (N == 0) return;
   const std::string ctx = std::string(op) + ": dlogits " + dlogits.shape_str() + " " + dtype_name(dlogits.dtype) +
                           ", topk_idx " + topk_idx.shape_str();
-  std::lock_guard<std::mutex> lock(scratch_mutex());
-  int* cnt = nullptr;
-  // With K = 0 the CPU's f_e are all 0; no aux term then either.
-  if (aux_grad != 0.f && NK > 0) {
-    cnt = static_cast<int*>(scratch(size_t(E + 1) * sizeof(int), op));
-    CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(E + 1) * sizeof(int), stream()), ctx);
-    count_experts_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(topk_idx.i32(), NK, int(E), cnt);
-    KERNEL_CHECK("count_experts_kernel", ctx);
-  }
+  // No aux term without a gradient for it or tokens to spread it over (the CPU's too).
+  const float* counts = aux_grad != 0.f && tokens > 0 && K > 0 ? stats.f32() : nullptr;
   const unsigned blocks = unsigned((N + 127) / 128);
   DISPATCH_FLOAT(dlogits.dtype, T, op, {
     route_backward_kernel<T><<<blocks, 128, 0, stream()>>>(
         static_cast<T*>(dlogits.data), have_dw ? dtopk_w.f32() : nullptr, probs.f32(), topk_idx.i32(), topk_w.f32(),
-        cnt, aux_grad, N, int(E), int(K), NK, normalize);
+        counts, aux_grad, N, int(E), int(K), double(tokens), normalize);
     KERNEL_CHECK("route_backward_kernel", ctx);
   });
 }
 
 // ---- dispatch plan ------------------------------------------------------------------------
 
-void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity) {
+void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_experts, int capacity,
+                       Tensor admitted) {
   const char* op = "moe_dispatch_plan";
   const int64_t E = num_experts, N = topk_idx.dim(0), K = topk_idx.dim(1), NK = N * K;
   const std::string ctx = std::string(op) + ": topk_idx " + topk_idx.shape_str() + ", E = " + std::to_string(E) +
@@ -375,7 +390,8 @@ void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_
   int* hist = static_cast<int*>(scratch(size_t(chunks * E + E) * sizeof(int), op));
   int* totals = hist + chunks * E;
   CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(chunks * E) * sizeof(int), stream()), ctx);
-  dispatch_rank_kernel<<<unsigned(chunks), kChunk, 0, stream()>>>(topk_idx.i32(), row_map.i32(), hist, N, int(K),
+  const int32_t* A = admitted.empty() ? nullptr : admitted.i32();
+  dispatch_rank_kernel<<<unsigned(chunks), kChunk, 0, stream()>>>(topk_idx.i32(), A, row_map.i32(), hist, N, int(K),
                                                                   int(E));
   KERNEL_CHECK("dispatch_rank_kernel", ctx);
   dispatch_scan_kernel<<<unsigned(E), kScanThreads, 0, stream()>>>(hist, chunks, int(E), totals);
@@ -383,7 +399,7 @@ void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_
   dispatch_offsets_kernel<<<1, kScanThreads, 0, stream()>>>(totals, int(E), capacity, offsets.i32());
   KERNEL_CHECK("dispatch_offsets_kernel", ctx);
   dispatch_finalize_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(
-      topk_idx.i32(), row_map.i32(), hist, offsets.i32(), N, int(K), int(E), capacity);
+      topk_idx.i32(), A, row_map.i32(), hist, offsets.i32(), N, int(K), int(E), capacity);
   KERNEL_CHECK("dispatch_finalize_kernel", ctx);
 }
 

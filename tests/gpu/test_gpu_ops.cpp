@@ -1369,7 +1369,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("gpu moe_aux_loss_forward", "[gpu][moe]") {
+TEST_CASE("gpu moe_router_stats and moe_aux_loss_forward", "[gpu][moe]") {
   for (DType dt : kF32BF16)
     for (const MoeShape& sh : kMoeShapes) {
       const std::string tag = moe_tag(dt, sh, true);
@@ -1380,14 +1380,22 @@ TEST_CASE("gpu moe_aux_loss_forward", "[gpu][moe]") {
         DeviceTensor d_logits =
             upload(randn(static_cast<size_t>(N * E), seed(160 + uint64_t(E)), 2.f, dt), {N, E}, dt);
         const Routed r = route_on_gpu(d_logits, N, E, K, true);
-        DeviceTensor aux({1}, F32);
+        DeviceTensor aux({1}, F32), stats({2, E}, F32);
         poison(aux);
-        ops::moe_aux_loss_forward(aux, r.probs, r.idx);
-        sync("moe_aux_loss_forward");
-        std::vector<float> ref(1);
-        cpu::moe_aux_loss_forward(host(ref, {1}), host(r.h_probs, {N, E}),
-                                  host_i32(r.h_idx, {N, K}));
+        poison(stats);
+        ops::moe_router_stats(stats, r.probs, r.idx);
+        ops::moe_aux_loss_forward(aux, stats, int(N), int(K));
+        sync("moe_router_stats, moe_aux_loss_forward");
+        std::vector<float> ref(1), ref_stats(static_cast<size_t>(2 * E));
+        cpu::moe_router_stats(host(ref_stats, {2, E}), host(r.h_probs, {N, E}), host_i32(r.h_idx, {N, K}));
+        cpu::moe_aux_loss_forward(host(ref, {1}), host(ref_stats, {2, E}), int(N), int(K));
+        compare("moe_router_stats " + tag, download(stats), ref_stats, kTolF32);
         compare("moe_aux_loss_forward aux " + tag, download(aux), ref, kTolF32);
+        // Statistics of twice the tokens (as summed over a cp group): the
+        // loss and the router gradient's aux term read `tokens`, not N.
+        ops::moe_aux_loss_forward(aux, stats, int(2 * N), int(K));
+        cpu::moe_aux_loss_forward(host(ref, {1}), host(ref_stats, {2, E}), int(2 * N), int(K));
+        compare("moe_aux_loss_forward aux, tokens 2N " + tag, download(aux), ref, kTolF32);
       });
     }
 }
@@ -1406,23 +1414,29 @@ TEST_CASE("gpu moe_route_backward: normalize on/off, with and without the aux te
                 upload(separated_logits(N, E, seed(170 + uint64_t(E)), dt), {N, E}, dt);
             const Routed r = route_on_gpu(d_logits, N, E, K, normalize);
             const std::vector<float> dw = randn(static_cast<size_t>(N * K), seed(171), 1.f);
-            DeviceTensor d_dw = upload(dw, {N, K}, F32), dl({N, E}, dt);
+            DeviceTensor d_dw = upload(dw, {N, K}, F32), dl({N, E}, dt), stats({2, E}, F32);
+            std::vector<float> h_stats(static_cast<size_t>(2 * E));
+            cpu::moe_router_stats(host(h_stats, {2, E}), host(r.h_probs, {N, E}), host_i32(r.h_idx, {N, K}));
+            // As if another rank's tokens had been added: tokens 2N, counts doubled.
+            for (float& v : h_stats) v *= 2.f;
+            stats = upload(h_stats, {2, E}, F32);
+            const int tokens = int(2 * N);
             poison(dl);
-            ops::moe_route_backward(dl, d_dw, r.probs, r.idx, r.w, normalize, aux_grad);
+            ops::moe_route_backward(dl, d_dw, r.probs, r.idx, r.w, normalize, aux_grad, stats, tokens);
             sync("moe_route_backward");
             std::vector<float> ref(static_cast<size_t>(N * E));
             cpu::moe_route_backward(host(ref, {N, E}), host(dw, {N, K}), host(r.h_probs, {N, E}),
                                     host_i32(r.h_idx, {N, K}), host(r.h_w, {N, K}), normalize,
-                                    aux_grad);
+                                    aux_grad, host(h_stats, {2, E}), tokens);
             compare("moe_route_backward dlogits " + tag, download(dl), ref, tol(dt));
 
             if (aux_grad != 0.f) {  // the aux path alone, dtopk_w absent
               poison(dl);
-              ops::moe_route_backward(dl, Tensor(), r.probs, r.idx, r.w, normalize, aux_grad);
+              ops::moe_route_backward(dl, Tensor(), r.probs, r.idx, r.w, normalize, aux_grad, stats, tokens);
               sync("moe_route_backward without dtopk_w");
               cpu::moe_route_backward(host(ref, {N, E}), Tensor(), host(r.h_probs, {N, E}),
                                       host_i32(r.h_idx, {N, K}), host(r.h_w, {N, K}), normalize,
-                                      aux_grad);
+                                      aux_grad, host(h_stats, {2, E}), tokens);
               compare("moe_route_backward dlogits, absent dtopk_w " + tag, download(dl), ref,
                       tol(dt));
             }
@@ -1453,19 +1467,21 @@ std::vector<int32_t> skewed_topk(int64_t N, int64_t E, int64_t K, int64_t never,
   return idx;
 }
 
+// admitted: empty, or one entry per assignment (< 0: not admitted).
 void plan_case(const std::string& name, const std::vector<int32_t>& idx, int64_t N, int64_t E,
-               int64_t K, int capacity) {
-  const std::string tag = fmt("%s N=%lld E=%lld K=%lld capacity=%d", name.c_str(), (long long)N,
-                              (long long)E, (long long)K, capacity);
+               int64_t K, int capacity, std::vector<int32_t> admitted = {}) {
+  const std::string tag = fmt("%s N=%lld E=%lld K=%lld capacity=%d%s", name.c_str(), (long long)N,
+                              (long long)E, (long long)K, capacity, admitted.empty() ? "" : " admitted");
   run_case(tag, [&] {
-    DeviceTensor d_idx = upload_i32(idx, {N, K}), row_map({N, K}, I32), offsets({E + 1}, I32);
+    DeviceTensor d_idx = upload_i32(idx, {N, K}), row_map({N, K}, I32), offsets({E + 1}, I32), d_adm;
+    if (!admitted.empty()) d_adm = upload_i32(admitted, {N, K});
     poison(row_map);
     poison(offsets);
-    ops::moe_dispatch_plan(row_map, offsets, d_idx, int(E), capacity);
+    ops::moe_dispatch_plan(row_map, offsets, d_idx, int(E), capacity, admitted.empty() ? Tensor() : Tensor(d_adm));
     sync("moe_dispatch_plan");
     std::vector<int32_t> r_map(static_cast<size_t>(N * K)), r_off(static_cast<size_t>(E + 1));
     cpu::moe_dispatch_plan(host_i32(r_map, {N, K}), host_i32(r_off, {E + 1}), host_i32(idx, {N, K}),
-                           int(E), capacity);
+                           int(E), capacity, admitted.empty() ? Tensor() : host_i32(admitted, {N, K}));
     same_ints("moe_dispatch_plan offsets " + tag, download_i32(offsets), r_off);
     same_ints("moe_dispatch_plan row_map " + tag, download_i32(row_map), r_map);
   });
@@ -1487,6 +1503,11 @@ TEST_CASE("gpu moe_dispatch_plan equals the CPU plan exactly: capacity, dropless
   // Many tokens and experts: scans and counters that span thread blocks.
   const std::vector<int32_t> big = skewed_topk(16384, 64, 6, 63, seed(181));
   for (int cap : {0, 1920}) plan_case("large skewed (expert 63 empty)", big, 16384, 64, 6, cap);
+  // Admission decided elsewhere (a cp group's whole sequences): every third
+  // assignment refused, with and without a capacity on top.
+  std::vector<int32_t> every_third(big.size());
+  for (size_t i = 0; i < every_third.size(); ++i) every_third[i] = i % 3 == 0 ? -1 : 0;
+  for (int cap : {0, 1000}) plan_case("large skewed", big, 16384, 64, 6, cap, every_third);
 
   // From the CPU router on random logits.
   const int64_t N = 777, E = 64, K = 6;
@@ -1518,7 +1539,7 @@ struct HostPlan {
     cpu::moe_route_forward(host(probs, {N, E}), host_i32(idx, {N, K}), host(w, {N, K}),
                            host(logits, {N, E}), true);
     cpu::moe_dispatch_plan(host_i32(row_map, {N, K}), host_i32(offsets, {E + 1}),
-                           host_i32(idx, {N, K}), int(E), capacity);
+                           host_i32(idx, {N, K}), int(E), capacity, {});
     kept = offsets[size_t(E)];
   }
 };
