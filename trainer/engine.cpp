@@ -230,6 +230,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
   Model& model = models.model(0);
   if (lead && mesh.pp > 1) std::printf("%s", format_pipeline(cfg, dims, stage_layers, schedule, simulated, storage, mesh).c_str());
   if (lead) std::printf("%s", format_tp_traffic(tp_traffic(plans, M)).c_str());
+  if (lead && dims.E > 0)
+    std::printf("%s", format_moe_routing(plans.front().local, cfg.model.moe.capacity_factor, dp).c_str());
   if (lead && mesh.ep > 1) std::printf("%s", format_expert_plan(expert_plan(plans), M).c_str());
   if (lead && mesh.cp > 1) std::printf("%s", format_context_plan(plans.front(), M).c_str());
   if (cfg.model.init_from.empty()) {

@@ -37,4 +37,25 @@ std::string format_expert_plan(const ExpertPlan& p, int64_t microbatches) {
   return buf;
 }
 
+std::string format_moe_routing(const ModelDims& d, double capacity_factor, int dp) {
+  const long long B = (long long)d.B, T = (long long)(d.T * d.cp);
+  std::string s = "moe routing: " + std::to_string(d.E) + " experts, top-" + std::to_string(d.K) + ", ";
+  char buf[384];
+  if (d.capacity > 0)
+    std::snprintf(buf, sizeof buf,
+                  "capacity %lld rows per expert per micro-batch (capacity_factor %g x %lld x %lld tokens x %lld / "
+                  "%lld, first choices first; the rest dropped)",
+                  (long long)d.capacity, capacity_factor, B, T, (long long)d.K, (long long)d.E);
+  else
+    std::snprintf(buf, sizeof buf, "dropless");
+  s += buf;
+  s += "; capacity and load-balancing statistics over each micro-batch's " + std::to_string(B) +
+       " whole sequences";
+  if (d.cp > 1) s += " (summed and admitted across the " + std::to_string(d.cp) + " cp ranks)";
+  if (dp > 1)
+    s += "; each of the " + std::to_string(dp) +
+         " data-parallel ranks routes its own micro-batches, as one process with this micro_batch_size";
+  return s + "\n";
+}
+
 }  // namespace trainer

@@ -22,4 +22,9 @@ struct ExpertPlan {
 ExpertPlan expert_plan(const std::vector<ShardingPlan>& chunks);
 std::string format_expert_plan(const ExpertPlan& p, int64_t microbatches);
 
+// The start-up line of every MoE run: what the capacity and the
+// load-balancing statistics are counted over (a micro-batch's whole
+// sequences on every layout: model/moe_routing_plan.h). d: this rank's dims.
+std::string format_moe_routing(const ModelDims& d, double capacity_factor, int dp);
+
 }  // namespace trainer
