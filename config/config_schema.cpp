@@ -161,9 +161,10 @@ std::vector<KeySpec> build_schema() {
           "peak TFLOP/s of one device for the MFU figure; 0: from the table of known GPUs")
           .at_least(0).aka("peak_flops device_tflops"),
       Row("train.recompute", FIELD(train.recompute),
-          "activation recompute: none keeps every activation for backward; selective drops attention's "
-          "internals (norm output, q, k, v, attention output) and recomputes them in backward; full keeps "
-          "only each block's input and recomputes the whole block")
+          "activation recompute: none keeps every activation for backward; selective drops the two norm "
+          "outputs, the attention output (its core re-run from the kept q, k, v) and the FFN activation, "
+          "and recomputes them in backward without a weight matmul; full keeps only each block's input and "
+          "recomputes the whole block")
           .one_of("none|selective|full")
           .aka("activation_checkpointing recompute_granularity gradient_checkpointing activation_recompute"),
       Row("train.recompute_layers", FIELD(train.recompute_layers),

@@ -25,16 +25,16 @@ namespace {
 // "layers.i." prefix); recompute decides where each one lives.
 std::vector<TensorSpec> layer_specs(const ModelDims& d, int64_t i) {
   // R: this rank's token rows of the residual stream (N / tp under sequence
-  // parallelism), where norms and residual adds run; the norm outputs feed
-  // column-parallel linears and hold the whole sequence. Activations use the
-  // storage type; statistics read back or reduced across tokens stay F32;
-  // indices are I32.
+  // parallelism), where norms and residual adds run; the norm outputs are
+  // kept at R rows too (gathered when a column-parallel linear reads them:
+  // model/tensor_parallel.h). Activations use the storage type; statistics
+  // read back or reduced across tokens stay F32; indices are I32.
   const int64_t N = d.N(), R = d.rows(), C = d.C, FF = d.F;
   std::vector<TensorSpec> s;
   const DType A = d.act, F = DType::F32;
   auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
   add("x_in", {R, C}, A);
-  add("h1", {N, C}, A);
+  add("h1", {R, C}, A);
   if (!d.llama) add("mean1", {R}, F);
   add("rstd1", {R}, F);
   add("q", {d.B, d.T, d.Hq, d.D}, A);
@@ -43,7 +43,7 @@ std::vector<TensorSpec> layer_specs(const ModelDims& d, int64_t i) {
   add("o", {N, d.Hq * d.D}, A);
   add("lse", {d.B, d.Hq, d.T}, F);
   add("x_mid", {R, C}, A);
-  add("h2", {N, C}, A);
+  add("h2", {R, C}, A);
   if (!d.llama) add("mean2", {R}, F);
   add("rstd2", {R}, F);
   if (d.moe_layer(i)) {
@@ -152,7 +152,7 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
       if (!recomputed_field(mode, t.name)) add(p + t.name, t.shape, t.dtype);
   }
   add("x_final", {R, C}, A);
-  add("hf", {N, C}, A);
+  add("hf", {R, C}, A);
   if (!d.llama) add("meanf", {R}, F);
   add("rstdf", {R}, F);
   add("logits", {N, d.V}, A);
@@ -169,8 +169,11 @@ std::vector<TensorSpec> grad_scratch_specs(const ModelDims& d) {
   auto add = [&](std::string n, Shape sh, DType t) { s.push_back({std::move(n), std::move(sh), t}); };
   const DType A = d.act;
   add("dh", {N, C}, A);
-  // Sequence parallelism: a whole-sequence [N, C] buffer (model/tensor_parallel.h).
-  if (d.sp) add("tp_full", {N, C}, A);
+  // Sequence parallelism: two whole-sequence [N, C] buffers (model/tensor_parallel.h).
+  if (d.sp) {
+    add("tp_full", {N, C}, A);
+    add("tp_gathered", {N, C}, A);
+  }
   // Vocabulary-parallel cross-entropy: every rank's per-token (max, sum-exp,
   // target logit) of its vocabulary shard, gathered.
   if (d.tp > 1 && d.has_head) add("ce_stats", {int64_t(d.tp), N, 3}, DType::F32);
@@ -274,6 +277,7 @@ GradScratch bind_grad_scratch(const std::vector<TensorSpec>& specs,
   g.dres = get("dres");
   g.dh = get("dh");
   g.tp_full = get("tp_full");
+  g.tp_gathered = get("tp_gathered");
   g.ce_stats = get("ce_stats");
   g.dq = get("dq");
   g.dk = get("dk");

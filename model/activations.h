@@ -25,8 +25,9 @@ struct WeightGradInputs {
 enum class BackwardPart { Whole, Input };
 
 struct LayerActs {
-  // [N,C] tensors of the residual stream hold this rank's rows only under
-  // sequence parallelism ([N/tp, C]); see model/tensor_parallel.h.
+  // [N,C] tensors of the residual stream and the norm outputs h1, h2 hold
+  // this rank's rows only under sequence parallelism ([N/tp, C]); see
+  // model/tensor_parallel.h.
   Tensor x_in;                 // residual entering the layer [N,C]
   Tensor h1, mean1, rstd1;     // attention norm out, stats
   Tensor q, k, v;              // after bias and RoPE: [B,T,H,D]
@@ -63,6 +64,7 @@ struct GradScratch {
   Tensor dres;                 // gradient of the residual stream [N,C]: the micro-batch's slot dx
   Tensor dh;                   // gradient of a norm output [N,C]
   Tensor tp_full;              // sequence parallelism: whole-sequence scratch [N,C] (forward too)
+  Tensor tp_gathered;          // sequence parallelism: a norm output's whole sequence [N,C]
   Tensor ce_stats;             // tp > 1: [tp, N, 3] F32 cross-entropy statistics of every vocabulary shard
   Tensor dq, dk, dv, dout;     // [N, H*D]
   Tensor d1, d2, dact;         // [N,F]

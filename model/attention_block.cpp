@@ -7,11 +7,11 @@ namespace trainer {
 void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp,
                              const LayerWeights& w, LayerActs& a, Tensor x_out) {
   const int64_t N = d.N();
-  norm_forward(d, own_rows(d, tp, a.h1), a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
-  column_input(d, tp, a.h1);
-  ops::linear_forward(a.q.view({N, d.Hq * d.D}), a.h1, w.wq, w.bq);
-  ops::linear_forward(a.k.view({N, d.Hkv * d.D}), a.h1, w.wk, w.bk);
-  ops::linear_forward(a.v.view({N, d.Hkv * d.D}), a.h1, w.wv, w.bv);
+  norm_forward(d, a.h1, a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
+  const Tensor h1 = column_input(d, tp, a.h1);
+  ops::linear_forward(a.q.view({N, d.Hq * d.D}), h1, w.wq, w.bq);
+  ops::linear_forward(a.k.view({N, d.Hkv * d.D}), h1, w.wk, w.bk);
+  ops::linear_forward(a.v.view({N, d.Hkv * d.D}), h1, w.wv, w.bv);
   // Under context parallelism the local tokens are two chunks of the
   // sequence: RoPE rotates by their global positions, attention runs as a
   // ring over the cp group (model/context_parallel.h).
@@ -72,23 +72,26 @@ void attention_block_backward(const ModelDims& d, const TensorParallel& tp, cons
       ops::rope_backward(in.dk, in.dk, d.rope_theta, 0);
     }
   }
-  ops::linear_backward(g.dh, {}, {}, in.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
-  ops::linear_backward(g.dh, {}, {}, in.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, true);
-  ops::linear_backward(g.dh, {}, {}, in.dv.view({N, d.Hkv * d.D}), a.h1, w.wv, true);
+  // The input gradients read h1 for its shape only.
+  const Tensor h1 = column_input_shape(d, tp, a.h1);
+  ops::linear_backward(g.dh, {}, {}, in.dq.view({N, d.Hq * d.D}), h1, w.wq, false);
+  ops::linear_backward(g.dh, {}, {}, in.dk.view({N, d.Hkv * d.D}), h1, w.wk, true);
+  ops::linear_backward(g.dh, {}, {}, in.dv.view({N, d.Hkv * d.D}), h1, w.wv, true);
   const Tensor dh = column_input_grad(d, tp, g.dh);
   // Weight gradients from the same gradients, before the norm overwrites
   // dy (which is g.dres itself without sp).
-  if (whole) attention_block_backward_weight(d, w, gw, a, in);
+  if (whole) attention_block_backward_weight(d, tp, w, gw, a, in);
   norm_backward(d, g.dres, gw.attn_norm_w, gw.attn_norm_b, dh, a.x_in, w.attn_norm_w, a.mean1, a.rstd1);
 }
 
-void attention_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw,
-                                     const LayerActs& a, const WeightGradInputs& in) {
+void attention_block_backward_weight(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
+                                     const LayerWeights& gw, const LayerActs& a, const WeightGradInputs& in) {
   const int64_t N = d.N();
   ops::linear_backward({}, gw.wo, gw.bo, in.attn_dy, a.o, w.wo, false);
-  ops::linear_backward({}, gw.wq, gw.bq, in.dq.view({N, d.Hq * d.D}), a.h1, w.wq, false);
-  ops::linear_backward({}, gw.wk, gw.bk, in.dk.view({N, d.Hkv * d.D}), a.h1, w.wk, false);
-  ops::linear_backward({}, gw.wv, gw.bv, in.dv.view({N, d.Hkv * d.D}), a.h1, w.wv, false);
+  const Tensor h1 = column_input(d, tp, a.h1);  // gathered again (sp)
+  ops::linear_backward({}, gw.wq, gw.bq, in.dq.view({N, d.Hq * d.D}), h1, w.wq, false);
+  ops::linear_backward({}, gw.wk, gw.bk, in.dk.view({N, d.Hkv * d.D}), h1, w.wk, false);
+  ops::linear_backward({}, gw.wv, gw.bv, in.dv.view({N, d.Hkv * d.D}), h1, w.wv, false);
 }
 
 }  // namespace trainer

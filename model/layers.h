@@ -9,8 +9,9 @@
 // output and the gradient reaching the norm over the group; a group of one
 // sums nothing. A row-parallel bias is added by tp rank 0 only, before the
 // sum, so it is added once. Under sequence parallelism the residual stream
-// (x_in, x_mid, the block output, g.dres) holds this rank's token rows only,
-// the norm outputs h1 / h2 the whole sequence (gathered).
+// (x_in, x_mid, the block output, g.dres) and the saved norm outputs h1 / h2
+// hold this rank's token rows only; the column-parallel linears read them
+// gathered (in backward gathered again, by the weight-gradient half).
 //
 // Each backward computes the input gradients first (the chain towards the
 // residual stream), then the weight gradients from the same gradients, then
@@ -42,14 +43,14 @@ void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const
 void attention_block_backward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp,
                               const LayerWeights& w, const LayerWeights& gw, const LayerActs& a, GradScratch& g,
                               BackwardPart part = BackwardPart::Whole);
-void attention_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw,
-                                     const LayerActs& a, const WeightGradInputs& in);
+void attention_block_backward_weight(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
+                                     const LayerWeights& gw, const LayerActs& a, const WeightGradInputs& in);
 
 void mlp_block_forward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, LayerActs& a, Tensor x_out);
 void mlp_block_backward(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w, const LayerWeights& gw,
                         const LayerActs& a, GradScratch& g, BackwardPart part = BackwardPart::Whole);
-void mlp_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
-                               const WeightGradInputs& in);
+void mlp_block_backward_weight(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
+                               const LayerWeights& gw, const LayerActs& a, const WeightGradInputs& in);
 
 // moe_out is a [N,C] combine buffer shared by all MoE layers.
 // cp: the group splitting the sequences, over which the router statistics
@@ -61,7 +62,7 @@ void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const Conte
 void moe_block_backward(const ModelDims& d, const TensorParallel& tp, Communicator& ep, const LayerWeights& w,
                         const LayerWeights& gw, const LayerActs& a, GradScratch& g, float aux_grad,
                         BackwardPart part = BackwardPart::Whole);
-void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
-                               const WeightGradInputs& in);
+void moe_block_backward_weight(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
+                               const LayerWeights& gw, const LayerActs& a, const WeightGradInputs& in);
 
 }  // namespace trainer

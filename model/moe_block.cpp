@@ -26,12 +26,12 @@ Tensor rows(Tensor t, const ExpertSegment& s) { return t.slice0(s.begin, s.begin
 
 void moe_block_forward(const ModelDims& d, const TensorParallel& tp, const ContextParallel& cp, Communicator& ep,
                        const LayerWeights& w, LayerActs& a, Tensor moe_out, Tensor x_out) {
-  norm_forward(d, own_rows(d, tp, a.h2), a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
-  column_input(d, tp, a.h2);
-  ops::linear_forward(a.rlogits, a.h2, w.router, {});
+  norm_forward(d, a.h2, a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
+  const Tensor h2 = column_input(d, tp, a.h2);
+  ops::linear_forward(a.rlogits, h2, w.router, {});
   ops::moe_route_forward(a.probs, a.topk_idx, a.topk_w, a.rlogits, d.normalize_topk);
   moe_route_plan(d, cp, a);
-  ops::moe_permute(a.xp, a.h2, a.row_map);
+  ops::moe_permute(a.xp, h2, a.row_map);
   if (d.ep > 1) {
     ep_plan(d, ep, a);
     ep_exchange(ep, a.xe, a.ep_recv, a.xp, a.ep_send);
@@ -110,13 +110,13 @@ void moe_block_backward(const ModelDims& d, const TensorParallel& tp, Communicat
   const Tensor dh = column_input_grad(d, tp, g.dh);
   ops::moe_route_backward(in.drlogits, g.dtopk_w, a.probs, a.topk_idx, a.topk_w, d.normalize_topk, aux_grad,
                           a.router_stats, int(routed_tokens(d)));
-  ops::linear_backward(dh, {}, {}, own_rows(d, tp, in.drlogits), own_rows(d, tp, a.h2), w.router, true);
-  if (whole) moe_block_backward_weight(d, w, gw, a, in);
+  ops::linear_backward(dh, {}, {}, own_rows(d, tp, in.drlogits), a.h2, w.router, true);
+  if (whole) moe_block_backward_weight(d, tp, w, gw, a, in);
   norm_backward(d, g.dres, gw.mlp_norm_w, gw.mlp_norm_b, dh, a.x_mid, w.mlp_norm_w, a.mean2, a.rstd2);
 }
 
-void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const LayerWeights& gw, const LayerActs& a,
-                               const WeightGradInputs& in) {
+void moe_block_backward_weight(const ModelDims& d, const TensorParallel& tp, const LayerWeights& w,
+                               const LayerWeights& gw, const LayerActs& a, const WeightGradInputs& in) {
   for (const ExpertSegment& s : expert_segments(d, a)) {
     if (d.llama) {
       ops::grouped_linear_backward({}, gw.e_down, rows(in.dyp, s), rows(a.eact, s), w.e_down, s.offsets);
@@ -127,7 +127,9 @@ void moe_block_backward_weight(const ModelDims& d, const LayerWeights& w, const 
       ops::grouped_linear_backward({}, gw.e_fc, rows(in.de1, s), rows(a.xe, s), w.e_fc, s.offsets);
     }
   }
-  ops::linear_backward({}, gw.router, {}, in.drlogits, a.h2, w.router, false);
+  // The replicated router's gradient from the whole sequence (gathered
+  // again under sp), the same on every tp rank.
+  ops::linear_backward({}, gw.router, {}, in.drlogits, column_input(d, tp, a.h2), w.router, false);
 }
 
 }  // namespace trainer

@@ -28,18 +28,18 @@ bool recomputed_field(Recompute mode, const std::string& field) {
 
 namespace {
 
-void recompute_selective(const ModelDims& d, bool moe, const TensorParallel& tp, const ContextParallel& cp,
+void recompute_selective(const ModelDims& d, bool moe, const ContextParallel& cp,
                          const LayerWeights& w, LayerActs& a) {
   // The same calls, on the same inputs, as the block forwards
   // (attention_block.cpp, mlp_block.cpp, moe_block.cpp).
-  norm_forward(d, own_rows(d, tp, a.h1), a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
-  column_input(d, tp, a.h1);
+  // The norm outputs at this rank's rows, as the slot would have kept them
+  // (the backward gathers them under sp).
+  norm_forward(d, a.h1, a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
   if (d.cp > 1)
     ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v);
   else
     ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
-  norm_forward(d, own_rows(d, tp, a.h2), a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
-  column_input(d, tp, a.h2);
+  norm_forward(d, a.h2, a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
   if (moe) {
     const int64_t R = expert_rows_used(d, a);
     if (R <= 0) return;
@@ -59,7 +59,7 @@ void recompute_selective(const ModelDims& d, bool moe, const TensorParallel& tp,
 void recompute_layer(const ModelDims& d, Recompute mode, bool moe, const TensorParallel& tp,
                      const ContextParallel& cp, Communicator& ep, const LayerWeights& w, LayerActs& a, Tensor moe_out,
                      Tensor scratch) {
-  if (mode == Recompute::Selective) return recompute_selective(d, moe, tp, cp, w, a);
+  if (mode == Recompute::Selective) return recompute_selective(d, moe, cp, w, a);
   if (mode != Recompute::Full) return;
   attention_block_forward(d, tp, cp, w, a, a.x_mid);
   const Tensor x_out = scratch.view({d.N(), d.C}).slice0(0, d.rows());

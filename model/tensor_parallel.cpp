@@ -13,8 +13,8 @@ Tensor row_block(Tensor t, int64_t rows, int64_t first, int64_t count) {
   return t.view({rows, width}).slice0(first, first + count);
 }
 
-void need_full(const ModelDims& d, const TensorParallel& tp, const char* where) {
-  if (tp.full.numel() != d.N() * d.C)
+void need_full(const ModelDims& d, const Tensor& t, const char* where) {
+  if (t.numel() != d.N() * d.C)
     throw std::logic_error(std::string(where) + ": sequence parallelism needs the [N, C] scratch");
 }
 
@@ -26,8 +26,17 @@ Tensor own_rows(const ModelDims& d, const TensorParallel& tp, Tensor full) {
   return row_block(full, d.N(), int64_t(tp.rank()) * n, n);
 }
 
-void column_input(const ModelDims& d, const TensorParallel& tp, Tensor full) {
-  if (d.sp) tp.comm().all_gather(full, own_rows(d, tp, full));
+Tensor column_input(const ModelDims& d, const TensorParallel& tp, Tensor mine) {
+  if (!d.sp) return mine;
+  need_full(d, tp.gathered, "column_input");
+  tp.comm().all_gather(tp.gathered, mine);
+  return tp.gathered;
+}
+
+Tensor column_input_shape(const ModelDims& d, const TensorParallel& tp, Tensor mine) {
+  if (!d.sp) return mine;
+  need_full(d, tp.gathered, "column_input_shape");
+  return tp.gathered;
 }
 
 Tensor column_input_grad(const ModelDims& d, const TensorParallel& tp, Tensor dfull) {
@@ -43,7 +52,7 @@ Tensor column_input_grad(const ModelDims& d, const TensorParallel& tp, Tensor df
 
 Tensor row_partial(const ModelDims& d, const TensorParallel& tp, Tensor out) {
   if (!d.sp) return out;
-  need_full(d, tp, "row_partial");
+  need_full(d, tp.full, "row_partial");
   return tp.full;
 }
 
@@ -57,7 +66,7 @@ void row_output(const ModelDims& d, const TensorParallel& tp, Tensor out, Tensor
 
 Tensor row_output_grad(const ModelDims& d, const TensorParallel& tp, Tensor dout) {
   if (!d.sp) return dout;
-  need_full(d, tp, "row_output_grad");
+  need_full(d, tp.full, "row_output_grad");
   tp.comm().all_gather(tp.full, dout);
   return tp.full;
 }

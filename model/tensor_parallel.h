@@ -12,7 +12,11 @@
 // With sp the residual stream, the norms and the residual adds hold only
 // this rank's rows of the micro-batch (rows [r N/tp, (r+1) N/tp) of the B*T
 // token rows; every op there is per token, so any token split computes the
-// same numbers), and activation memory in those regions falls to 1/tp.
+// same numbers), and activation memory in those regions falls to 1/tp. The
+// norm outputs that feed column-parallel linears are kept at 1/tp too: they
+// are gathered into one shared [N, C] buffer for the forward matmuls and
+// gathered again in backward for the weight gradients (Megatron's choice:
+// one more all-gather per norm output for (tp - 1)/tp of its memory).
 // A group of one makes every region a no-op, so a single process runs the
 // same code.
 //
@@ -26,13 +30,14 @@
 
 namespace trainer {
 
-// What a block needs for tensor parallelism: the group, and with sp a
-// full-sequence [N, C] scratch (a row-parallel output before its
-// reduce-scatter, a gathered output gradient in backward). Both regions of a
-// sub-layer run inside one call, so one scratch serves every layer.
+// What a block needs for tensor parallelism: the group, and with sp two
+// full-sequence [N, C] scratches: `full` (a row-parallel output before its
+// reduce-scatter, a gathered output gradient in backward) and `gathered` (a
+// norm output's whole sequence, for a column-parallel linear). Both regions
+// of a sub-layer run inside one call, so one pair serves every layer.
 struct TensorParallel {
   Communicator* group = nullptr;
-  Tensor full;
+  Tensor full, gathered;
   Communicator& comm() const { return *group; }
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
@@ -41,9 +46,15 @@ struct TensorParallel {
 // This rank's token rows of a full [N, ...] tensor under sp; all of it otherwise.
 Tensor own_rows(const ModelDims& d, const TensorParallel& tp, Tensor full);
 
-// Column input, forward: a norm wrote own_rows(full); make `full` whole on
-// every rank (sp: all-gather in place; else it already is).
-void column_input(const ModelDims& d, const TensorParallel& tp, Tensor full);
+// Column input: `mine` holds this rank's rows of a norm output; returns the
+// whole sequence's (sp: all-gathered into tp.gathered; else `mine`, whole).
+// Forward runs it before the column-parallel linears, backward again before
+// their weight gradients.
+Tensor column_input(const ModelDims& d, const TensorParallel& tp, Tensor mine);
+// The whole-sequence shape of a column input without its values, for a
+// linear_backward that only computes the input gradient (which reads its
+// `inp` for the row count alone): no all-gather.
+Tensor column_input_shape(const ModelDims& d, const TensorParallel& tp, Tensor mine);
 // Column input, backward: `dfull` [N, C] holds this rank's partial input
 // gradient; returns the summed gradient of this rank's rows (sp:
 // reduce-scatter in place, own_rows(dfull); else all-reduce, dfull).

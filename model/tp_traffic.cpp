@@ -52,9 +52,12 @@ TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
   };
   // The two regions of a column-parallel input and a row-parallel output
   // (model/tensor_parallel.h), forward and backward.
+  // Under sp the norm output is kept at this rank's rows and gathered again
+  // for the weight gradients (model/tensor_parallel.h).
   auto column_input = [&](const std::string& what, int64_t n) {
     if (d.sp) add(what + " forward: column input all-gather", TpOp::AllGather, tokens, n);
     add(what + " backward: column input gradient", d.sp ? TpOp::ReduceScatter : TpOp::AllReduce, tokens, n);
+    if (d.sp) add(what + " backward: column input all-gather again (weight gradients)", TpOp::AllGather, tokens, n);
   };
   auto row_output = [&](const std::string& what, int64_t n) {
     add(what + " forward: row output", d.sp ? TpOp::ReduceScatter : TpOp::AllReduce, tokens, n);
@@ -75,14 +78,12 @@ TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
     add("moe backward: combine weight gradient [N, K] F32", TpOp::AllReduce, d.N() * d.K * 4, moe);
   }
   // Activation recompute (model/recompute.h) runs forward collectives again
-  // in the backward: full every one of the block's, selective the norm
-  // outputs' all-gathers under sp.
-  int64_t full_dense = 0, full_moe = 0, selective = 0;
-  for (int64_t i = 0; i < d.L; ++i) {
-    const Recompute r = d.recompute_of(i);
-    if (r == Recompute::Full) (d.moe_layer(i) ? full_moe : full_dense) += 1;
-    if (r == Recompute::Selective) selective += 1;
-  }
+  // in the backward: full every one of the block's; selective none (the norm
+  // outputs it rebuilds are this rank's rows, which the backward gathers
+  // anyway).
+  int64_t full_dense = 0, full_moe = 0;
+  for (int64_t i = 0; i < d.L; ++i)
+    if (d.recompute_of(i) == Recompute::Full) (d.moe_layer(i) ? full_moe : full_dense) += 1;
   auto forward_again = [&](const std::string& what, int64_t n) {
     if (n == 0) return;
     if (d.sp) add(what + " recompute: column input all-gather", TpOp::AllGather, tokens, n);
@@ -91,8 +92,6 @@ TpTraffic tp_traffic(const ShardingPlan& plan, int64_t micro_batches) {
   forward_again("attention", full_dense + full_moe);
   forward_again("mlp", full_dense);
   forward_again("moe", full_moe);
-  if (d.sp && selective > 0)
-    add("norm outputs recompute (selective): all-gather", TpOp::AllGather, tokens, 2 * selective);
   if (d.has_head) {
     column_input("head", 1);
     add("head forward: cross-entropy statistics [tp, N, 3] F32", TpOp::AllGather, int64_t(d.tp) * d.N() * 3 * 4, 1);

@@ -80,6 +80,7 @@ TensorParallel tp_of(Model& m) {
   TensorParallel tp;
   tp.group = m.tp ? m.tp : &solo_tp(model_device(m));
   tp.full = m.g.tp_full;
+  tp.gathered = m.g.tp_gathered;
   if (tp.size() != m.dims.tp)
     throw std::logic_error("the model is split for tp=" + std::to_string(m.dims.tp) + ", its tensor-parallel group " +
                            tp.comm().describe() + " has " + std::to_string(tp.size()) + " rank(s)");
@@ -250,10 +251,9 @@ ForwardResult head_forward(Model& m, const MicroBatch& mb, float ce_grad_scale) 
   if (u < 0) throw std::logic_error("head_forward: this pipeline stage holds no head");
   if (m.hooks) m.hooks->forward_begin(m, u, mb);
   const TensorParallel tp = tp_of(m);
-  norm_forward(d, own_rows(d, tp, a.hf), a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
-  column_input(d, tp, a.hf);
+  norm_forward(d, a.hf, a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
   // logits [N, V / tp]: this rank's vocabulary shard; no rank holds all of them.
-  ops::linear_forward(a.logits, a.hf, m.w.lm_head, {});
+  ops::linear_forward(a.logits, column_input(d, tp, a.hf), m.w.lm_head, {});
   const Tensor dlogits = ce_grad_scale > 0 ? a.logits : Tensor{};
   if (tp.size() == 1) {
     ops::cross_entropy_forward_backward(a.losses, dlogits, a.logits, a.targets, ce_grad_scale);
@@ -284,9 +284,10 @@ void head_backward(Model& m, const MicroBatch& mb, BackwardPart part) {
   // it stays in the slot for the weight half of a split backward.
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
   const TensorParallel tp = tp_of(m);
-  ops::linear_backward(g.dh, {}, {}, a.logits, a.hf, m.w.lm_head, false);
+  ops::linear_backward(g.dh, {}, {}, a.logits, column_input_shape(d, tp, a.hf), m.w.lm_head, false);
   const Tensor dh = column_input_grad(d, tp, g.dh);  // summed over the vocabulary shards
-  if (part == BackwardPart::Whole) ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
+  if (part == BackwardPart::Whole)
+    ops::linear_backward({}, m.gw.lm_head, {}, a.logits, column_input(d, tp, a.hf), m.w.lm_head, false);
   ops::fill(s.dx, 0.f);
   norm_backward(d, s.dx, m.gw.final_norm_w, m.gw.final_norm_b, dh, a.x_final, m.w.final_norm_w, a.meanf,
                 a.rstdf);
@@ -297,7 +298,7 @@ void head_backward_weight(Model& m, const MicroBatch& mb) {
   const Activations& a = slot_of(m, mb.id).acts;
   const int u = m.unit_index.head;
   if (u < 0) throw std::logic_error("head_backward_weight: this pipeline stage holds no head");
-  ops::linear_backward({}, m.gw.lm_head, {}, a.logits, a.hf, m.w.lm_head, false);
+  ops::linear_backward({}, m.gw.lm_head, {}, a.logits, column_input(m.dims, tp_of(m), a.hf), m.w.lm_head, false);
   if (m.hooks) m.hooks->backward_end(m, u, mb);
 }
 
@@ -334,6 +335,7 @@ void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t coun
 void blocks_backward_weight(Model& m, const MicroBatch& mb, int64_t first, int64_t count) {
   const ModelDims& d = m.dims;
   ActivationSlot& s = slot_of(m, mb.id);
+  const TensorParallel tp = tp_of(m);
   // Layer after layer in the backward's order, so that gradient reductions
   // start in the same unit order as after a whole backward.
   for (int64_t i = first + count - 1; i >= first; --i) {
@@ -341,10 +343,10 @@ void blocks_backward_weight(Model& m, const MicroBatch& mb, int64_t first, int64
     const LayerWeights& w = m.w.layers[size_t(i)];
     const LayerWeights& gw = m.gw.layers[size_t(i)];
     if (d.moe_layer(i))
-      moe_block_backward_weight(d, w, gw, la, la.stash);
+      moe_block_backward_weight(d, tp, w, gw, la, la.stash);
     else
-      mlp_block_backward_weight(d, w, gw, la, la.stash);
-    attention_block_backward_weight(d, w, gw, la, la.stash);
+      mlp_block_backward_weight(d, tp, w, gw, la, la.stash);
+    attention_block_backward_weight(d, tp, w, gw, la, la.stash);
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_end(m, u, mb);
   }

@@ -661,6 +661,9 @@ TEST_CASE("config: the trainer binary reports bad configs with exit code 2", "[c
   CHECK(reprinted.status == 0);
   const auto body = [](const std::string& s) { return s.substr(s.find('\n')); };  // line 1 names the file
   CHECK(body(reprinted.output) == body(printed.output));
+  // What selective recompute drops, as model/recompute.cpp drops it: q, k, v are kept.
+  CHECK(contains(printed.output, "selective drops the two norm outputs, the attention output (its core re-run from "
+                                 "the kept q, k, v)"));
 
   std::filesystem::remove_all(dir);
 }
