@@ -274,6 +274,10 @@ def interleaved_rope(x, theta, scaling=None):
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).reshape(x.shape)
 
 
+def unscaled_rope(x, theta, scaling=None):
+    return ORIG["rope"](x, theta)
+
+
 def token_major_route(p, top_k, capacity_factor, normalize_topk):
     experts, w, keep, counts, capacity, margin = ORIG["moe_route"](p, top_k, capacity_factor, normalize_topk)
     if capacity is not None:
@@ -517,6 +521,8 @@ def main(argv=None):
     print("--- dumps from wrong models must fail")
     mutants = [
         ("interleaved RoPE", "llama_dense", dict(patch_module=reference_model, patch={"rope": interleaved_rope}),
+         "step0.logits"),
+        ("RoPE scaling ignored", "llama_dense", dict(patch_module=reference_model, patch={"rope": unscaled_rope}),
          "step0.logits"),
         ("token-major capacity admission", "llama_moe",
          dict(patch_module=reference_model, patch={"moe_route": token_major_route}), "step0.logits"),
