@@ -105,7 +105,8 @@ std::vector<KeySpec> build_schema() {
           .at_least(1).aka("moe_every interval frequency moe_layer_freq expert_interval"),
       Row("model.moe.capacity_factor", FIELD(model.moe.capacity_factor), "expert capacity factor; <= 0: dropless")
           .aka("capacity"),
-      Row("model.moe.aux_loss_coeff", FIELD(model.moe.aux_loss_coeff), "weight of the load-balancing loss")
+      Row("model.moe.aux_loss_coeff", FIELD(model.moe.aux_loss_coeff), "weight of the load-balancing loss (with model.init_from and this key unset: the directory's "
+          "router_aux_loss_coef)")
           .at_least(0).aka("aux_loss load_balancing_loss_coeff router_aux_loss_coef moe_aux_loss_coeff"),
       Row("model.moe.d_ff", FIELD(model.moe.d_ff), "expert FFN width; 0: model.d_ff")
           .at_least(0).aka("ffn_dim expert_d_ff moe_intermediate_size moe_ffn_hidden_size"),

@@ -197,6 +197,19 @@ TEST_CASE("Llama q/k/v/o and Qwen2 q/k/v bias tensors map to Hugging Face names 
     const TensorMap back = from_hf(c, theirs, "<test>");
     CHECK(back.size() == ours.size());
     for (const auto& [name, t] : ours) CHECK(back.at(name).data == t.data);
+
+    // An older directory's saved RoPE frequencies: accepted when they are
+    // the configured ones (to bf16's precision), refused when not.
+    TensorMap with_buffer = theirs;
+    HostTensor inv;
+    inv.shape = {c.head_dim() / 2};
+    for (double f : ops::rope_inv_freqs(c.head_dim(), rope_of(c.model))) inv.data.push_back(float(f * (1 + 3e-3)));
+    with_buffer["model.layers.0.self_attn.rotary_emb.inv_freq"] = inv;
+    CHECK(from_hf(c, with_buffer, "<test>").size() == ours.size());
+    for (float& f : inv.data) f /= 2;  // a linear x2 scaling config.json does not state
+    with_buffer["model.layers.0.self_attn.rotary_emb.inv_freq"] = inv;
+    REQUIRE_THROWS_WITH(from_hf(c, with_buffer, "<test>"),
+                        Catch::Contains("model.layers.0.self_attn.rotary_emb.inv_freq [4] holds RoPE frequencies"));
   }
 }
 
