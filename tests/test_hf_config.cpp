@@ -86,7 +86,7 @@ TEST_CASE("config.json written by export reads back without a problem, every arc
                       Catch::Contains("MixtralForCausalLM has no attention biases"));
 }
 
-TEST_CASE("config.json: refused keys and unknown ones are named with their value; their no-op values pass", "[hf]") {
+TEST_CASE("config.json: refused keys and unknown ones are named with their value, their no-op values pass", "[hf]") {
   const Config c = config_of(kLlama);
   const json::Value base = hf_config(c, "float32");
   auto with = [&](const std::string& key, const json::Value& v) {
