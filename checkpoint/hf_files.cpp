@@ -95,16 +95,21 @@ void write_hf_dir(const std::string& dir, const json::Value& config, const Tenso
   fs::rename(partial, out);
 }
 
-TensorMap read_hf_dir(const std::string& dir, json::Value* config) {
+json::Value read_hf_config(const std::string& dir) {
   const fs::path d(dir);
   if (!fs::is_directory(d)) throw std::runtime_error(dir + ": not a directory (a Hugging Face model directory holds config.json and model.safetensors)");
   const fs::path cfg = d / "config.json";
   if (!fs::exists(cfg)) throw std::runtime_error(cfg.string() + ": missing (not a Hugging Face model directory?)");
   try {
-    *config = json::parse(read_text(cfg));
+    return json::parse(read_text(cfg));
   } catch (const json::ParseError& e) {
     throw std::runtime_error(cfg.string() + ": not valid JSON: " + e.what());
   }
+}
+
+TensorMap read_hf_dir(const std::string& dir, json::Value* config) {
+  const fs::path d(dir);
+  *config = read_hf_config(dir);
   std::vector<fs::path> files;
   const fs::path index = d / "model.safetensors.index.json";
   if (fs::exists(index)) {

@@ -19,6 +19,10 @@ namespace trainer {
 void write_hf_dir(const std::string& dir, const json::Value& config, const TensorMap& tensors, DType dtype,
                   uint64_t max_shard_bytes);
 
+// config.json alone. Throws std::runtime_error naming the file: not a
+// directory, no config.json, not valid JSON.
+json::Value read_hf_config(const std::string& dir);
+
 // config.json and every tensor, converted to fp32 (F32, BF16 or F16 files).
 // Throws std::runtime_error naming the file: no config.json, no safetensors
 // (a pytorch_model.bin is named with the way to convert it), a shard the

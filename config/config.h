@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +28,16 @@ struct MoeConfig {
   bool normalize_topk = true;
 };
 
+// RoPE frequency scaling for contexts longer than pretraining
+// (kernels/rope_freqs.h; Hugging Face config.json "rope_scaling").
+struct RopeScalingConfig {
+  std::string type = "none";      // none | linear | llama3
+  double factor = 1.0;            // linear, llama3
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  int original_max_seq_len = 0;   // llama3: the pretraining context (original_max_position_embeddings)
+};
+
 struct ModelConfig {
   std::string arch = "llama";    // llama | gpt2
   int vocab_size = 256;
@@ -38,6 +49,10 @@ struct ModelConfig {
   int max_seq_len = 64;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  // Attention projection biases of a llama model: none, qkv (Qwen2), qkvo
+  // (Llama's attention_bias: true). gpt2 always has all of them.
+  std::string attn_bias = "none";
   std::string tie_embeddings = "auto";  // auto | true | false (auto: gpt2 true, llama false)
   double init_std = 0.02;
   std::string init_from = "";    // a Hugging Face model directory to start from (trainer/hf_import.h)
@@ -163,6 +178,10 @@ struct Config {
   SmokeConfig smoke;
   HardwareConfig hardware;
   std::string source = "<defaults>";  // file it came from, for messages
+  // Keys the YAML or a --set named ("model.moe.aux_loss_coeff"), as opposed
+  // to defaults: a Hugging Face directory's settings fill only the others
+  // (trainer/hf_import.h).
+  std::set<std::string> given;
 
   int d_ff() const;                 // resolved FFN width
   int moe_d_ff() const;

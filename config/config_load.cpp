@@ -271,6 +271,7 @@ class Loader {
       }
     }
     if (auto problem = check_key_value(k, c_)) fail(vm, *problem);
+    c_.given.insert(key);
   }
 
  private:

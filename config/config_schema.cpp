@@ -69,6 +69,26 @@ std::vector<KeySpec> build_schema() {
           .above(0).aka("eps layer_norm_eps rms_norm_eps layernorm_epsilon"),
       Row("model.rope_theta", FIELD(model.rope_theta), "RoPE base (llama)")
           .above(0).aka("rope_base theta"),
+      Row("model.rope_scaling.type", FIELD(model.rope_scaling.type),
+          "RoPE frequency scaling (llama): linear divides every frequency by factor; llama3 (Llama 3.1) divides "
+          "those of wavelength > original_max_seq_len / low_freq_factor, keeps those < original_max_seq_len / "
+          "high_freq_factor, and ramps between")
+          .one_of("none|linear|llama3").aka("rope_type scaling_type"),
+      Row("model.rope_scaling.factor", FIELD(model.rope_scaling.factor), "RoPE scaling factor (linear, llama3)")
+          .above(0).aka("scaling_factor rope_factor"),
+      Row("model.rope_scaling.low_freq_factor", FIELD(model.rope_scaling.low_freq_factor),
+          "llama3 scaling: wavelengths above original_max_seq_len / this are divided by factor")
+          .above(0),
+      Row("model.rope_scaling.high_freq_factor", FIELD(model.rope_scaling.high_freq_factor),
+          "llama3 scaling: wavelengths below original_max_seq_len / this are kept (> low_freq_factor)")
+          .above(0),
+      Row("model.rope_scaling.original_max_seq_len", FIELD(model.rope_scaling.original_max_seq_len),
+          "llama3 scaling: the context length of pretraining (>= 1 with llama3)")
+          .at_least(0).aka("original_max_position_embeddings original_context_length old_context_len"),
+      Row("model.attn_bias", FIELD(model.attn_bias),
+          "biases of a llama model's attention projections: none, qkv (q, k, v: Qwen2), qkvo (q, k, v and o: "
+          "Llama attention_bias); gpt2 always has them")
+          .one_of("none|qkv|qkvo").aka("attention_bias qkv_bias add_qkv_bias bias"),
       Row("model.tie_embeddings", FIELD(model.tie_embeddings), "share the embedding with the output head; auto: gpt2 true, llama false")
           .one_of("auto|true|false").aka("tie_word_embeddings tied weight_tying tie_weights"),
       Row("model.init_std", FIELD(model.init_std), "standard deviation of the weight initialisation")
@@ -85,7 +105,8 @@ std::vector<KeySpec> build_schema() {
           .at_least(1).aka("moe_every interval frequency moe_layer_freq expert_interval"),
       Row("model.moe.capacity_factor", FIELD(model.moe.capacity_factor), "expert capacity factor; <= 0: dropless")
           .aka("capacity"),
-      Row("model.moe.aux_loss_coeff", FIELD(model.moe.aux_loss_coeff), "weight of the load-balancing loss")
+      Row("model.moe.aux_loss_coeff", FIELD(model.moe.aux_loss_coeff), "weight of the load-balancing loss (with model.init_from and this key unset: the directory's "
+          "router_aux_loss_coef)")
           .at_least(0).aka("aux_loss load_balancing_loss_coeff router_aux_loss_coef moe_aux_loss_coeff"),
       Row("model.moe.d_ff", FIELD(model.moe.d_ff), "expert FFN width; 0: model.d_ff")
           .at_least(0).aka("ffn_dim expert_d_ff moe_intermediate_size moe_ffn_hidden_size"),

@@ -176,6 +176,22 @@ void check_model(const Config& c, const Checker& ck) {
                "head_dim = model.d_model / model.n_heads = " + std::to_string(m.d_model) + " / " +
                    std::to_string(m.n_heads) + " = " + std::to_string(c.head_dim()) +
                    " must be even for llama (RoPE rotates pairs of dimensions)");
+  const auto& rs = m.rope_scaling;
+  if (rs.type != "none") {
+    ck.require(m.arch == "llama", "model.rope_scaling.type=" + rs.type +
+                                      " with model.arch=gpt2: gpt2 has learned positions, no RoPE to scale");
+    if (rs.type == "llama3") {
+      ck.require(rs.original_max_seq_len >= 1,
+                 "model.rope_scaling.type=llama3 needs model.rope_scaling.original_max_seq_len >= 1 (the "
+                 "pretraining context, original_max_position_embeddings in config.json)");
+      ck.require(rs.high_freq_factor > rs.low_freq_factor,
+                 "model.rope_scaling.high_freq_factor=" + std::to_string(rs.high_freq_factor) +
+                     " must be > model.rope_scaling.low_freq_factor=" + std::to_string(rs.low_freq_factor));
+    }
+  }
+  ck.require(m.attn_bias == "none" || m.arch == "llama",
+             "model.attn_bias=" + m.attn_bias + " with model.arch=gpt2: gpt2 always has its attention biases "
+             "(the key is for llama models)");
   if (m.moe.num_experts > 0) {
     ck.require(m.moe.top_k <= m.moe.num_experts,
                kv("model.moe.top_k", m.moe.top_k) + " must be <= " + kv("model.moe.num_experts", m.moe.num_experts));

@@ -29,6 +29,7 @@ class Communicator;
 class Store;
 namespace ops {
 struct AdamWStep;
+struct Rope;
 }
 
 // Bump by hand when something outside the two lists changes meaning (the
@@ -73,6 +74,7 @@ struct CudaDeviceInfo {
 
 namespace cuda_backend_detail {
 using AdamWStep = ::trainer::ops::AdamWStep;
+using Rope = ::trainer::ops::Rope;
 
 constexpr uint64_t fnv1a(const char* s) {
   uint64_t h = 14695981039346656037ull;
@@ -105,6 +107,7 @@ struct CudaBackend {
   // called by the router (kernels/ops.cpp) after the shared checks.
   struct Ops {
     using AdamWStep = cuda_backend_detail::AdamWStep;
+    using Rope = cuda_backend_detail::Rope;
 #define TRAINER_OP(route, ret, name, params, args) ret(*name) params = nullptr;
 #include "kernels/op_list.h"
 #undef TRAINER_OP

@@ -116,27 +116,29 @@ TRAINER_OP(device, void, linear_backward,
 
 // ---- rotary position embedding ---------------------------------------------
 // x [B,T,H,D], half-split pairs (x[i], x[i+D/2]) for i < D/2 rotated by
-// angle = p * theta^(-2i/D) at position p = pos_offset + t, t = 0..T-1: a
-// chunk of a longer sequence (context parallelism) starts at pos_offset >= 0,
-// and gets bit for bit the rotation of those positions in the whole sequence.
-// out may alias inp.
-TRAINER_OP(device, void, rope_forward, (Tensor out, Tensor inp, float theta, int64_t pos_offset),
-           (out, inp, theta, pos_offset))
+// angle = p * inv_freq[i] at position p = pos_offset + t, t = 0..T-1, with
+// inv_freq = rope_inv_freqs(D, rope) (kernels/rope_freqs.h: theta^(-2i/D),
+// or its linear / llama3 scaling): a chunk of a longer sequence (context
+// parallelism) starts at pos_offset >= 0, and gets bit for bit the rotation
+// of those positions in the whole sequence. out may alias inp. A bare theta
+// converts to an unscaled Rope.
+TRAINER_OP(device, void, rope_forward, (Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset),
+           (out, inp, rope, pos_offset))
 // inverse rotation of dout; dinp may alias dout.
 TRAINER_OP(device, void, rope_backward,
-           (Tensor dinp, Tensor dout, float theta, int64_t pos_offset),
-           (dinp, dout, theta, pos_offset))
+           (Tensor dinp, Tensor dout, const Rope& rope, int64_t pos_offset),
+           (dinp, dout, rope, pos_offset))
 // Rotary embedding at explicit positions (context parallelism: a rank's zigzag
-// chunks are not one contiguous range): row t of every batch row b is rotated
-// as rope_forward rotates position pos[t]. pos [T] I32, any values (global
-// token positions, the same for every b); with pos = offset..offset+T-1 the
-// result is bit for bit rope_forward(out, inp, theta, offset), on each
-// backend. out may alias inp.
-TRAINER_OP(device, void, rope_forward_pos, (Tensor out, Tensor inp, float theta, Tensor pos),
-           (out, inp, theta, pos))
+// chunks are not one contiguous range; key/value-cache decoding): row t of
+// every batch row b is rotated as rope_forward rotates position pos[t]. pos
+// [T] I32, any values (global token positions, the same for every b); with
+// pos = offset..offset+T-1 the result is bit for bit rope_forward(out, inp,
+// rope, offset), on each backend. out may alias inp.
+TRAINER_OP(device, void, rope_forward_pos, (Tensor out, Tensor inp, const Rope& rope, Tensor pos),
+           (out, inp, rope, pos))
 // inverse rotation of dout at positions pos; dinp may alias dout.
-TRAINER_OP(device, void, rope_backward_pos, (Tensor dinp, Tensor dout, float theta, Tensor pos),
-           (dinp, dout, theta, pos))
+TRAINER_OP(device, void, rope_backward_pos, (Tensor dinp, Tensor dout, const Rope& rope, Tensor pos),
+           (dinp, dout, rope, pos))
 
 // ---- attention --------------------------------------------------------------
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], Hq % Hkv == 0; query head h reads kv head

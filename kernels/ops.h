@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/rope_freqs.h"
 
 namespace trainer::ops {
 

@@ -18,11 +18,11 @@ void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const
   if (d.llama) {
     if (d.cp > 1) {
       const Tensor pos = cp.positions_of(cp.rank());
-      ops::rope_forward_pos(a.q, a.q, d.rope_theta, pos);
-      ops::rope_forward_pos(a.k, a.k, d.rope_theta, pos);
+      ops::rope_forward_pos(a.q, a.q, d.rope, pos);
+      ops::rope_forward_pos(a.k, a.k, d.rope, pos);
     } else {
-      ops::rope_forward(a.q, a.q, d.rope_theta, 0);
-      ops::rope_forward(a.k, a.k, d.rope_theta, 0);
+      ops::rope_forward(a.q, a.q, d.rope, 0);
+      ops::rope_forward(a.k, a.k, d.rope, 0);
     }
   }
   if (d.cp > 1)
@@ -65,11 +65,11 @@ void attention_block_backward(const ModelDims& d, const TensorParallel& tp, cons
   if (d.llama) {
     if (d.cp > 1) {
       const Tensor pos = cp.positions_of(cp.rank());
-      ops::rope_backward_pos(in.dq, in.dq, d.rope_theta, pos);
-      ops::rope_backward_pos(in.dk, in.dk, d.rope_theta, pos);
+      ops::rope_backward_pos(in.dq, in.dq, d.rope, pos);
+      ops::rope_backward_pos(in.dk, in.dk, d.rope, pos);
     } else {
-      ops::rope_backward(in.dq, in.dq, d.rope_theta, 0);
-      ops::rope_backward(in.dk, in.dk, d.rope_theta, 0);
+      ops::rope_backward(in.dq, in.dq, d.rope, 0);
+      ops::rope_backward(in.dk, in.dk, d.rope, 0);
     }
   }
   // The input gradients read h1 for its shape only.

@@ -4,6 +4,19 @@
 
 namespace trainer {
 
+ops::Rope rope_of(const ModelConfig& m) {
+  ops::Rope r(float(m.rope_theta));
+  const RopeScalingConfig& s = m.rope_scaling;
+  r.scaling = s.type == "linear" ? ops::RopeScaling::Linear
+              : s.type == "llama3" ? ops::RopeScaling::Llama3
+                                   : ops::RopeScaling::None;
+  r.factor = s.factor;
+  r.low_freq_factor = s.low_freq_factor;
+  r.high_freq_factor = s.high_freq_factor;
+  r.original_max_pos = double(s.original_max_seq_len);
+  return r;
+}
+
 ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType storage) {
   ModelDims d;
   d.act = storage;
@@ -20,7 +33,9 @@ ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType
   d.F = c.d_ff();
   d.max_seq = c.model.max_seq_len;
   d.eps = float(c.model.norm_eps);
-  d.rope_theta = float(c.model.rope_theta);
+  d.rope = rope_of(c.model);
+  d.qkv_bias = !d.llama || c.model.attn_bias != "none";
+  d.o_bias = !d.llama || c.model.attn_bias == "qkvo";
   // The schedules that split the backward (pipeline/schedule.h: splits_backward).
   d.split_backward = c.parallel.pp_schedule == "zb-h1";
   d.recompute = c.train.recompute == "full"        ? Recompute::Full

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 
 #include "config/config.h"
+#include "kernels/rope_freqs.h"
 
 namespace trainer {
 
@@ -31,7 +32,11 @@ struct ModelDims {
   // (model/moe_routing_plan.h); under ep each source rank keeps its own.
   int64_t capacity = 0;
   bool normalize_topk = true;
-  float eps = 1e-5f, rope_theta = 10000.f;
+  float eps = 1e-5f;
+  ops::Rope rope;          // llama: RoPE's base and scaling
+  // Attention projection biases: q, k, v (gpt2; llama with model.attn_bias
+  // qkv or qkvo) and o (gpt2; llama qkvo).
+  bool qkv_bias = false, o_bias = false;
   float aux_coeff = 0.f;
   // Storage type of weights, their gradients and activations (F32 on the CPU;
   // BF16/F16 under mixed precision on a GPU). Statistics stay F32.
@@ -89,6 +94,9 @@ struct ModelDims {
   // i counts this instance's layers; MoE placement follows the global index.
   bool moe_layer(int64_t i) const { return E > 0 && (first_layer + i + 1) % moe_every == 0; }
 };
+
+// RoPE as model.rope_theta and model.rope_scaling describe it.
+ops::Rope rope_of(const ModelConfig& m);
 
 ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType storage = DType::F32);
 

@@ -126,8 +126,8 @@ std::vector<float> KvDecoder::append(const std::vector<int32_t>& tokens) {
     ops::linear_forward(la.k.view({n, d.Hkv * d.D}), la.h1, lw.wk, lw.bk);
     ops::linear_forward(la.v.view({n, d.Hkv * d.D}), la.h1, lw.wv, lw.bv);
     if (d.llama) {
-      ops::rope_forward_pos(la.q, la.q, d.rope_theta, q_pos);
-      ops::rope_forward_pos(la.k, la.k, d.rope_theta, q_pos);
+      ops::rope_forward_pos(la.q, la.q, d.rope, q_pos);
+      ops::rope_forward_pos(la.k, la.k, d.rope, q_pos);
     }
     const Tensor kc = k_cache_[size_t(i)], vc = v_cache_[size_t(i)];
     ops::copy(kc.slice0(p, p + n), la.k.view({n, d.Hkv * d.D}));

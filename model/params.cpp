@@ -63,10 +63,10 @@ std::vector<ParamInfo> parameter_list(const ModelDims& d, double init_std) {
     norm(p + "attn_norm");
     for (auto [nm, rows] : {std::pair{"wq", q_dim}, {"wk", kv_dim}, {"wv", kv_dim}}) {
       mat(p + "attn." + nm + ".weight", {rows, d.C}, {TP, N}, std0);
-      if (!d.llama) vec(p + "attn." + nm + ".bias", rows, TP, Init::Zeros);
+      if (d.qkv_bias) vec(p + "attn." + nm + ".bias", rows, TP, Init::Zeros);
     }
     mat(p + "attn.wo.weight", {d.C, q_dim}, {N, TP}, std_out);
-    if (!d.llama) vec(p + "attn.wo.bias", d.C, N, Init::Zeros);
+    if (d.o_bias) vec(p + "attn.wo.bias", d.C, N, Init::Zeros);
     norm(p + "mlp_norm");
     if (d.moe_layer(i)) {
       mat(p + "moe.router.weight", {d.E, d.C}, {N, N}, std0);

@@ -51,10 +51,10 @@ optional_venv() {
 # tests/test_tensorboard.cpp reads the event files with its own reader regardless.
 optional_venv .venv-tensorboard tensorboard tests/tensorboard_reader_test.py 300 tensorboard
 
-# Hugging Face transformers for tests/hf/hf_interop_test.py (the exported
+# Hugging Face transformers for tests/hf/hf_interop_test.py and hf_features_test.py (the exported
 # directories loaded by the real client). 4.40 is the newest line that still
 # runs on Debian's torch 1.13 (later ones need torch 2). It brings the
 # `tokenizers` package too, for tests/hf_tokenizer_test.sh and
 # prepare_text.py --tokenizer-json.
-optional_venv .venv-hf "transformers, safetensors" "tests/hf/hf_interop_test.py and tests/hf_tokenizer_test.sh" 600 \
+optional_venv .venv-hf "transformers, safetensors" "tests/hf/hf_*_test.py and tests/hf_tokenizer_test.sh" 600 \
   "transformers==4.40.2" "safetensors>=0.4,<0.5"

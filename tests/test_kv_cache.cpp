@@ -34,10 +34,12 @@ ModelDims dims_of(const std::string& model) {
 
 // A larger init than training's 0.02 gives logits with clear winners, so
 // that greedy decoding tests the model and not rounding between near-ties.
+// Biases get values too, or the cached path would never add them.
 std::vector<std::vector<float>> weights_of(const ModelDims& d) {
   std::vector<std::vector<float>> w;
   for (ParamInfo p : single_plan(d, 0.02).params) {
     if (p.init == Init::Normal) p.init_std = 0.3f;
+    if (p.init == Init::Zeros) p.init = Init::Normal, p.init_std = 0.1f;
     w.push_back(initial_values(p, 7));
   }
   return w;
@@ -137,6 +139,14 @@ void check_model(const std::string& name, const std::string& model) {
 TEST_CASE("kv cache: llama GQA logits and greedy tokens equal the no-cache path", "[kv_cache]") {
   check_model("llama gqa", "{arch: llama, vocab_size: 61, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
                            "max_seq_len: 32}");
+}
+
+// Decoding rotates by explicit positions (rope_forward_pos): with a scaled
+// RoPE they must still be the training rotation's.
+TEST_CASE("kv cache: llama with q/k/v/o biases and llama3 RoPE scaling equals the no-cache path", "[kv_cache][rope]") {
+  check_model("llama bias llama3", "{arch: llama, vocab_size: 61, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
+                                   "max_seq_len: 32, attn_bias: qkvo, rope_scaling: {type: llama3, factor: 4.0, "
+                                   "original_max_seq_len: 8}}");
 }
 
 TEST_CASE("kv cache: gpt2 learned positions logits and greedy tokens equal the no-cache path", "[kv_cache]") {

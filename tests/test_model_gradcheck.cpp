@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "model/transformer.h"
@@ -24,6 +25,9 @@ struct Case {
   // Token seed; a case whose tokens sit on a routing tie is re-seeded (the
   // skipped-point check below catches that).
   uint64_t data_seed = 1;
+  // llama only (gpt2 always has its biases): attention biases, RoPE scaling.
+  const char* attn_bias = "none";
+  ops::RopeScaling scaling = ops::RopeScaling::None;
 };
 
 ModelDims tiny_dims(const Case& c) {
@@ -41,6 +45,15 @@ ModelDims tiny_dims(const Case& c) {
   d.F = 24;
   d.max_seq = 8;
   d.eps = 1e-5f;
+  d.qkv_bias = !c.llama || std::string(c.attn_bias) != "none";
+  d.o_bias = !c.llama || std::string(c.attn_bias) == "qkvo";
+  // D = 4: pair 0 (wavelength 2 pi) lies on llama3's ramp, pair 1 is divided
+  // by the factor.
+  d.rope.scaling = c.scaling;
+  d.rope.factor = 4.0;
+  d.rope.low_freq_factor = 1.0;
+  d.rope.high_freq_factor = 4.0;
+  d.rope.original_max_pos = 8.0;
   if (c.E > 0) {
     d.E = c.E;
     d.K = c.K;
@@ -79,6 +92,8 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
       {"gpt2 moe every 1", false, 4, 2, 1, 0.0, false},
       {"llama moe every 2", true, 4, 2, 2, 0.0, false},
       {"llama moe capacity 1.0", true, 4, 2, 1, 1.0, false},
+      {"llama q/k/v/o biases, llama3 RoPE", true, 0, 0, 1, 0.0, false, 1, "qkvo", ops::RopeScaling::Llama3},
+      {"llama q/k/v biases, linear RoPE, moe", true, 4, 2, 1, 0.0, true, 1, "qkv", ops::RopeScaling::Linear},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.label) {

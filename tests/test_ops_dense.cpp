@@ -342,7 +342,7 @@ TEST_CASE("linear backward: dinp overwrite or +=, dweight/dbias +=, empty dinp/d
 
 // ---- rope -------------------------------------------------------------------
 
-TEST_CASE("rope forward and backward, in place", "[ops][dense]") {
+TEST_CASE("rope forward and backward, in place", "[ops][dense][rope]") {
   const int64_t B = 2, T = 9, H = 3, D = 8;
   const float theta = 100.f;  // small theta: every pair turns noticeably within T
   Owned x({B, T, H, D}), out({B, T, H, D}), R({B, T, H, D});
@@ -409,7 +409,7 @@ std::vector<float> last_positions(const std::vector<float>& whole, int64_t B, in
 // Context parallelism hands a rank positions [k, k + T) of each sequence; its
 // rotation must be exactly the one those positions get in the whole sequence.
 TEST_CASE("rope with a position offset: the last T positions of the whole, bit for bit",
-          "[ops][dense]") {
+          "[ops][dense][rope]") {
   const int64_t B = 2, T = 5, H = 3, D = 16;
   for (const float theta : {1e4f, 5e5f})
     for (const int64_t k : {int64_t(1), int64_t(7), int64_t(3000)}) {
@@ -442,6 +442,123 @@ TEST_CASE("rope with a position offset: the last T positions of the whole, bit f
       CHECK(diff_bwd == 0);
       CHECK(bit_differences(part_out.f, expect) > expect.size() / 2);  // not the forward again
     }
+}
+
+// RoPE scaling (kernels/rope_freqs.h) against the formulas written here
+// another way round: by frequency thresholds instead of wavelengths, the
+// base frequency through exp/log instead of pow.
+TEST_CASE("rope scaling: linear and llama3 frequencies and rotations against values computed here",
+          "[ops][dense][rope]") {
+  const int64_t D = 16, half = D / 2;
+  const double theta = 100.0, pi = 3.14159265358979323846;
+  ops::Rope llama3{float(theta)};
+  llama3.scaling = ops::RopeScaling::Llama3;
+  llama3.factor = 8.0;
+  llama3.low_freq_factor = 1.0;
+  llama3.high_freq_factor = 4.0;
+  llama3.original_max_pos = 64.0;
+  ops::Rope linear{float(theta)};
+  linear.scaling = ops::RopeScaling::Linear;
+  linear.factor = 4.0;
+
+  // Frequencies below 2 pi low / orig turn less than low_freq_factor times
+  // over the pretraining context: divided; above 2 pi high / orig: kept.
+  const double f_low = 2 * pi * llama3.low_freq_factor / llama3.original_max_pos;
+  const double f_high = 2 * pi * llama3.high_freq_factor / llama3.original_max_pos;
+  std::vector<double> want3(half), want_lin(half), want_none(half);
+  int kept = 0, ramped = 0, divided = 0;
+  for (int64_t i = 0; i < half; ++i) {
+    const double f = std::exp(-(2.0 * double(i) / double(D)) * std::log(theta));
+    want_none[size_t(i)] = f;
+    want_lin[size_t(i)] = f / linear.factor;
+    if (f < f_low) {
+      want3[size_t(i)] = f / llama3.factor, ++divided;
+    } else if (f > f_high) {
+      want3[size_t(i)] = f, ++kept;
+    } else {
+      const double s = (llama3.original_max_pos * f / (2 * pi) - llama3.low_freq_factor) /
+                       (llama3.high_freq_factor - llama3.low_freq_factor);
+      want3[size_t(i)] = f * ((1 - s) / llama3.factor + s), ++ramped;
+    }
+  }
+  // Every branch of llama3 is taken, or the comparison leaves one untested.
+  std::printf("[rope scaling] llama3 D=%lld theta=%g: %d pairs kept, %d ramped, %d divided\n", (long long)D, theta,
+              kept, ramped, divided);
+  REQUIRE((kept > 0 && ramped > 0 && divided > 0));
+  auto worst_rel = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double w = 0;
+    for (size_t i = 0; i < a.size(); ++i) w = std::max(w, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
+    return w;
+  };
+  const double e_none = worst_rel(ops::rope_inv_freqs(D, ops::Rope(float(theta))), want_none);
+  const double e_lin = worst_rel(ops::rope_inv_freqs(D, linear), want_lin);
+  const double e3 = worst_rel(ops::rope_inv_freqs(D, llama3), want3);
+  std::printf("[rope scaling] inv_freq worst relative error: none %.2e, linear %.2e, llama3 %.2e (tol 1e-12)\n",
+              e_none, e_lin, e3);
+  CHECK(e_none < 1e-12);
+  CHECK(e_lin < 1e-12);
+  CHECK(e3 < 1e-12);
+
+  // The op rotates by those frequencies, forward and backward.
+  const int64_t B = 2, T = 40, H = 2;
+  Owned x({B, T, H, D}), out({B, T, H, D}), R({B, T, H, D}), dx({B, T, H, D}), plain({B, T, H, D});
+  fill_normal(x.f, 62);
+  fill_normal(R.f, 63);
+  auto twin = [&] {
+    Ref y(x.f.size());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t o = ((b * T + t) * H + h) * D;
+            const double a = double(t) * want3[size_t(i)];
+            const double x0 = x.f[o + i], x1 = x.f[o + i + half];
+            y[o + i] = x0 * std::cos(a) - x1 * std::sin(a);
+            y[o + i + half] = x0 * std::sin(a) + x1 * std::cos(a);
+          }
+    return y;
+  };
+  ops::rope_forward(out, x, llama3, 0);
+  const double fwd = fwd_err("rope_forward llama3", out.f, twin());
+  ops::rope_forward(plain, x, float(theta), 0);
+  const double unscaled = fwd_err("rope_forward unscaled vs the llama3 twin", plain.f, twin());
+  std::printf("[rope scaling] rope_forward llama3 vs twin: %.2e (tol %.0e); unscaled RoPE vs the same twin: %.2e\n",
+              fwd, kFwdTol, unscaled);
+  CHECK(fwd < kFwdTol);
+  CHECK(unscaled > 1e3 * kFwdTol);  // the scaling reaches the rotation
+  ops::rope_backward(dx, R, llama3, 0);
+  CHECK(fd_check("rope_backward llama3 dinp", x.f, dx.f, twin, R.f) < kGradTol);
+
+  // Explicit positions (context parallelism, decoding) rotate as an offset does.
+  Owned part({B, 4, H, D}), a({B, 4, H, D}), b({B, 4, H, D});
+  fill_normal(part.f, 64);
+  Owned pos({4}, DType::I32);
+  for (int32_t t = 0; t < 4; ++t) pos.i[size_t(t)] = 30 + t;
+  ops::rope_forward(a, part, llama3, 30);
+  ops::rope_forward_pos(b, part, llama3, pos);
+  CHECK(bit_differences(a.f, b.f) == 0);
+  ops::rope_backward(a, part, llama3, 30);
+  ops::rope_backward_pos(b, part, llama3, pos);
+  CHECK(bit_differences(a.f, b.f) == 0);
+
+  // Linear scaling by 4 at position 4k is the unscaled rotation at k.
+  Owned pos4({4}, DType::I32), pos1({4}, DType::I32);
+  for (int32_t t = 0; t < 4; ++t) pos4.i[size_t(t)] = 4 * (3 + 5 * t), pos1.i[size_t(t)] = 3 + 5 * t;
+  ops::rope_forward_pos(a, part, linear, pos4);
+  ops::rope_forward_pos(b, part, float(theta), pos1);
+  double lin_err = 0;
+  for (size_t i = 0; i < a.f.size(); ++i) lin_err = std::max(lin_err, double(std::fabs(a.f[i] - b.f[i])));
+  std::printf("[rope scaling] linear x4 at 4k vs unscaled at k: max |diff| %.2e (tol 1e-5)\n", lin_err);
+  CHECK(lin_err < 1e-5);
+
+  ops::Rope bad = llama3;
+  bad.original_max_pos = 0;
+  test::require_rejected([&] { ops::rope_forward(a, part, bad, 0); },
+                         {"rope_forward: ", "llama3 scaling needs original_max_pos > 0"});
+  bad = linear;
+  bad.factor = 0;
+  test::require_rejected([&] { ops::rope_forward(a, part, bad, 0); },
+                         {"rope_forward: ", "linear scaling factor 0.000000 must be positive"});
 }
 
 // ---- attention --------------------------------------------------------------

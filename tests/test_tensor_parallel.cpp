@@ -39,6 +39,12 @@ const char* const kMoe =
     "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32, "
     "moe: {num_experts: 4, top_k: 2, d_ff: 32}}";
 
+// Llama attention biases (model.attn_bias qkvo: q/k/v split with their
+// heads, o whole and added once) and a scaled RoPE.
+const char* const kLlamaBiases =
+    "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32, attn_bias: qkvo, "
+    "rope_scaling: {type: llama3, factor: 8.0, original_max_seq_len: 16}}";
+
 Setup make_setup(const std::string& name, const char* model) { return e2e::make_setup("tp", name, model); }
 
 void expect_same_run(const Setup& s, const std::string& label, const std::string& run_dir) {
@@ -73,6 +79,14 @@ TEST_CASE("tensor parallel llama with GQA: tp 2, sp, tp 2 x dp 2 at ZeRO 1 and 3
   INFO(e2e::tail(out));
   REQUIRE(rc == 0);
   expect_same_run(s, "mpirun llama tp2 dp2 zero3 sp", rd);
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("tensor parallel llama with q/k/v/o biases and llama3 RoPE: tp 4 sp, kv heads and their biases "
+          "replicated == one process",
+          "[tp][e2e]") {
+  const Setup s = make_setup("llama_bias", kLlamaBiases);
+  run_cases(s, {{"llama bias tp4 sp", 4, "--set parallel.tp=4 --set parallel.sp=true"}});
   fs::remove_all(s.dir);
 }
 

@@ -238,8 +238,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     models.initialise(cfg.run.seed);
   } else {
     // Every rank reads the whole directory and keeps its own pieces.
-    models.initialise_from(load_init_weights(cfg));
+    std::vector<std::string> notes;
+    models.initialise_from(load_init_weights(cfg, &notes));
     if (lead) std::printf("init: weights from %s (fresh optimizer state)\n", cfg.model.init_from.c_str());
+    if (lead)
+      for (const std::string& n : notes) std::printf("%s\n", n.c_str());
   }
   summary.optimizer_bytes = models.optimizer_bytes();
   // The plan (and `trainer plan`, which prints the same ledger) is what the

@@ -31,6 +31,7 @@
 #include "trainer/devices_command.h"
 #include "trainer/engine.h"
 #include "trainer/hf_export.h"
+#include "trainer/hf_import.h"
 #include "comm/launch.h"
 #include "comm/store.h"
 #include "comm/store_secret.h"
@@ -171,6 +172,8 @@ int main(int argc, char** argv) {
     }
     const trainer::LaunchInfo launch = trainer::detect_launch();
     trainer::Config cfg = trainer::load_config_file(config_path, overrides, launch.world_size);
+    // Before --print-config, so that it shows what the run would use.
+    const std::vector<std::string> adopted = trainer::adopt_init_from_settings(cfg);
     // Once per job, on stderr so that --print-config's YAML stays clean.
     if (launch.rank == 0)
       for (const std::string& w : trainer::config_warnings(cfg)) std::fprintf(stderr, "warning: %s\n", w.c_str());
@@ -179,6 +182,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (launch.rank == 0) std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
+    if (launch.rank == 0)
+      for (const std::string& line : adopted) std::printf("%s\n", line.c_str());
     if (launch.rank == 0 && launch.launched())
       std::printf("%s\n", trainer::store_secret_from_env().empty()
                                ? "store: no TRAINER_STORE_SECRET: the job token turns away other jobs, not other users "

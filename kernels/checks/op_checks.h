@@ -11,6 +11,7 @@
 namespace trainer::op_checks {
 
 using ops::AdamWStep;
+using ops::Rope;
 
 #define TRAINER_OP(route, ret, name, params, args) void name params;
 #include "kernels/op_list.h"

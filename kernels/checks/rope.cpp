@@ -17,19 +17,19 @@ void need_bthd(const char* op, const char* name, const Tensor& t) {
 }
 
 void check(const char* op, const char* out_name, const Tensor& out, const char* inp_name,
-           const Tensor& inp, float theta, int64_t pos_offset) {
+           const Tensor& inp, const Rope& rope, int64_t pos_offset) {
   need_bthd(op, out_name, out);
   need_bthd(op, inp_name, inp);
   same_shape(op, out_name, out, inp_name, inp);
-  if (!(theta > 0)) fail(op, "theta " + std::to_string(theta) + " must be positive");
+  if (const std::string bad = ops::rope_problem(rope); !bad.empty()) fail(op, bad);
   if (pos_offset < 0) fail(op, "pos_offset " + std::to_string(pos_offset) + " must be >= 0");
 }
 
 // pos [T] I32, T = x.dim(1); its values are any int32 (nothing to check
 // without reading them, which a device tensor does not allow here).
 void check_pos(const char* op, const char* out_name, const Tensor& out, const char* inp_name,
-               const Tensor& inp, float theta, const Tensor& pos) {
-  check(op, out_name, out, inp_name, inp, theta, 0);
+               const Tensor& inp, const Rope& rope, const Tensor& pos) {
+  check(op, out_name, out, inp_name, inp, rope, 0);
   need(op, "pos", pos, DType::I32);
   if (pos.ndim != 1 || pos.dim(0) != inp.dim(1))
     fail(op, "pos " + pos.shape_str() + " vs " + inp_name + " " + inp.shape_str() + ": expected [" +
@@ -38,20 +38,20 @@ void check_pos(const char* op, const char* out_name, const Tensor& out, const ch
 
 }  // namespace
 
-void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  check("rope_forward", "out", out, "inp", inp, theta, pos_offset);
+void rope_forward(Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset) {
+  check("rope_forward", "out", out, "inp", inp, rope, pos_offset);
 }
 
-void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  check("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset);
+void rope_backward(Tensor dinp, Tensor dout, const Rope& rope, int64_t pos_offset) {
+  check("rope_backward", "dinp", dinp, "dout", dout, rope, pos_offset);
 }
 
-void rope_forward_pos(Tensor out, Tensor inp, float theta, Tensor pos) {
-  check_pos("rope_forward_pos", "out", out, "inp", inp, theta, pos);
+void rope_forward_pos(Tensor out, Tensor inp, const Rope& rope, Tensor pos) {
+  check_pos("rope_forward_pos", "out", out, "inp", inp, rope, pos);
 }
 
-void rope_backward_pos(Tensor dinp, Tensor dout, float theta, Tensor pos) {
-  check_pos("rope_backward_pos", "dinp", dinp, "dout", dout, theta, pos);
+void rope_backward_pos(Tensor dinp, Tensor dout, const Rope& rope, Tensor pos) {
+  check_pos("rope_backward_pos", "dinp", dinp, "dout", dout, rope, pos);
 }
 
 }  // namespace trainer::op_checks

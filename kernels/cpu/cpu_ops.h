@@ -8,6 +8,7 @@
 namespace trainer::cpu {
 
 using ops::AdamWStep;
+using ops::Rope;
 
 #define TRAINER_OP(route, ret, name, params, args) ret name params;
 #include "kernels/op_list.h"

@@ -1,6 +1,7 @@
 // Rotary position embedding of the CPU backend (see kernels/op_list.h),
 // half-split convention: pair (x[i], x[i + D/2]) at position p = pos_offset + t
-// (rope_forward) or p = pos[t] (rope_forward_pos) turns by p * theta^(-2i/D).
+// (rope_forward) or p = pos[t] (rope_forward_pos) turns by p * inv_freq[i]
+// (kernels/rope_freqs.h: theta^(-2i/D), or its scaling).
 // Both build their table through the same code from the same position, so a
 // position gets the same bits whichever op names it.
 #include <cmath>
@@ -18,16 +19,14 @@ constexpr int64_t kParallelMin = 1 << 15;
 // sign = +1 rotates forward, -1 applies the inverse (transposed) rotation.
 // Row t is at position pos_offset + t, or pos[t] when pos is not null.
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
-            float theta, int64_t pos_offset, const Tensor* pos, float sign) {
+            const Rope& rope, int64_t pos_offset, const Tensor* pos, float sign) {
   need_f32(op, {{out_name, &out}, {inp_name, &inp}});
   const int32_t* positions = pos != nullptr ? pos->i32() : nullptr;
   const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
   // Angles in double, rounded once to float cos/sin: at t in the thousands a
   // float angle alone would be off by ~1e-4 rad.
   // The table is T x D/2 double sin/cos, as much work as rotating a few heads.
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[size_t(i)] = std::pow(double(theta), -2.0 * double(i) / double(D));
+  const std::vector<double> inv_freq = ops::rope_inv_freqs(D, rope);
   std::vector<float> cs(size_t(T * half)), sn(size_t(T * half));
 #pragma omp parallel for if (T * half >= (1 << 13))
   for (int64_t t = 0; t < T; ++t)
@@ -60,21 +59,21 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 
 }  // namespace
 
-void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, nullptr, 1.f);
+void rope_forward(Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset) {
+  rotate("rope_forward", "out", out, "inp", inp, rope, pos_offset, nullptr, 1.f);
 }
 
 // The rotation is orthogonal, so its gradient is the rotation by -angle.
-void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, nullptr, -1.f);
+void rope_backward(Tensor dinp, Tensor dout, const Rope& rope, int64_t pos_offset) {
+  rotate("rope_backward", "dinp", dinp, "dout", dout, rope, pos_offset, nullptr, -1.f);
 }
 
-void rope_forward_pos(Tensor out, Tensor inp, float theta, Tensor pos) {
-  rotate("rope_forward_pos", "out", out, "inp", inp, theta, 0, &pos, 1.f);
+void rope_forward_pos(Tensor out, Tensor inp, const Rope& rope, Tensor pos) {
+  rotate("rope_forward_pos", "out", out, "inp", inp, rope, 0, &pos, 1.f);
 }
 
-void rope_backward_pos(Tensor dinp, Tensor dout, float theta, Tensor pos) {
-  rotate("rope_backward_pos", "dinp", dinp, "dout", dout, theta, 0, &pos, -1.f);
+void rope_backward_pos(Tensor dinp, Tensor dout, const Rope& rope, Tensor pos) {
+  rotate("rope_backward_pos", "dinp", dinp, "dout", dout, rope, 0, &pos, -1.f);
 }
 
 }  // namespace trainer::cpu

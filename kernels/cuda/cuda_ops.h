@@ -15,6 +15,7 @@
 namespace trainer::cuda {
 
 using ops::AdamWStep;
+using ops::Rope;
 
 #define TRAINER_OP(route, ret, name, params, args) ret name params;
 #include "kernels/op_list.h"

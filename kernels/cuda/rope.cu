@@ -1,20 +1,19 @@
 // Rotary position embedding of the CUDA backend (see kernels/op_list.h),
 // half-split convention: the pair (x[i], x[i + D/2]) of every head at
-// position p = pos_offset + t turns by angle p * theta^(-2i/D); backward turns
+// position p = pos_offset + t turns by angle p * inv_freq[i]; backward turns
 // by -angle (the rotation is orthogonal, so its gradient is the inverse
-// rotation).
+// rotation). inv_freq is the CPU twin's: the same host function
+// (kernels/rope_freqs.h: theta^(-2i/D) or its scaling) in double, copied to
+// the device once per distinct frequency list and kept for the process.
 //
 // The angles' cos and sin come from a table [P, D/2] of float2 for positions
 // 0..P-1, P = pos_offset + T (the positions a call uses), built once per
-// (P, D, theta) and kept for the process: entry (p, i) depends on p, i, D and
-// theta only, so a chunk at an offset reads the very values the whole
+// (P, inv_freq) and kept for the process: entry (p, i) depends on p and
+// inv_freq[i] only, so a chunk at an offset reads the very values the whole
 // sequence does. Each entry is computed in
 // double and rounded once to float, as the CPU twin does (an fp32 angle
 // t * inv_freq is off by ~1e-4 rad at t in the thousands), so the table
-// costs one double exp2 and sincos per (t, i) once, not per element and
-// step. inv_freq = 2^(-2i/D * log2(theta)) with log2(theta) from the host in
-// double equals the CPU's pow(theta, -2i/D) to a few double ulps, far below
-// the final rounding to float.
+// costs one double sincos per (t, i) once, not per element and step.
 //
 // rope_forward_pos / rope_backward_pos (explicit positions, a context-parallel
 // rank's zigzag chunks) fill a per-call table [T, D/2] for their positions
@@ -32,11 +31,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "kernels/checks/check_util.h"
 #include "kernels/cuda/cuda_check.h"
@@ -54,26 +53,23 @@ constexpr int64_t kMaxBlocks = 65536;
 constexpr int kHeadBatch = 4;  // heads loaded before any is stored: loads in flight
 
 // (cos, sin) of pair i at position p, rounded once to float. Every table
-// entry, whichever kernel fills it, comes from here; the products and the
-// quotient are explicitly rounded (__dmul_rn, __ddiv_rn: never contracted
-// into an FMA), so a position gets the same bits in every table.
-__device__ __forceinline__ float2 rope_cos_sin(int64_t p, int64_t i, int64_t D, double log2_theta) {
-  const double e = __dmul_rn(__ddiv_rn(-2.0 * double(i), double(D)), log2_theta);
-  const double inv_freq = exp2(e);
+// entry, whichever kernel fills it, comes from here; the product is
+// explicitly rounded (__dmul_rn: never contracted into an FMA), so a
+// position gets the same bits in every table.
+__device__ __forceinline__ float2 rope_cos_sin(int64_t p, double inv_freq) {
   double sd, cd;
   sincos(__dmul_rn(double(p), inv_freq), &sd, &cd);
   return make_float2(float(cd), float(sd));
 }
 
 __global__ void __launch_bounds__(kThreads)
-    rope_table_kernel(float2* table, int64_t P, int64_t half, double log2_theta) {
+    rope_table_kernel(float2* table, int64_t P, int64_t half, const double* __restrict__ inv_freq) {
   const int64_t total = P * half;
-  const int64_t D = 2 * half;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / half;
     const int64_t i = idx - t * half;
-    table[idx] = rope_cos_sin(t, i, D, log2_theta);
+    table[idx] = rope_cos_sin(t, inv_freq[i]);
   }
 }
 
@@ -81,33 +77,52 @@ __global__ void __launch_bounds__(kThreads)
 // entry (pos[t], i) of rope_table_kernel's table.
 __global__ void __launch_bounds__(kThreads)
     rope_pos_table_kernel(float2* table, const int32_t* __restrict__ pos, int64_t T_len,
-                          int64_t half, double log2_theta) {
+                          int64_t half, const double* __restrict__ inv_freq) {
   const int64_t total = T_len * half;
-  const int64_t D = 2 * half;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / half;
     const int64_t i = idx - t * half;
-    table[idx] = rope_cos_sin(int64_t(pos[t]), i, D, log2_theta);
+    table[idx] = rope_cos_sin(int64_t(pos[t]), inv_freq[i]);
   }
 }
 
-// The table of positions [0, P) for (D/2, theta), built on the compute stream
-// on first use (kernels queued after it see it); kept until the process ends.
-const float2* rope_table(int64_t P, int64_t half, double log2_theta, const std::string& context) {
+// The frequencies on the device, one copy per distinct list (a run has one),
+// uploaded on first use and kept until the process ends. The copy is waited
+// for: it happens once, and the host vector need not outlive the call.
+const double* device_inv_freq(const std::vector<double>& inv_freq, const std::string& context) {
   static std::mutex mu;
-  static auto* tables = new std::map<std::tuple<int64_t, int64_t, uint64_t>, float2*>();  // never freed
-  uint64_t theta_bits;
-  std::memcpy(&theta_bits, &log2_theta, sizeof theta_bits);
-  const auto key = std::make_tuple(P, half, theta_bits);
+  static auto* lists = new std::map<std::vector<double>, double*>();  // never freed
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = lists->find(inv_freq);
+  if (it != lists->end()) return it->second;
+  double* d = nullptr;
+  const size_t bytes = inv_freq.size() * sizeof(double);
+  CUDA_CHECK(cudaMalloc(&d, bytes), "rope: " + std::to_string(bytes) + " bytes of frequencies for " + context);
+  CUDA_CHECK(cudaMemcpyAsync(d, inv_freq.data(), bytes, cudaMemcpyHostToDevice, stream()),
+             "rope: uploading the frequencies for " + context);
+  CUDA_CHECK(cudaStreamSynchronize(stream()), "rope: uploading the frequencies for " + context);
+  lists->emplace(inv_freq, d);
+  return d;
+}
+
+// The table of positions [0, P) for these frequencies, built on the compute
+// stream on first use (kernels queued after it see it); kept until the
+// process ends.
+const float2* rope_table(int64_t P, const std::vector<double>& inv_freq, const std::string& context) {
+  static std::mutex mu;
+  static auto* tables = new std::map<std::pair<int64_t, std::vector<double>>, float2*>();  // never freed
+  const auto key = std::make_pair(P, inv_freq);
+  const double* freq = device_inv_freq(inv_freq, context);
   std::lock_guard<std::mutex> lock(mu);
   auto it = tables->find(key);
   if (it != tables->end()) return it->second;
+  const int64_t half = int64_t(inv_freq.size());
   float2* table = nullptr;
   const size_t bytes = size_t(P * half) * sizeof(float2);
   CUDA_CHECK(cudaMalloc(&table, bytes), "rope: cos/sin table of " + std::to_string(bytes) + " bytes for " + context);
   const int64_t blocks = std::min((P * half + kThreads - 1) / kThreads, kMaxBlocks);
-  rope_table_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(table, P, half, log2_theta);
+  rope_table_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(table, P, half, freq);
   KERNEL_CHECK("rope_table_kernel", "rope: cos/sin table for " + context);
   tables->emplace(key, table);
   return table;
@@ -180,8 +195,8 @@ __global__ void __launch_bounds__(kThreads)
 // positions [0, pos_offset + T)), or at pos[t] (a per-call table of those T
 // positions; the rotation kernel then reads it at offset 0).
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
-            float theta, int64_t pos_offset, const Tensor* pos, float sign) {
-  // Shapes and theta arrive checked by the router (kernels/checks/rope.cpp).
+            const Rope& rope, int64_t pos_offset, const Tensor* pos, float sign) {
+  // Shapes and the frequencies arrive checked by the router (kernels/checks/rope.cpp).
   if (out.dtype != inp.dtype)
     fail(op, std::string(out_name) + " is " + dtype_name(out.dtype) + " but " + inp_name + " is " +
                  dtype_name(inp.dtype) + ": one storage type per call");
@@ -189,21 +204,22 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
   const int64_t total = B * T_len * half;
   if (total == 0 || H == 0) return;
   const int64_t blocks = std::min((total + kThreads - 1) / kThreads, kMaxBlocks);
-  const double log2_theta = std::log2(double(theta));
+  const std::vector<double> inv_freq = ops::rope_inv_freqs(inp.dim(3), rope);
   const float2* table = nullptr;
   std::string context;
   if (pos == nullptr) {
     context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
               " at positions " + std::to_string(pos_offset) + ".." +
               std::to_string(pos_offset + T_len - 1);
-    table = rope_table(pos_offset + T_len, half, log2_theta, std::string(op) + " " + context);
+    table = rope_table(pos_offset + T_len, inv_freq, std::string(op) + " " + context);
   } else {
     context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
               " at positions pos " + pos->shape_str();
+    const double* freq = device_inv_freq(inv_freq, std::string(op) + " " + context);
     float2* t = pos_table_scratch(size_t(T_len * half), std::string(op) + " " + context);
     const int64_t tblocks = std::min((T_len * half + kThreads - 1) / kThreads, kMaxBlocks);
     rope_pos_table_kernel<<<unsigned(tblocks), kThreads, 0, stream()>>>(
-        t, static_cast<const int32_t*>(pos->data), T_len, half, log2_theta);
+        t, static_cast<const int32_t*>(pos->data), T_len, half, freq);
     KERNEL_CHECK("rope_pos_table_kernel", std::string(op) + " " + context);
     table = t;
     pos_offset = 0;
@@ -217,20 +233,20 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 
 }  // namespace
 
-void rope_forward(Tensor out, Tensor inp, float theta, int64_t pos_offset) {
-  rotate("rope_forward", "out", out, "inp", inp, theta, pos_offset, nullptr, 1.f);
+void rope_forward(Tensor out, Tensor inp, const Rope& rope, int64_t pos_offset) {
+  rotate("rope_forward", "out", out, "inp", inp, rope, pos_offset, nullptr, 1.f);
 }
 
-void rope_backward(Tensor dinp, Tensor dout, float theta, int64_t pos_offset) {
-  rotate("rope_backward", "dinp", dinp, "dout", dout, theta, pos_offset, nullptr, -1.f);
+void rope_backward(Tensor dinp, Tensor dout, const Rope& rope, int64_t pos_offset) {
+  rotate("rope_backward", "dinp", dinp, "dout", dout, rope, pos_offset, nullptr, -1.f);
 }
 
-void rope_forward_pos(Tensor out, Tensor inp, float theta, Tensor pos) {
-  rotate("rope_forward_pos", "out", out, "inp", inp, theta, 0, &pos, 1.f);
+void rope_forward_pos(Tensor out, Tensor inp, const Rope& rope, Tensor pos) {
+  rotate("rope_forward_pos", "out", out, "inp", inp, rope, 0, &pos, 1.f);
 }
 
-void rope_backward_pos(Tensor dinp, Tensor dout, float theta, Tensor pos) {
-  rotate("rope_backward_pos", "dinp", dinp, "dout", dout, theta, 0, &pos, -1.f);
+void rope_backward_pos(Tensor dinp, Tensor dout, const Rope& rope, Tensor pos) {
+  rotate("rope_backward_pos", "dinp", dinp, "dout", dout, rope, 0, &pos, -1.f);
 }
 
 }  // namespace trainer::cuda

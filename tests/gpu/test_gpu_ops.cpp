@@ -642,51 +642,62 @@ TEST_CASE("gpu linear backward: dinp overwrite or +=, dweight and dbias +=, abse
 TEST_CASE("gpu rope forward and backward, out of place and in place", "[gpu][rope]") {
   struct RopeShape {
     int64_t B, T, H, D;
-    float theta;
+    ops::Rope rope;
   };
+  // Llama 3.1's scaling (model.rope_scaling.type llama3) and a linear one:
+  // the same table code reads other frequencies.
+  ops::Rope llama31(5e5f), linear(1e4f);
+  llama31.scaling = ops::RopeScaling::Llama3;
+  llama31.factor = 8.0;
+  llama31.low_freq_factor = 1.0;
+  llama31.high_freq_factor = 4.0;
+  llama31.original_max_pos = 8192.0;
+  linear.scaling = ops::RopeScaling::Linear;
+  linear.factor = 4.0;
   // T = 4096 at theta 5e5 (LLaMA 3): angles up to 4095 rad. The CPU twin
   // takes angles in double; an angle t * inv_freq formed in fp32 is off by
   // ~5e-4 rad there. Only the few fastest-turning pairs suffer, which the
   // relative norm averages away (3.6e-6 at T = 1000), so F32 also bounds the
   // largest elementwise error (kRopeMaxAbsF32).
   const RopeShape shapes[] = {
-      {2, 100, 4, 64, 1e4f}, {1, 4096, 2, 128, 5e5f}, {3, 17, 3, 128, 1e4f}};
+      {2, 100, 4, 64, 1e4f}, {1, 4096, 2, 128, 5e5f}, {3, 17, 3, 128, 1e4f}, {1, 4096, 2, 128, llama31},
+      {2, 100, 4, 64, linear}};
   // Correct cos/sin rounded to fp32 and an fp32 rotation of O(1) inputs are
   // good to ~1e-6 per element; fp32 angles give ~1e-4 at T = 1000.
   constexpr double kRopeMaxAbsF32 = 2e-5;
   for (DType dt : kAll)
     for (const RopeShape& sh : shapes) {
       const std::string tag =
-          fmt("%s B=%lld T=%lld H=%lld D=%lld theta=%g", dn(dt), (long long)sh.B, (long long)sh.T,
-              (long long)sh.H, (long long)sh.D, double(sh.theta));
+          fmt("%s B=%lld T=%lld H=%lld D=%lld theta=%g scaling=%s", dn(dt), (long long)sh.B, (long long)sh.T,
+              (long long)sh.H, (long long)sh.D, double(sh.rope.theta), ops::rope_scaling_name(sh.rope.scaling));
       run_case(tag, [&] {
         const Shape shape{sh.B, sh.T, sh.H, sh.D};
         const size_t n = size_t(numel_of(shape));
         const uint64_t s = seed(80 + uint64_t(sh.T));
         const std::vector<float> x = randn(n, s, 1.f, dt), dout = randn(n, s + 1, 1.f, dt);
         std::vector<float> r_out(n), r_dx(n);
-        cpu::rope_forward(host(r_out, shape), host(x, shape), sh.theta, 0);
-        cpu::rope_backward(host(r_dx, shape), host(dout, shape), sh.theta, 0);
+        cpu::rope_forward(host(r_out, shape), host(x, shape), sh.rope, 0);
+        cpu::rope_backward(host(r_dx, shape), host(dout, shape), sh.rope, 0);
 
         DeviceTensor d_x = upload(x, shape, dt), out(shape, dt);
         poison(out);
-        ops::rope_forward(out, d_x, sh.theta, 0);
+        ops::rope_forward(out, d_x, sh.rope, 0);
         sync("rope_forward");
         const std::vector<float> g_out = download(out);
         compare("rope_forward " + tag, g_out, r_out, tol(dt));
         if (dt == F32) max_abs_within("rope_forward " + tag, g_out, r_out, kRopeMaxAbsF32);
-        ops::rope_forward(d_x, d_x, sh.theta, 0);
+        ops::rope_forward(d_x, d_x, sh.rope, 0);
         sync("rope_forward in place");
         compare("rope_forward in place " + tag, download(d_x), r_out, tol(dt));
 
         DeviceTensor d_dout = upload(dout, shape, dt), dx(shape, dt);
         poison(dx);
-        ops::rope_backward(dx, d_dout, sh.theta, 0);
+        ops::rope_backward(dx, d_dout, sh.rope, 0);
         sync("rope_backward");
         const std::vector<float> g_dx = download(dx);
         compare("rope_backward " + tag, g_dx, r_dx, tol(dt));
         if (dt == F32) max_abs_within("rope_backward " + tag, g_dx, r_dx, kRopeMaxAbsF32);
-        ops::rope_backward(d_dout, d_dout, sh.theta, 0);
+        ops::rope_backward(d_dout, d_dout, sh.rope, 0);
         sync("rope_backward in place");
         compare("rope_backward in place " + tag, download(d_dout), r_dx, tol(dt));
       });

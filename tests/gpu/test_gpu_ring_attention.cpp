@@ -431,10 +431,16 @@ TEST_CASE("gpu rope_forward_pos / rope_backward_pos: CPU twin, rope at an offset
           "chunks bit for bit",
           "[gpu][cp]") {
   const int64_t B = 2, H = 4, D = 128, cp = 2, chunk = 37, T = 2 * cp * chunk;
-  const float theta = 5e5f;
+  // Plain RoPE and Llama 3.1's scaling (the frequencies both tables read).
+  ops::Rope llama31(5e5f);
+  llama31.scaling = ops::RopeScaling::Llama3;
+  llama31.factor = 8.0;
+  llama31.original_max_pos = 8192.0;
+  for (const ops::Rope& theta : {ops::Rope(5e5f), llama31})
   for (DType dt : {F32, BF16}) {
-    const std::string tag = fmt("%s B=%lld T=%lld H=%lld D=%lld theta=%g", dn(dt), (long long)B,
-                                (long long)T, (long long)H, (long long)D, double(theta));
+    const std::string tag = fmt("%s B=%lld T=%lld H=%lld D=%lld theta=%g scaling=%s", dn(dt), (long long)B,
+                                (long long)T, (long long)H, (long long)D, double(theta.theta),
+                                ops::rope_scaling_name(theta.scaling));
     run_case("rope_pos " + tag, [&] {
       const Shape whole_shape{B, T, H, D};
       const std::vector<float> whole = randn(size_t(numel_of(whole_shape)), seed(4800), 1.f, dt);

@@ -164,6 +164,17 @@ class ModelSpec:
     aux_loss_coeff: float
     moe_d_ff: int
     normalize_topk: bool
+    # RoPE scaling (MODEL_MATH.md, RoPE): None or {"type": "linear" | "llama3",
+    # "factor", "low_freq_factor", "high_freq_factor", "original_max_seq_len"}.
+    rope_scaling: dict = None
+    # Attention biases of a llama: "none", "qkv" or "qkvo" (gpt2: all).
+    attn_bias: str = "none"
+
+    def has_bias(self, proj):
+        """Whether attention projection proj ("wq", "wk", "wv", "wo") has a bias."""
+        if self.arch == "gpt2":
+            return True
+        return self.attn_bias == "qkvo" or (self.attn_bias == "qkv" and proj != "wo")
 
     @property
     def head_dim(self):
@@ -192,6 +203,14 @@ def model_spec_from_config(cfg):
     tie = m("tie_embeddings", "auto")
     tied = (arch == "gpt2") if str(tie).lower() == "auto" else _as_bool(tie)
     moe_d_ff = int(moe("d_ff", 0)) or d_ff
+    rs = lambda key, default: cfg_get(cfg, "model.rope_scaling." + key, default)  # noqa: E731
+    scaling_type = str(rs("type", "none"))
+    if scaling_type not in ("none", "linear", "llama3"):
+        raise ValueError(f"model.rope_scaling.type must be none, linear or llama3, got {scaling_type!r}")
+    rope_scaling = None if scaling_type == "none" else {
+        "type": scaling_type, "factor": float(rs("factor", 1.0)),
+        "low_freq_factor": float(rs("low_freq_factor", 1.0)), "high_freq_factor": float(rs("high_freq_factor", 4.0)),
+        "original_max_seq_len": float(rs("original_max_seq_len", 0))}
     spec = ModelSpec(
         arch=arch,
         vocab_size=int(m("vocab_size", 256)),
@@ -211,6 +230,8 @@ def model_spec_from_config(cfg):
         aux_loss_coeff=float(moe("aux_loss_coeff", 0.01)),
         moe_d_ff=moe_d_ff,
         normalize_topk=_as_bool(moe("normalize_topk", True)),
+        rope_scaling=rope_scaling,
+        attn_bias=str(m("attn_bias", "none")),
     )
     if d_model % n_heads or n_heads % n_kv:
         raise ValueError(f"d_model {d_model}, n_heads {n_heads}, n_kv_heads {n_kv} are inconsistent")
@@ -238,10 +259,10 @@ def param_shapes(spec):
             s[p + "attn_norm.bias"] = (C,)
         for name, out in (("wq", Hq * D), ("wk", Hkv * D), ("wv", Hkv * D)):
             s[p + f"attn.{name}.weight"] = (out, C)
-            if gpt2:
+            if spec.has_bias(name):
                 s[p + f"attn.{name}.bias"] = (out,)
         s[p + "attn.wo.weight"] = (C, Hq * D)
-        if gpt2:
+        if spec.has_bias("wo"):
             s[p + "attn.wo.bias"] = (C,)
         s[p + "mlp_norm.weight"] = (C,)
         if gpt2:
@@ -330,14 +351,30 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def rope(x, theta):
-    """Half-split RoPE on x [B, T, H, D]: pair (i, i + D/2) rotated by t * theta^(-2i/D)."""
+def rope_inv_freq(D, theta, scaling=None):
+    """inv_freq [D/2] float64 of MODEL_MATH.md's RoPE: theta^(-2i/D), scaled."""
+    f = theta ** (-2.0 * torch.arange(D // 2, dtype=torch.float64) / D)
+    if scaling is None:
+        return f
+    if scaling["type"] == "linear":
+        return f / scaling["factor"]
+    if scaling["type"] != "llama3":
+        raise ValueError(f"unknown RoPE scaling {scaling['type']!r}")
+    orig, lo, hi, factor = (scaling["original_max_seq_len"], scaling["low_freq_factor"],
+                            scaling["high_freq_factor"], scaling["factor"])
+    w = 2 * math.pi / f
+    s = (orig / w - lo) / (hi - lo)
+    ramp = (1 - s) * f / factor + s * f
+    return torch.where(w > orig / lo, f / factor, torch.where(w < orig / hi, f, ramp))
+
+
+def rope(x, theta, scaling=None):
+    """Half-split RoPE on x [B, T, H, D]: pair (i, i + D/2) rotated by t * inv_freq[i]."""
     B, T, H, D = x.shape
     half = D // 2
     # Angles in float64 regardless of x's dtype, then cast: the reference's own
     # rounding should stay far below the trainer's.
-    i = torch.arange(half, dtype=torch.float64)
-    inv_freq = theta ** (-2.0 * i / D)
+    inv_freq = rope_inv_freq(D, theta, scaling)
     t = torch.arange(T, dtype=torch.float64)
     ang = t[:, None] * inv_freq[None, :]  # [T, half]
     cos = torch.cos(ang).to(x.dtype)[None, :, None, :]
@@ -501,7 +538,7 @@ class ReferenceModel:
             k = linear(h, P[p + "attn.wk.weight"], self._bias(p + "attn.wk.bias")).reshape(B, T, Hkv, D)
             v = linear(h, P[p + "attn.wv.weight"], self._bias(p + "attn.wv.bias")).reshape(B, T, Hkv, D)
             if s.arch == "llama":
-                q, k = rope(q, s.rope_theta), rope(k, s.rope_theta)
+                q, k = rope(q, s.rope_theta, s.rope_scaling), rope(k, s.rope_theta, s.rope_scaling)
             a = causal_attention(q, k, v)
             x = x + linear(a, P[p + "attn.wo.weight"], self._bias(p + "attn.wo.bias"))
             h = self._norm(x, p + "mlp_norm")

@@ -26,9 +26,14 @@ COMMON_TRAIN = {
 }
 
 CONFIGS = {
+    # Llama 3.1's RoPE scaling with a pretraining context of 16 (D = 8: pair 0
+    # on the ramp, pairs 1-3 divided by the factor) and q/k/v/o biases; the
+    # MoE case keeps plain RoPE and no biases.
     "llama_dense": {
         "model": {"arch": "llama", "vocab_size": 256, "d_model": 32, "n_layers": 2,
-                  "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 16},
+                  "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 16, "attn_bias": "qkvo",
+                  "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_seq_len": 16}},
         "optim": {"lr": 1e-2, "warmup_steps": 3, "schedule": "cosine", "weight_decay": 0.1},
     },
     # Tied embeddings (auto for gpt2), LayerNorm, biases, learned positions;

@@ -91,6 +91,20 @@ def unit_checks(tmp):
     k = torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64).repeat(1, 12, 1, 1)
     rq, rk = rope(q, theta)[0, :, 0], rope(k, theta)[0, :, 0]
     expect(abs(float(rq[5] @ rk[2] - rq[9] @ rk[6])) < 1e-12, "RoPE scores depend only on t - s")
+    # Scaled frequencies, hand-computed for D = 8, theta = 100: f = 1, 0.316,
+    # 0.1, 0.0316 (wavelengths 6.3, 19.9, 62.8, 199). llama3 with O = 64,
+    # lo = 1, hi = 4: keeps w < 16, divides w > 64, ramps between.
+    f = [100.0 ** (-2.0 * i / 8) for i in range(4)]
+    sc = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_seq_len": 64.0}
+    ramp = [(64.0 * fi / (2 * math.pi) - 1.0) / 3.0 for fi in f]
+    want3 = [f[0], (1 - ramp[1]) * f[1] / 8 + ramp[1] * f[1], (1 - ramp[2]) * f[2] / 8 + ramp[2] * f[2], f[3] / 8]
+    got3 = reference_model.rope_inv_freq(8, 100.0, sc)
+    expect(torch.allclose(got3, torch.tensor(want3, dtype=torch.float64), rtol=1e-14, atol=0),
+           f"llama3 RoPE scaling: {got3.tolist()} vs {want3}")
+    got_lin = reference_model.rope_inv_freq(8, 100.0, {"type": "linear", "factor": 4.0})
+    expect(torch.allclose(got_lin, torch.tensor(f, dtype=torch.float64) / 4, rtol=1e-14, atol=0),
+           "linear RoPE scaling divides every frequency")
 
     # LR schedule against hand-computed values.
     ts = reference_train.TrainSpec(steps=20, grad_clip=1.0, lr=1e-2, min_lr=1e-3, warmup_steps=3,
@@ -251,13 +265,17 @@ def bump_max(t, rel):
 
 
 # Mutant models: realistic bugs a C++ implementation could have.
-def interleaved_rope(x, theta):
+def interleaved_rope(x, theta, scaling=None):
     B, T, H, D = x.shape
-    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    inv = reference_model.rope_inv_freq(D, theta, scaling)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = torch.cos(ang).to(x.dtype)[None, :, None, :], torch.sin(ang).to(x.dtype)[None, :, None, :]
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).reshape(x.shape)
+
+
+def unscaled_rope(x, theta, scaling=None):
+    return ORIG["rope"](x, theta)
 
 
 def token_major_route(p, top_k, capacity_factor, normalize_topk):
@@ -503,6 +521,8 @@ def main(argv=None):
     print("--- dumps from wrong models must fail")
     mutants = [
         ("interleaved RoPE", "llama_dense", dict(patch_module=reference_model, patch={"rope": interleaved_rope}),
+         "step0.logits"),
+        ("RoPE scaling ignored", "llama_dense", dict(patch_module=reference_model, patch={"rope": unscaled_rope}),
          "step0.logits"),
         ("token-major capacity admission", "llama_moe",
          dict(patch_module=reference_model, patch={"moe_route": token_major_route}), "step0.logits"),
