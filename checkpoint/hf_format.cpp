@@ -19,12 +19,16 @@ std::string hf_architecture(const Config& c) {
   const bool moe = c.model.moe.num_experts > 0;
   if (c.model.arch == "gpt2") {
     if (moe) throw ConfigError("model.arch=gpt2 with model.moe: Hugging Face has no GPT-2-style MoE architecture to export to");
+    if (c.model.sliding_window > 0)
+      throw ConfigError("model.arch=gpt2 with model.sliding_window=" + std::to_string(c.model.sliding_window) +
+                        ": GPT2LMHeadModel has no sliding-window attention");
     if (c.kv_heads() != c.model.n_heads)
       throw ConfigError("model.arch=gpt2 with model.n_kv_heads=" + std::to_string(c.kv_heads()) +
                         " != model.n_heads: GPT2LMHeadModel has no grouped-query attention");
     return "GPT2LMHeadModel";
   }
-  if (!moe) return "LlamaForCausalLM";
+  // Mistral is Llama's tensors and math plus the sliding window.
+  if (!moe) return c.model.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM";
   if (c.model.moe.every != 1)
     throw ConfigError("model.moe.every=" + std::to_string(c.model.moe.every) +
                       ": MixtralForCausalLM has experts in every layer; only moe.every=1 exports");
@@ -54,7 +58,7 @@ json::Value hf_config(const Config& c, const std::string& torch_dtype) {
     j["attn_pdrop"] = 0.0;
     j["scale_attn_weights"] = true;
   } else {
-    j["model_type"] = arch == "MixtralForCausalLM" ? "mixtral" : "llama";
+    j["model_type"] = arch == "MixtralForCausalLM" ? "mixtral" : arch == "MistralForCausalLM" ? "mistral" : "llama";
     j["vocab_size"] = m.vocab_size;
     j["hidden_size"] = m.d_model;
     j["intermediate_size"] = arch == "MixtralForCausalLM" ? c.moe_d_ff() : c.d_ff();
@@ -65,14 +69,18 @@ json::Value hf_config(const Config& c, const std::string& torch_dtype) {
     j["rms_norm_eps"] = m.norm_eps;
     j["rope_theta"] = m.rope_theta;
     j["hidden_act"] = "silu";
-    j["attention_bias"] = false;
+    if (arch == "LlamaForCausalLM") j["attention_bias"] = false;
     j["attention_dropout"] = 0.0;
+    if (arch == "MistralForCausalLM") j["sliding_window"] = m.sliding_window;
     if (arch == "MixtralForCausalLM") {
       j["num_local_experts"] = m.moe.num_experts;
       j["num_experts_per_tok"] = m.moe.top_k;
       j["router_aux_loss_coef"] = m.moe.aux_loss_coeff;
       j["output_router_logits"] = false;
-      j["sliding_window"] = nullptr;
+      if (m.sliding_window > 0)
+        j["sliding_window"] = m.sliding_window;
+      else
+        j["sliding_window"] = nullptr;
     }
   }
   j["tie_word_embeddings"] = m.tied();
@@ -81,6 +89,44 @@ json::Value hf_config(const Config& c, const std::string& torch_dtype) {
   j["use_cache"] = true;
   return j;
 }
+
+namespace {
+
+// The window a config.json gives its model: Mistral's and Mixtral's
+// `sliding_window` (absent: their defaults, 4096 and none), none for the
+// others (Llama has no window, whatever the file says). 0: none.
+int64_t hf_window(const json::Value& hf, const std::string& arch) {
+  if (arch != "MistralForCausalLM" && arch != "MixtralForCausalLM") return 0;
+  const json::Value* w = json::find(hf, "sliding_window");
+  if (!w) return arch == "MistralForCausalLM" ? 4096 : 0;
+  if (w->is_null()) return 0;
+  if (!w->is_number()) return -1;
+  const double v = w->get<double>();
+  return v >= 1 && v == std::floor(v) ? int64_t(v) : -1;
+}
+
+// What a window changes at train.seq_len T: a query sees itself and W keys
+// back, so W >= T - 1 is the whole causal context (full attention).
+int64_t effective_window(int64_t w, int64_t T) { return w > 0 && w < T - 1 ? w : 0; }
+
+// config.json's sliding window against model.sliding_window: they must
+// mask the same keys at the run's sequence length. "" when they agree.
+std::string sliding_window_mismatch(const Config& c, const json::Value& hf, const std::string& arch) {
+  const int64_t theirs = hf_window(hf, arch), ours = c.model.sliding_window, T = c.train.seq_len;
+  const json::Value* w = json::find(hf, "sliding_window");
+  const std::string shown = w ? w->dump() : std::string("(absent: ") + (theirs ? "4096" : "none") + ")";
+  if (theirs < 0)
+    return "sliding_window=" + shown + " in config.json is not a positive integer or null";
+  if (effective_window(theirs, T) == effective_window(ours, T)) return "";
+  const bool keyed = arch == "MistralForCausalLM" || arch == "MixtralForCausalLM";
+  return (keyed ? "sliding_window=" + shown + " in config.json (" + arch + ")"
+                : "config.json describes a " + arch + " (no sliding window)") +
+         ", model.sliding_window = " + std::to_string(ours) + ": at train.seq_len=" + std::to_string(T) +
+         " they mask different keys (a window W lets a query see itself and the W keys before it; W >= seq_len - 1, "
+         "null or 0 is full causal attention)";
+}
+
+}  // namespace
 
 std::vector<std::string> hf_config_mismatches(const Config& c, const json::Value& hf) {
   std::vector<std::string> out;
@@ -92,13 +138,20 @@ std::vector<std::string> hf_config_mismatches(const Config& c, const json::Value
     return out;
   }
   const json::Value* archs = json::find(hf, "architectures");
-  if (!archs || !archs->is_array() || archs->empty() || !(*archs)[0].is_string() ||
-      (*archs)[0].get<std::string>() != arch) {
+  const std::string theirs = archs && archs->is_array() && !archs->empty() && (*archs)[0].is_string()
+                                 ? (*archs)[0].get<std::string>()
+                                 : std::string();
+  // Llama and Mistral hold the same tensors; which one a window makes is
+  // settled by the sliding_window comparison below.
+  const auto llama_like = [](const std::string& a) { return a == "LlamaForCausalLM" || a == "MistralForCausalLM"; };
+  if (theirs != arch && !(llama_like(theirs) && llama_like(arch))) {
     out.push_back("architectures=" + (archs ? archs->dump() : std::string("(absent)")) + " in config.json, but the model "
                   "configuration (model.arch=" + c.model.arch + (c.model.moe.num_experts ? ", model.moe" : "") +
-                  ") is a " + arch + " (supported: LlamaForCausalLM, GPT2LMHeadModel, MixtralForCausalLM)");
+                  (c.model.sliding_window > 0 ? ", model.sliding_window" : "") + ") is a " + arch +
+                  " (supported: LlamaForCausalLM, MistralForCausalLM, GPT2LMHeadModel, MixtralForCausalLM)");
     return out;
   }
+  if (const std::string w = sliding_window_mismatch(c, hf, theirs); !w.empty()) out.push_back(w);
   const json::Value want = hf_config(c, "float32");
   // The keys that decide shapes and the math; ours are named beside them.
   const std::vector<std::pair<std::string, std::string>> keys = {

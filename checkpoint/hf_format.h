@@ -1,5 +1,6 @@
 // Hugging Face model directories: which architecture a model configuration
-// maps to (LlamaForCausalLM, GPT2LMHeadModel, MixtralForCausalLM), its
+// maps to (LlamaForCausalLM, MistralForCausalLM: a llama with
+// model.sliding_window, GPT2LMHeadModel, MixtralForCausalLM), its
 // config.json, and the tensor names and conventions in both directions.
 // One rule list serves export and import, so the two cannot drift apart.
 //
@@ -31,10 +32,11 @@ struct HostTensor {
 };
 using TensorMap = std::map<std::string, HostTensor>;
 
-// "LlamaForCausalLM", "GPT2LMHeadModel" or "MixtralForCausalLM"; throws
-// ConfigError saying why when the configuration has no Hugging Face twin
-// (gpt2 with grouped-query attention, a GPT-2-style MoE, MoE on only some
-// layers, top-k weights not renormalised).
+// "LlamaForCausalLM", "MistralForCausalLM" (dense llama with a sliding
+// window), "GPT2LMHeadModel" or "MixtralForCausalLM"; throws ConfigError
+// saying why when the configuration has no Hugging Face twin (gpt2 with
+// grouped-query attention or a sliding window, a GPT-2-style MoE, MoE on only
+// some layers, top-k weights not renormalised).
 std::string hf_architecture(const Config& c);
 
 // config.json for the model of `c`; torch_dtype "float32" or "bfloat16".
@@ -42,6 +44,11 @@ json::Value hf_config(const Config& c, const std::string& torch_dtype);
 
 // Every difference between a config.json and the model configuration,
 // one line each naming both keys ("hidden_size=64 in config.json, model.d_model=32"); empty: they agree.
+// LlamaForCausalLM and MistralForCausalLM are interchangeable (the same
+// tensors) as long as their sliding windows mask the same keys at
+// train.seq_len: Mistral's and Mixtral's `sliding_window` (absent: their
+// defaults 4096 and null) against model.sliding_window, a window
+// >= train.seq_len - 1 or null being full causal attention.
 std::vector<std::string> hf_config_mismatches(const Config& c, const json::Value& hf);
 
 // Our tensors (names as model/params.h, whole, one process) -> theirs.

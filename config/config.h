@@ -38,6 +38,7 @@ struct ModelConfig {
   int max_seq_len = 64;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  int sliding_window = 0;        // 0: full causal attention; W: a query sees itself and the W keys before it
   std::string tie_embeddings = "auto";  // auto | true | false (auto: gpt2 true, llama false)
   double init_std = 0.02;
   std::string init_from = "";    // a Hugging Face model directory to start from (trainer/hf_import.h)

@@ -69,6 +69,10 @@ std::vector<KeySpec> build_schema() {
           .above(0).aka("eps layer_norm_eps rms_norm_eps layernorm_epsilon"),
       Row("model.rope_theta", FIELD(model.rope_theta), "RoPE base (llama)")
           .above(0).aka("rope_base theta"),
+      Row("model.sliding_window", FIELD(model.sliding_window),
+          "sliding-window attention (Mistral): a query sees itself and the W keys before it; 0: full causal "
+          "attention")
+          .at_least(0).aka("attention_window window window_size swa local_window"),
       Row("model.tie_embeddings", FIELD(model.tie_embeddings), "share the embedding with the output head; auto: gpt2 true, llama false")
           .one_of("auto|true|false").aka("tie_word_embeddings tied weight_tying tie_weights"),
       Row("model.init_std", FIELD(model.init_std), "standard deviation of the weight initialisation")

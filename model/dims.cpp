@@ -21,6 +21,7 @@ ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType
   d.max_seq = c.model.max_seq_len;
   d.eps = float(c.model.norm_eps);
   d.rope_theta = float(c.model.rope_theta);
+  d.window = c.model.sliding_window;
   // The schedules that split the backward (pipeline/schedule.h: splits_backward).
   d.split_backward = c.parallel.pp_schedule == "zb-h1";
   d.recompute = c.train.recompute == "full"        ? Recompute::Full

@@ -125,6 +125,7 @@ std::vector<BadCase> bad_cases() {
       {"unknown token dtype", "data:\n  train: a.bin\n  dtype: int8\n", false, "data.dtype", {"uint16 | uint32"}},
       {"unknown schedule", "optim: {schedule: step}\n", true, "optim.schedule", {"cosine | linear | constant"}},
       {"zero norm epsilon", "model: {norm_eps: 0}\n", true, "model.norm_eps", {"> 0"}},
+      {"negative sliding window", "model: {sliding_window: -4}\n", true, "model.sliding_window", {">= 0", "got -4"}},
       {"steps beyond 64 bits", "train: {steps: 99999999999999999999}\n", true, "train.steps",
        {"out of the 64-bit range"}},
       {"width beyond 32 bits", "model: {d_model: 4294967296}\n", true, "model.d_model", {"32-bit"}},
