@@ -104,7 +104,27 @@ def hf_logits(hf_dir, inputs, attn, override=None):
         return [model(input_ids=inputs[m]).logits.float() for m in range(inputs.shape[0])]
 
 
-def compare(hf_dir, dump, label, attns=("eager", "sdpa")):
+def attn_paths():
+    """eager always; sdpa where transformers can run it (torch >= 2.1.1)."""
+    return ("eager", "sdpa") if transformers.utils.is_torch_sdpa_available() else ("eager",)
+
+
+def sdpa_mask_is_eager_mask(T, W):
+    """transformers' sdpa path masks with the 4-d mask of its eager path
+    (mask building only, so it runs with any torch)."""
+    from transformers.modeling_attn_mask_utils import (_prepare_4d_causal_attention_mask,
+                                                       _prepare_4d_causal_attention_mask_for_sdpa)
+    x = torch.zeros(1, T, 8)
+    eager = _prepare_4d_causal_attention_mask(None, (1, T), x, 0, sliding_window=W)[0, 0] == 0
+    sdpa = _prepare_4d_causal_attention_mask_for_sdpa(None, (1, T), x, 0, sliding_window=W)
+    sdpa = torch.ones(T, T).tril().bool() if sdpa is None else sdpa[0, 0] == 0  # None: plain is_causal
+    i = torch.arange(T)
+    ours = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] <= W)  # key j seen by query i
+    return bool(torch.equal(eager, ours)), bool(torch.equal(sdpa, ours))
+
+
+def compare(hf_dir, dump, label, attns=None):
+    attns = attns or attn_paths()
     batches = load_file(os.path.join(dump, "batches.safetensors"))
     inputs, targets = batches["inputs"][0].long(), batches["targets"][0].long()  # [micro, B, T]
     ours = load_file(os.path.join(dump, "step0.safetensors"))["logits"]
@@ -146,6 +166,13 @@ def main():
     tokens = os.path.join(WORK, "tokens.bin")
     torch.tensor(list(text), dtype=torch.int16).numpy().tofile(tokens)  # bytes < 256: uint16 == int16
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    if "sdpa" not in attn_paths():
+        print(f"note: torch {torch.__version__} cannot run transformers' sdpa attention (torch >= 2.1.1): logits are "
+              "compared on the eager path, and the sdpa path's mask is compared directly")
+    for T, W in ((SEQ, WINDOW), (SEQ, SEQ - 1), (SEQ, SEQ), (SEQ, 100)):
+        e, d = sdpa_mask_is_eager_mask(T, W)
+        check(e and d, f"transformers' masks for T={T}, sliding_window={W}: eager == ours: {e}, sdpa == ours: {d} "
+                       "(query i sees keys i - W .. i)")
     common = dict(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=SEQ, rms_norm_eps=1e-5, tie_word_embeddings=False, rope_theta=10000.0)
 
@@ -185,7 +212,7 @@ def main():
     # 4. Windows that cover the sequence are full causal attention.
     for w in (SEQ - 1, None):  # None: MistralConfig's default, 4096
         kw = {} if w is None else {"sliding_window": w}
-        d = saved(f"mistral_full_{w}", transformers.MistralConfig(intermediate_size=64, **kw))
+        d = saved(f"mistral_full_{w}", transformers.MistralConfig(intermediate_size=64, **kw, **common))
         if w is None:
             cj = json.load(open(f"{d}/config.json"))
             check(cj.get("sliding_window") == 4096, f"MistralConfig's default window is 4096: {cj.get('sliding_window')}")
