@@ -1,5 +1,6 @@
 // Whole-model gradient check: the hand-written backward of the full model
-// (embedding, every block, head, cross-entropy, MoE routing and aux loss)
+// (embedding, every block, head, cross-entropy, MoE routing and aux loss,
+// sliding-window attention)
 // against central finite differences of the loss, tensor by tensor.
 #include <catch2/catch.hpp>
 
@@ -24,6 +25,7 @@ struct Case {
   // Token seed; a case whose tokens sit on a routing tie is re-seeded (the
   // skipped-point check below catches that).
   uint64_t data_seed = 1;
+  int64_t window = 0;  // sliding-window attention (model.sliding_window)
 };
 
 ModelDims tiny_dims(const Case& c) {
@@ -41,6 +43,7 @@ ModelDims tiny_dims(const Case& c) {
   d.F = 24;
   d.max_seq = 8;
   d.eps = 1e-5f;
+  d.window = c.window;
   if (c.E > 0) {
     d.E = c.E;
     d.K = c.K;
@@ -79,6 +82,8 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
       {"gpt2 moe every 1", false, 4, 2, 1, 0.0, false},
       {"llama moe every 2", true, 4, 2, 2, 0.0, false},
       {"llama moe capacity 1.0", true, 4, 2, 1, 1.0, false},
+      {"llama dense sliding window 2", true, 0, 0, 1, 0.0, false, 1, 2},
+      {"gpt2 moe sliding window 1", false, 4, 2, 1, 0.0, false, 1, 1},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.label) {
