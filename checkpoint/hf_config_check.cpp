@@ -54,7 +54,8 @@ const std::set<std::string>& no_effect_keys() {
 
 struct Checker {
   const Config& c;
-  const std::string arch;
+  const std::string arch;       // what the model configuration exports as
+  const std::string file_arch;  // what config.json says (Llama and Mistral stand for each other)
   HfConfigReview& r;
 
   void differ(const std::string& key, const json::Value& theirs, const std::string& ours) const {
@@ -122,27 +123,40 @@ void check_rope_scaling(const Checker& k, const json::Value& v) {
 }
 
 // ---- sliding-window attention (the one place that reads it) ------------------
-// model.sliding_window is being added on another branch. Until it lands a
-// window the run's sequences reach is refused; one they never reach (null,
-// or >= train.seq_len) computes the same as none. Qwen2 uses its window only
-// with use_sliding_window: true (max_window_layers then says which layers).
+// model.sliding_window W: a query sees itself and the W keys before it, as
+// Mistral's and Mixtral's `sliding_window` (absent: their defaults, 4096 and
+// null). Llama has no window whatever the file says. A window the run's
+// sequences never reach (W >= train.seq_len - 1) masks nothing, so config.json
+// and the model configuration are compared by what they mask at
+// train.seq_len. Qwen2 uses a window only with use_sliding_window: true, and
+// then per layer (max_window_layers), which is not implemented: refused.
+int64_t effective_window(int64_t w, int64_t T) { return w > 0 && w < T - 1 ? w : 0; }
+
 void check_sliding_window(const Checker& k, const json::Value& hf) {
-  const bool qwen2 = k.arch == "Qwen2ForCausalLM";
+  const std::string& arch = k.file_arch;
   const json::Value* w = json::find(hf, "sliding_window");
   const json::Value* use = json::find(hf, "use_sliding_window");
   if (use && !use->is_boolean()) k.refuse("use_sliding_window", *use, "expected true or false");
-  const bool used = qwen2 ? (use && use->is_boolean() && use->get<bool>()) : true;
-  if (w && !w->is_null()) {
-    if (!w->is_number_integer() || w->get<int64_t>() < 1) {
-      k.refuse("sliding_window", *w, "expected null or a positive integer");
-    } else if (used && w->get<int64_t>() < k.c.train.seq_len) {
-      k.refuse("sliding_window", *w,
-               std::string(qwen2 ? "with use_sliding_window=true, " : "") + "attention would see only the last " +
-                   std::to_string(w->get<int64_t>()) + " tokens of the run's " + std::to_string(k.c.train.seq_len) +
-                   " (train.seq_len); sliding-window attention is being added to this trainer (model.sliding_window) "
-                   "and is not implemented yet; a train.seq_len <= the window trains the same model");
-    }
+  if (w && !w->is_null() && (!w->is_number_integer() || w->get<int64_t>() < 1))
+    return k.refuse("sliding_window", *w, "expected null or a positive integer");
+  const int64_t T = k.c.train.seq_len, ours = k.c.model.sliding_window;
+  if (arch == "Qwen2ForCausalLM") {
+    if (use && use->is_boolean() && use->get<bool>() && w && !w->is_null() && effective_window(w->get<int64_t>(), T))
+      k.refuse("use_sliding_window", *use,
+               "Qwen2's per-layer sliding window (max_window_layers) is not implemented in this trainer; a "
+               "train.seq_len <= sliding_window + 1 trains the same model");
+    return;
   }
+  const bool keyed = arch == "MistralForCausalLM" || arch == "MixtralForCausalLM";
+  const int64_t theirs = !keyed ? 0 : !w ? (arch == "MistralForCausalLM" ? 4096 : 0) : w->is_null() ? 0 : w->get<int64_t>();
+  if (effective_window(theirs, T) == effective_window(ours, T)) return;
+  const json::Value shown_w = w ? *w : json::Value(keyed && theirs ? "(absent: 4096)" : "(absent: none)");
+  k.r.problems.push_back(
+      (keyed ? "sliding_window=" + shown(shown_w) + " in config.json (" + arch + ")"
+             : "config.json describes a " + arch + " (no sliding window)") +
+      ", model.sliding_window = " + std::to_string(ours) + ": at train.seq_len=" + std::to_string(T) +
+      " they mask different keys (a window W lets a query see itself and the W keys before it; W >= seq_len - 1, "
+      "null or 0 is full causal attention)");
 }
 const std::set<std::string> kSlidingWindowKeys = {"sliding_window", "use_sliding_window", "max_window_layers"};
 // ---- end of sliding-window attention -------------------------------------------
@@ -208,7 +222,7 @@ std::map<std::string, Handler> handlers(const Checker& k) {
   };
   for (const std::string& s : kSlidingWindowKeys)
     h[s] = [](const Checker&, const json::Value&) {};  // check_sliding_window reads them together
-  if (k.arch == "LlamaForCausalLM") {
+  if (k.file_arch == "LlamaForCausalLM") {
     h["attention_bias"] = [](const Checker& k, const json::Value& v) {
       if (!v.is_boolean()) return k.refuse("attention_bias", v, "expected true or false");
       if (v.get<bool>() != (k.c.model.attn_bias == "qkvo"))
@@ -258,17 +272,23 @@ HfConfigReview review_hf_config(const Config& c, const json::Value& hf) {
     return r;
   }
   const json::Value* archs = json::find(hf, "architectures");
-  if (!archs || !archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string() ||
-      (*archs)[0].get<std::string>() != arch) {
+  const std::string theirs = archs && archs->is_array() && archs->size() == 1 && (*archs)[0].is_string()
+                                 ? (*archs)[0].get<std::string>()
+                                 : std::string();
+  // Llama and Mistral hold the same tensors; whether a window makes one of
+  // them the other is settled by the sliding_window comparison.
+  const auto llama_like = [](const std::string& a) { return a == "LlamaForCausalLM" || a == "MistralForCausalLM"; };
+  if (theirs != arch && !(llama_like(theirs) && llama_like(arch))) {
     r.problems.push_back(
         "architectures=" + (archs ? shown(*archs) : std::string("(absent)")) +
         " in config.json, but the model configuration (model.arch=" + c.model.arch +
-        (c.model.moe.num_experts ? ", model.moe" : "") + ", model.attn_bias=" + c.model.attn_bias + ") is a " + arch +
-        " (supported: LlamaForCausalLM, Qwen2ForCausalLM = llama with model.attn_bias=qkv, GPT2LMHeadModel, "
-        "MixtralForCausalLM)");
+        (c.model.moe.num_experts ? ", model.moe" : "") + ", model.attn_bias=" + c.model.attn_bias +
+        (c.model.sliding_window > 0 ? ", model.sliding_window" : "") + ") is a " + arch +
+        " (supported: LlamaForCausalLM, MistralForCausalLM = llama with model.sliding_window, Qwen2ForCausalLM = "
+        "llama with model.attn_bias=qkv, GPT2LMHeadModel, MixtralForCausalLM)");
     return r;
   }
-  const Checker k{c, arch, r};
+  const Checker k{c, arch, theirs, r};
   const json::Value want = hf_config(c, "float32");
   // The keys that decide shapes and the math; ours are named beside them.
   const std::map<std::string, std::string> compared = {
@@ -298,6 +318,8 @@ HfConfigReview review_hf_config(const Config& c, const json::Value& hf) {
       r.problems.push_back(key + " is absent from config.json; " + ours + " = " + shown(*w));
       continue;
     }
+    // Llama for Mistral or back: the architecture check above stands for it.
+    if (key == "model_type" && theirs != arch) continue;
     if (!same_value(*w, *h)) k.differ(key, *h, ours + " = " + shown(*w));
   }
   const auto read = handlers(k);
@@ -317,7 +339,7 @@ HfConfigReview review_hf_config(const Config& c, const json::Value& hf) {
     // An absent rope_scaling is null.
     if (!json::find(hf, "rope_scaling")) check_rope_scaling(k, nullptr);
     // Llama without attention_bias means false.
-    if (arch == "LlamaForCausalLM" && !json::find(hf, "attention_bias") && c.model.attn_bias != "none")
+    if (theirs == "LlamaForCausalLM" && !json::find(hf, "attention_bias") && c.model.attn_bias != "none")
       k.differ("attention_bias", false, "model.attn_bias = " + c.model.attn_bias + " (attention_bias absent: false)");
   }
   return r;

@@ -20,13 +20,22 @@ std::string hf_architecture(const Config& c) {
   const bool moe = c.model.moe.num_experts > 0;
   if (c.model.arch == "gpt2") {
     if (moe) throw ConfigError("model.arch=gpt2 with model.moe: Hugging Face has no GPT-2-style MoE architecture to export to");
+    if (c.model.sliding_window > 0)
+      throw ConfigError("model.arch=gpt2 with model.sliding_window=" + std::to_string(c.model.sliding_window) +
+                        ": GPT2LMHeadModel has no sliding-window attention");
     if (c.kv_heads() != c.model.n_heads)
       throw ConfigError("model.arch=gpt2 with model.n_kv_heads=" + std::to_string(c.kv_heads()) +
                         " != model.n_heads: GPT2LMHeadModel has no grouped-query attention");
     return "GPT2LMHeadModel";
   }
   const std::string& bias = c.model.attn_bias;
-  if (!moe) return bias == "qkv" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  if (c.model.sliding_window > 0 && bias != "none")
+    throw ConfigError("model.attn_bias=" + bias + " with model.sliding_window=" +
+                      std::to_string(c.model.sliding_window) +
+                      ": MistralForCausalLM has no attention biases (and Qwen2's windows are not supported)");
+  // Mistral is Llama's tensors and math plus the sliding window.
+  if (!moe)
+    return bias == "qkv" ? "Qwen2ForCausalLM" : c.model.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM";
   if (bias != "none")
     throw ConfigError("model.attn_bias=" + bias + " with model.moe: MixtralForCausalLM has no attention biases");
   if (c.model.moe.every != 1)
@@ -41,6 +50,7 @@ std::string hf_model_type(const std::string& arch) {
   if (arch == "GPT2LMHeadModel") return "gpt2";
   if (arch == "MixtralForCausalLM") return "mixtral";
   if (arch == "Qwen2ForCausalLM") return "qwen2";
+  if (arch == "MistralForCausalLM") return "mistral";
   return "llama";
 }
 
@@ -65,10 +75,18 @@ json::Value hf_rope_scaling(const RopeScalingConfig& s) {
 namespace {
 
 // ---- sliding-window attention: what export writes ---------------------------
-// This trainer has no sliding window yet (model.sliding_window is being added
-// on another branch), so every attention layer sees the whole sequence.
+// model.sliding_window: a query sees itself and the W keys before it, as
+// Mistral's and Mixtral's `sliding_window` (null: full attention). Qwen2's
+// window (use_sliding_window, per layer) is not supported: written off.
 void write_hf_sliding_window(const Config& c, const std::string& arch, json::Value& j) {
-  if (arch == "MixtralForCausalLM") j["sliding_window"] = nullptr;
+  const int64_t w = c.model.sliding_window;
+  if (arch == "MistralForCausalLM") j["sliding_window"] = w;
+  if (arch == "MixtralForCausalLM") {
+    if (w > 0)
+      j["sliding_window"] = w;
+    else
+      j["sliding_window"] = nullptr;
+  }
   if (arch == "Qwen2ForCausalLM") {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;

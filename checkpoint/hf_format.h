@@ -1,7 +1,8 @@
 // Hugging Face model directories: which architecture a model configuration
-// maps to (LlamaForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel,
-// MixtralForCausalLM), its config.json, and the tensor names and conventions
-// in both directions (checkpoint/hf_config_check.h reads a config.json).
+// maps to (LlamaForCausalLM, MistralForCausalLM: a llama with
+// model.sliding_window, Qwen2ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM),
+// its config.json, and the tensor names and conventions in both directions
+// (checkpoint/hf_config_check.h reads a config.json).
 // One rule list serves export and import, so the two cannot drift apart.
 //
 // Conventions that differ from ours (docs/MODEL_MATH.md has ours):
@@ -36,11 +37,13 @@ struct HostTensor {
 };
 using TensorMap = std::map<std::string, HostTensor>;
 
-// "LlamaForCausalLM", "Qwen2ForCausalLM" (llama with model.attn_bias qkv),
+// "LlamaForCausalLM", "MistralForCausalLM" (dense llama with a sliding
+// window), "Qwen2ForCausalLM" (llama with model.attn_bias qkv),
 // "GPT2LMHeadModel" or "MixtralForCausalLM"; throws ConfigError saying why
 // when the configuration has no Hugging Face twin (gpt2 with grouped-query
-// attention, a GPT-2-style MoE, MoE on only some layers, top-k weights not
-// renormalised, MoE with attention biases).
+// attention or a sliding window, a GPT-2-style MoE, MoE on only some layers,
+// top-k weights not renormalised, MoE with attention biases, attention
+// biases with a sliding window).
 std::string hf_architecture(const Config& c);
 // config.json's "model_type" of an architecture: llama, qwen2, gpt2, mixtral.
 std::string hf_model_type(const std::string& arch);

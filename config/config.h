@@ -53,6 +53,7 @@ struct ModelConfig {
   // Attention projection biases of a llama model: none, qkv (Qwen2), qkvo
   // (Llama's attention_bias: true). gpt2 always has all of them.
   std::string attn_bias = "none";
+  int sliding_window = 0;        // 0: full causal attention; W: a query sees itself and the W keys before it
   std::string tie_embeddings = "auto";  // auto | true | false (auto: gpt2 true, llama false)
   double init_std = 0.02;
   std::string init_from = "";    // a Hugging Face model directory to start from (trainer/hf_import.h)

@@ -89,6 +89,10 @@ std::vector<KeySpec> build_schema() {
           "biases of a llama model's attention projections: none, qkv (q, k, v: Qwen2), qkvo (q, k, v and o: "
           "Llama attention_bias); gpt2 always has them")
           .one_of("none|qkv|qkvo").aka("attention_bias qkv_bias add_qkv_bias bias"),
+      Row("model.sliding_window", FIELD(model.sliding_window),
+          "sliding-window attention (Mistral): a query sees itself and the W keys before it; 0: full causal "
+          "attention")
+          .at_least(0).aka("attention_window window window_size swa local_window"),
       Row("model.tie_embeddings", FIELD(model.tie_embeddings), "share the embedding with the output head; auto: gpt2 true, llama false")
           .one_of("auto|true|false").aka("tie_word_embeddings tied weight_tying tie_weights"),
       Row("model.init_std", FIELD(model.init_std), "standard deviation of the weight initialisation")

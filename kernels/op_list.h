@@ -144,30 +144,38 @@ TRAINER_OP(device, void, rope_backward_pos, (Tensor dinp, Tensor dout, const Rop
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], Hq % Hkv == 0; query head h reads kv head
 // h / (Hq/Hkv). scale = 1/sqrt(D). out [B,T,Hq,D].
 // lse [B,Hq,T] F32: log-sum-exp of the scaled (masked) scores, saved for backward.
+// window W >= 0 (sliding-window attention, model.sliding_window): 0 = none;
+// W > 0 needs causal and also masks keys more than W positions back: query i
+// sees keys max(0, i - W) .. i, W + 1 of them counting itself (the rule of
+// transformers 4.40's Mistral eager/sdpa mask, docs/MODEL_MATH.md). Work is
+// O(T W): key blocks wholly outside the band are never touched.
 TRAINER_OP(device, void, attention_forward,
-           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal),
-           (out, lse, q, k, v, causal))
+           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window),
+           (out, lse, q, k, v, causal, window))
 // dq, dk, dv overwrite; probabilities are recomputed from lse.
 TRAINER_OP(device, void, attention_backward,
            (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-            Tensor lse, bool causal),
-           (dq, dk, dv, dout, q, k, v, out, lse, causal))
+            Tensor lse, bool causal, int64_t window),
+           (dq, dk, dv, dout, q, k, v, out, lse, causal, window))
 
 // ---- attention at explicit positions (ring attention, context parallelism) --
 // A cp rank holds a sequence's chunks r and 2cp-1-r (zigzag); K/V blocks go
 // round the ring and each rank merges partial attentions of its queries
 // against every block. Positions are I32 global token positions, the same for
-// every batch row; key j is visible to query i iff k_pos[j] <= q_pos[i].
+// every batch row; key j is visible to query i iff k_pos[j] <= q_pos[i] and,
+// with a window W > 0, q_pos[i] - k_pos[j] <= W (W = 0: no window; the rule of
+// attention_forward's window, by position).
 //
 // q [B,Tq,Hq,D], k,v [B,Tk,Hkv,D], Hq % Hkv == 0, query head h reads kv head
 // h / (Hq/Hkv); q_pos [Tq], k_pos [Tk] I32; scale = 1/sqrt(D). out
 // [B,Tq,Hq,D] = softmax over the visible keys times v; lse [B,Hq,Tq] F32 =
 // log-sum-exp of the scaled visible scores (as attention_forward's). A query
 // row that sees no key gets out = 0, lse = -inf. With q_pos = k_pos = 0..T-1
-// this is attention_forward(causal = true) (CPU: bit for bit).
+// this is attention_forward(causal = true, window) (CPU: bit for bit).
 TRAINER_OP(device, void, attention_forward_pos,
-           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_pos),
-           (out, lse, q, k, v, q_pos, k_pos))
+           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_pos,
+            int64_t window),
+           (out, lse, q, k, v, q_pos, k_pos, window))
 // Merges a partial result into the running one, in place, per query row:
 //   lse' = logaddexp(lse, part_lse),
 //   out  = out * exp(lse - lse') + part_out * exp(part_lse - lse'), lse = lse'.
@@ -188,8 +196,8 @@ TRAINER_OP(device, void, attention_merge,
 // positions, one block: bit for bit attention_backward into zeroed buffers).
 TRAINER_OP(device, void, attention_backward_pos,
            (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-            Tensor lse, Tensor q_pos, Tensor k_pos),
-           (dq, dk, dv, dout, q, k, v, out, lse, q_pos, k_pos))
+            Tensor lse, Tensor q_pos, Tensor k_pos, int64_t window),
+           (dq, dk, dv, dout, q, k, v, out, lse, q_pos, k_pos, window))
 
 // ---- activations ------------------------------------------------------------
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

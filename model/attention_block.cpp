@@ -26,9 +26,9 @@ void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const
     }
   }
   if (d.cp > 1)
-    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v);
+    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, d.window);
   else
-    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
+    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true, d.window);
   const Tensor y = row_partial(d, tp, x_out);
   ops::linear_forward(y, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
   row_output(d, tp, x_out, y);
@@ -58,10 +58,10 @@ void attention_block_backward(const ModelDims& d, const TensorParallel& tp, cons
   ops::linear_backward(g.dout, {}, {}, dy, a.o, w.wo, false);
   if (d.cp > 1)
     ring_attention_backward(cp, in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
-                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse);
+                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, d.window);
   else
     ops::attention_backward(in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
-                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true);
+                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true, d.window);
   if (d.llama) {
     if (d.cp > 1) {
       const Tensor pos = cp.positions_of(cp.rank());

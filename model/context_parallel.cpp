@@ -32,16 +32,35 @@ Tensor ContextParallel::positions_of(int r) const {
   return positions.slice0(r, r + 1).view({Tl});
 }
 
-void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v) {
+bool ring_block_needed(int64_t T_global, int cp, int q_rank, int k_rank, int64_t window) {
+  const int64_t c = T_global / (2 * int64_t(cp));  // chunk length
+  for (const int64_t a : {int64_t(q_rank), int64_t(2 * cp - 1 - q_rank)})
+    for (const int64_t b : {int64_t(k_rank), int64_t(2 * cp - 1 - k_rank)}) {
+      if (b > a) continue;  // every key after every query
+      // The closest pair: the first query of chunk a and the last key of
+      // chunk b (the same position when a == b).
+      const int64_t gap = a == b ? 0 : (a - b - 1) * c + 1;
+      if (window <= 0 || gap <= window) return true;
+    }
+  return false;
+}
+
+void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v,
+                            int64_t window) {
   const int P = cp.size(), r = cp.rank();
+  const int64_t T_global = cp.positions.dim(1) * P;
   const Tensor q_pos = cp.positions_of(r);
   ops::fill(o, 0.f);
   ops::fill(lse, -INFINITY);
   Tensor kc = k, vc = v;  // the block in hand: rank (r - s) mod P's at step s
   for (int s = 0; s < P; ++s) {
     const int src = (r - s + P) % P;
-    ops::attention_forward_pos(cp.part_o, cp.part_lse, q, kc, vc, q_pos, cp.positions_of(src));
-    ops::attention_merge(o, lse, cp.part_o, cp.part_lse);
+    // A block every query has left behind (window) adds nothing: not even
+    // its merge runs. It still travels on: later ranks may need it.
+    if (ring_block_needed(T_global, P, r, src, window)) {
+      ops::attention_forward_pos(cp.part_o, cp.part_lse, q, kc, vc, q_pos, cp.positions_of(src), window);
+      ops::attention_merge(o, lse, cp.part_o, cp.part_lse);
+    }
     if (s + 1 == P) break;
     // Pass the block on, take the previous rank's: the buffer received
     // into is never the one being sent.
@@ -56,8 +75,9 @@ void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Ten
 }
 
 void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                             Tensor k, Tensor v, Tensor o, Tensor lse) {
+                             Tensor k, Tensor v, Tensor o, Tensor lse, int64_t window) {
   const int P = cp.size(), r = cp.rank();
+  const int64_t T_global = cp.positions.dim(1) * P;
   const Tensor q_pos = cp.positions_of(r);
   ops::fill(dq, 0.f);
   ops::fill(dk, 0.f);
@@ -67,7 +87,8 @@ void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Te
   Tensor kc = k, vc = v, dkc = dk, dvc = dv;
   for (int s = 0; s < P; ++s) {
     const int src = (r - s + P) % P;
-    ops::attention_backward_pos(dq, dkc, dvc, dout, q, kc, vc, o, lse, q_pos, cp.positions_of(src));
+    if (ring_block_needed(T_global, P, r, src, window))
+      ops::attention_backward_pos(dq, dkc, dvc, dout, q, kc, vc, o, lse, q_pos, cp.positions_of(src), window);
     if (P == 1) break;
     const int next = (r + 1) % P, prev = (r + P - 1) % P;
     const bool last = s + 1 == P;

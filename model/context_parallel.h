@@ -47,11 +47,20 @@ struct ContextParallel {
   Tensor positions_of(int r) const;
 };
 
+// Whether any query of rank q_rank sees any key of rank k_rank, for a
+// sequence of T_global tokens in zigzag chunks under a sliding window
+// (0: none, every earlier key is seen): the ring skips the attention of the
+// blocks no query needs (a window shorter than a chunk leaves only the
+// neighbouring chunks).
+bool ring_block_needed(int64_t T_global, int cp, int q_rank, int k_rank, int64_t window);
+
 // o [B,T,Hq,D], lse [B,Hq,T]: attention of the local queries over the whole
-// sequence's keys (causal by position); q, k, v are this rank's.
-void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v);
+// sequence's keys (causal by position, within `window` positions back; 0:
+// no window); q, k, v are this rank's.
+void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v,
+                            int64_t window);
 // dq, dk, dv overwritten with the gradients of this rank's q, k, v.
 void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                             Tensor k, Tensor v, Tensor o, Tensor lse);
+                             Tensor k, Tensor v, Tensor o, Tensor lse, int64_t window);
 
 }  // namespace trainer

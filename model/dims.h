@@ -37,6 +37,9 @@ struct ModelDims {
   // Attention projection biases: q, k, v (gpt2; llama with model.attn_bias
   // qkv or qkvo) and o (gpt2; llama qkvo).
   bool qkv_bias = false, o_bias = false;
+  // Sliding-window attention (model.sliding_window): a query at global
+  // position i sees keys at positions i - window .. i; 0: all of 0 .. i.
+  int64_t window = 0;
   float aux_coeff = 0.f;
   // Storage type of weights, their gradients and activations (F32 on the CPU;
   // BF16/F16 under mixed precision on a GPU). Statistics stay F32.
@@ -67,6 +70,14 @@ struct ModelDims {
   Recompute recompute = Recompute::None;
   int64_t recompute_layers = 0;
   int64_t N() const { return B * T; }
+  // Query-key pairs per sequence and head that the causal mask (and the
+  // window) let through, in the continuous count the FLOP estimates use:
+  // T^2 / 2 for causal attention of T = T_global tokens, the band
+  // T^2/2 - (T - W)^2/2 with a window W < T.
+  double attended_pairs(int64_t T_global) const {
+    const double t = double(T_global), w = double(window);
+    return window > 0 && window < T_global ? t * t / 2 - (t - w) * (t - w) / 2 : t * t / 2;
+  }
   // Token rows of the residual stream on this rank (N / tp under sp).
   int64_t rows() const { return sp ? N() / tp : N(); }
   int64_t vocab() const { return vocab_size > 0 ? vocab_size : V; }

@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -110,7 +111,10 @@ std::vector<float> KvDecoder::append(const std::vector<int32_t>& tokens) {
   tp.group = &solo;
   ContextParallel cp;
   cp.group = &solo;
-  const Tensor q_pos = positions_.slice0(p, p + n), k_pos = positions_.slice0(0, p + n);
+  // Under a sliding window the chunk's first query (position p) sees back to
+  // p - window: older cached keys are not read at all.
+  const int64_t k_lo = d.window > 0 ? std::max<int64_t>(0, p - d.window) : 0;
+  const Tensor q_pos = positions_.slice0(p, p + n), k_pos = positions_.slice0(k_lo, p + n);
 
   write_from_host(a.ids, tokens.data());
   const Tensor x0 = a.layers.empty() ? a.x_final : a.layers[0].x_in;
@@ -133,8 +137,9 @@ std::vector<float> KvDecoder::append(const std::vector<int32_t>& tokens) {
     ops::copy(kc.slice0(p, p + n), la.k.view({n, d.Hkv * d.D}));
     ops::copy(vc.slice0(p, p + n), la.v.view({n, d.Hkv * d.D}));
     ops::attention_forward_pos(la.o.view({1, n, d.Hq, d.D}), la.lse, la.q,
-                               kc.slice0(0, p + n).view({1, p + n, d.Hkv, d.D}),
-                               vc.slice0(0, p + n).view({1, p + n, d.Hkv, d.D}), q_pos, k_pos);
+                               kc.slice0(k_lo, p + n).view({1, p + n - k_lo, d.Hkv, d.D}),
+                               vc.slice0(k_lo, p + n).view({1, p + n - k_lo, d.Hkv, d.D}), q_pos, k_pos,
+                               d.window);
     ops::linear_forward(la.x_mid, la.o, lw.wo, lw.bo);
     ops::add_inplace(la.x_mid, la.x_in);
     if (d.moe_layer(i))

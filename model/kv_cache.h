@@ -8,6 +8,10 @@
 // for the chunk's rows that is exactly the causal attention of the whole
 // sequence, so the logits equal the no-cache forward's up to the summation
 // order of the matmuls (greedy tokens are equal: tests/test_kv_cache.cpp).
+// Under sliding-window attention (ModelDims::window) the same op applies the
+// window by position and reads only the cached keys inside it (positions
+// p - window ..), so a step costs O(window), not O(p); the cache still
+// holds every position of the sequence (no rolling buffer yet).
 //
 // The cache holds `window` positions (at most model.max_seq_len: learned
 // positions end there). What happens when a sequence outgrows it is the

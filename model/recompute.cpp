@@ -36,9 +36,9 @@ void recompute_selective(const ModelDims& d, bool moe, const ContextParallel& cp
   // (the backward gathers them under sp).
   norm_forward(d, a.h1, a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
   if (d.cp > 1)
-    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v);
+    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, d.window);
   else
-    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true);
+    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true, d.window);
   norm_forward(d, a.h2, a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
   if (moe) {
     const int64_t R = expert_rows_used(d, a);

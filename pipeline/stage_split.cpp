@@ -17,8 +17,9 @@ double embedding_flops(const ModelDims& d) {
 double layer_flops(const ModelDims& d, int64_t layer) {
   const double N = double(d.N()), C = double(d.C), D = double(d.D);
   const double qkvo = 2 * N * C * D * double(2 * d.Hq + 2 * d.Hkv);
-  // Causal attention: half of the T x T scores, for QK^T and for PV.
-  const double attn = 2.0 * double(d.B) * double(d.Hq) * double(d.T) * double(d.T) * D;
+  // Causal attention: half of the T x T scores (a band of them under a
+  // sliding window), for QK^T and for PV.
+  const double attn = 4.0 * double(d.B) * double(d.Hq) * d.attended_pairs(d.T) * D;
   const bool moe = d.E > 0 && (layer + 1) % d.moe_every == 0;
   const double mats = d.llama ? 3 : 2;
   const double ffn = moe ? 2 * N * C * double(d.E) + double(d.K) * 2 * N * mats * C * double(d.Fm)

@@ -136,6 +136,7 @@ std::vector<BadCase> bad_cases() {
        "model.rope_scaling.type=linear", {"gpt2 has learned positions"}},
       {"attention bias key on gpt2", "model: {arch: gpt2, attn_bias: qkv}\n", true, "model.attn_bias=qkv",
        {"gpt2 always has its attention biases"}},
+      {"negative sliding window", "model: {sliding_window: -4}\n", true, "model.sliding_window", {">= 0", "got -4"}},
       {"steps beyond 64 bits", "train: {steps: 99999999999999999999}\n", true, "train.steps",
        {"out of the 64-bit range"}},
       {"width beyond 32 bits", "model: {d_model: 4294967296}\n", true, "model.d_model", {"32-bit"}},

@@ -3,10 +3,12 @@
 // with learned positions), cp 2 x tp 2 x dp 2 on 8 ranks with sp and ZeRO-1,
 // cp 2 inside a pp 2 pipeline, and MoE under cp reproduce the one-process
 // run (losses, validation losses, final weights); a checkpoint of cp 2
-// resumes in one process on the same curve.
+// resumes in one process on the same curve; a sliding window under cp 2 and
+// cp 4 (blocks outside the window skipped) reproduces one process too.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -44,6 +46,16 @@ TEST_CASE("context parallel llama GQA: cp 2, cp 4, cp 2 x tp 2 x dp 2, cp 2 x pp
                     "--set parallel.cp=2 --set parallel.tp=2 --set parallel.sp=true --set parallel.zero_stage=1"},
                    {"llama cp2 x pp2", 4, "--set parallel.cp=2 --set parallel.pp=2"},
                });
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("context parallel llama with a sliding window: cp 2 and cp 4 == one process", "[cp][e2e][window]") {
+  // A window of 3 over 32 tokens: at cp 2 every block pair still meets, at
+  // cp 4 (chunks of 4) ranks 0 and 2 never see each other's keys and the
+  // ring skips those blocks (model/context_parallel.h).
+  const Setup s = e2e::make_setup("cp", "window", std::string(kLlamaGqa).insert(std::strlen(kLlamaGqa) - 1,
+                                                                                 ", sliding_window: 3"));
+  run_cases(s, {{"llama window cp2", 2, "--set parallel.cp=2"}, {"llama window cp4", 4, "--set parallel.cp=4"}});
   fs::remove_all(s.dir);
 }
 

@@ -106,7 +106,6 @@ TEST_CASE("config.json: refused keys and unknown ones are named with their value
   refused(c, with("auto_map", json::parse(R"({"AutoModel": "x.Y"})")), {"auto_map="});
   refused(c, with("pruned_heads", json::parse(R"({"0": [1]})")), {"pruned_heads="});
   refused(c, with("add_cross_attention", true), {"add_cross_attention=true"});
-  refused(c, with("sliding_window", 16), {"sliding_window=16", "last 16 tokens of the run's 32", "being added"});
   refused(c, with("frobnicate", 3), {"frobnicate=3", "not known to this trainer", "if it does not change the model"});
   // Their values that change nothing.
   accepted(c, with("rope_scaling", nullptr));
@@ -114,7 +113,18 @@ TEST_CASE("config.json: refused keys and unknown ones are named with their value
   accepted(c, with("mlp_bias", false));
   accepted(c, with("head_dim", 8));
   accepted(c, with("sliding_window", nullptr));
-  accepted(c, with("sliding_window", 32));  // the run's sequences never reach it
+  accepted(c, with("sliding_window", 32));
+  // LlamaForCausalLM has no window, whatever the file says.
+  accepted(c, with("sliding_window", 16));
+  // A Mistral's window must mask what model.sliding_window masks at train.seq_len.
+  const Config cw = config_of(kLlama, {"model.sliding_window=16"});
+  json::Value mistral = hf_config(cw, "float32");
+  CHECK(mistral["architectures"][0] == "MistralForCausalLM");
+  accepted(cw, mistral);
+  refused(c, mistral, {"sliding_window=16 in config.json (MistralForCausalLM)", "model.sliding_window = 0",
+                       "mask different keys"});
+  mistral["sliding_window"] = 31;  // seq_len - 1: every key a query has, so full attention
+  accepted(c, mistral);
   accepted(c, with("pretraining_tp", 2));
   accepted(c, with("partial_rotary_factor", 1.0));
   for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id", "transformers_version", "initializer_range",
@@ -128,7 +138,7 @@ TEST_CASE("config.json: refused keys and unknown ones are named with their value
   q["max_window_layers"] = 1;
   accepted(qc, q);
   q["use_sliding_window"] = true;
-  refused(qc, q, {"sliding_window=16", "with use_sliding_window=true"});
+  refused(qc, q, {"use_sliding_window=true", "per-layer sliding window"});
   q["use_sliding_window"] = false;
   q["attention_bias"] = true;  // not a Qwen2 key
   refused(qc, q, {"attention_bias=true", "not known to this trainer for Qwen2ForCausalLM"});

@@ -1,5 +1,6 @@
 // Whole-model gradient check: the hand-written backward of the full model
-// (embedding, every block, head, cross-entropy, MoE routing and aux loss)
+// (embedding, every block, head, cross-entropy, MoE routing and aux loss,
+// sliding-window attention)
 // against central finite differences of the loss, tensor by tensor.
 #include <catch2/catch.hpp>
 
@@ -28,6 +29,7 @@ struct Case {
   // llama only (gpt2 always has its biases): attention biases, RoPE scaling.
   const char* attn_bias = "none";
   ops::RopeScaling scaling = ops::RopeScaling::None;
+  int64_t window = 0;  // sliding-window attention (model.sliding_window)
 };
 
 ModelDims tiny_dims(const Case& c) {
@@ -54,6 +56,7 @@ ModelDims tiny_dims(const Case& c) {
   d.rope.low_freq_factor = 1.0;
   d.rope.high_freq_factor = 4.0;
   d.rope.original_max_pos = 8.0;
+  d.window = c.window;
   if (c.E > 0) {
     d.E = c.E;
     d.K = c.K;
@@ -94,6 +97,8 @@ TEST_CASE("whole-model gradients match finite differences", "[model][gradcheck]"
       {"llama moe capacity 1.0", true, 4, 2, 1, 1.0, false},
       {"llama q/k/v/o biases, llama3 RoPE", true, 0, 0, 1, 0.0, false, 1, "qkvo", ops::RopeScaling::Llama3},
       {"llama q/k/v biases, linear RoPE, moe", true, 4, 2, 1, 0.0, true, 1, "qkv", ops::RopeScaling::Linear},
+      {"llama dense sliding window 2", true, 0, 0, 1, 0.0, false, 1, "none", ops::RopeScaling::None, 2},
+      {"gpt2 moe sliding window 1", false, 4, 2, 1, 0.0, false, 1, "none", ops::RopeScaling::None, 1},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.label) {

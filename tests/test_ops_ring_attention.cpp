@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
+#include "model/context_parallel.h"
 #include "tests/test_util.h"
 
 using namespace trainer;
@@ -137,16 +138,18 @@ Tensor view_i32(std::vector<int32_t>& v) {
 
 struct RingCase {
   int64_t cp, B, Hq, Hkv, D, chunk;
+  int64_t window = 0;  // sliding window (0: none); the reference is the whole sequence's with it
 };
 
 void run_ring(const RingCase& c) {
   const int64_t cp = c.cp, B = c.B, Hq = c.Hq, Hkv = c.Hkv, D = c.D, chunk = c.chunk;
   const int64_t T = 2 * cp * chunk, Tl = 2 * chunk, WQ = Hq * D, WK = Hkv * D;
   char tag[160];
-  std::snprintf(tag, sizeof tag, "cp=%lld B=%lld Hq=%lld Hkv=%lld D=%lld chunk=%lld T=%lld",
+  std::snprintf(tag, sizeof tag, "cp=%lld B=%lld Hq=%lld Hkv=%lld D=%lld chunk=%lld T=%lld%s",
                 (long long)cp, (long long)B, (long long)Hq, (long long)Hkv, (long long)D,
-                (long long)chunk, (long long)T);
-  const uint64_t seed = uint64_t(cp * 1000 + Hq * 100 + Hkv * 10 + chunk);
+                (long long)chunk, (long long)T,
+                c.window > 0 ? (" W=" + std::to_string(c.window)).c_str() : "");
+  const uint64_t seed = uint64_t(cp * 1000 + Hq * 100 + Hkv * 10 + chunk + c.window * 7);
 
   // The whole sequence and its reference attention.
   std::vector<float> q(size_t(B * T * WQ)), k(size_t(B * T * WK)), v(size_t(B * T * WK)),
@@ -159,11 +162,11 @@ void run_ring(const RingCase& c) {
       ref_dk(k.size()), ref_dv(v.size());
   ops::attention_forward(view(ref_out, {B, T, Hq, D}), view(ref_lse, {B, Hq, T}),
                          view(q, {B, T, Hq, D}), view(k, {B, T, Hkv, D}), view(v, {B, T, Hkv, D}),
-                         true);
+                         true, c.window);
   ops::attention_backward(view(ref_dq, {B, T, Hq, D}), view(ref_dk, {B, T, Hkv, D}),
                           view(ref_dv, {B, T, Hkv, D}), view(dout, {B, T, Hq, D}),
                           view(q, {B, T, Hq, D}), view(k, {B, T, Hkv, D}), view(v, {B, T, Hkv, D}),
-                          view(ref_out, {B, T, Hq, D}), view(ref_lse, {B, Hq, T}), true);
+                          view(ref_out, {B, T, Hq, D}), view(ref_lse, {B, Hq, T}), true, c.window);
 
   // Every virtual rank's local pieces.
   struct Rank {
@@ -187,7 +190,7 @@ void run_ring(const RingCase& c) {
 
   // Forward ring: step s, rank r holds the block of rank (r - s) mod cp.
   std::vector<float> part_out(size_t(B * Tl * WQ)), part_lse(size_t(B * Hq * Tl));
-  int64_t empty_rows = 0;
+  int64_t empty_rows = 0, skipped = 0;
   for (int64_t s = 0; s < cp; ++s)
     for (int64_t r = 0; r < cp; ++r) {
       Rank& rk = ranks[size_t(r)];
@@ -197,10 +200,16 @@ void run_ring(const RingCase& c) {
       ops::attention_forward_pos(view(part_out, {B, Tl, Hq, D}), view(part_lse, {B, Hq, Tl}),
                                  view(rk.q, {B, Tl, Hq, D}), view(src.k, {B, Tl, Hkv, D}),
                                  view(src.v, {B, Tl, Hkv, D}), view_i32(rk.pos),
-                                 view_i32(src.pos));
+                                 view_i32(src.pos), c.window);
       REQUIRE(!any_nan(part_out));
       REQUIRE(!any_nan(part_lse));
-      empty_rows += std::count(part_lse.begin(), part_lse.end(), -kInf);
+      const auto empty = std::count(part_lse.begin(), part_lse.end(), -kInf);
+      empty_rows += empty;
+      // The ring skips a block exactly when no query of the rank sees any of
+      // its keys (model/context_parallel.h).
+      const bool needed = ring_block_needed(T, int(cp), int(r), int((r - s + cp) % cp), c.window);
+      CHECK(needed == (empty < int64_t(part_lse.size())));
+      skipped += needed ? 0 : 1;
       ops::attention_merge(view(rk.out, {B, Tl, Hq, D}), view(rk.lse, {B, Hq, Tl}),
                            view(part_out, {B, Tl, Hq, D}), view(part_lse, {B, Hq, Tl}));
     }
@@ -211,9 +220,10 @@ void run_ring(const RingCase& c) {
   }
   const double e_out = rel_err(ring_out, ref_out), e_lse = rel_err(ring_lse, ref_lse);
   std::printf("[ring fwd]  %-52s out max_rel_err=%.3e (per element %.1e) lse max_rel_err=%.3e "
-              "(per element %.1e); %lld of %lld partial rows saw no key\n",
+              "(per element %.1e); %lld of %lld partial rows saw no key, %lld of %lld blocks skippable\n",
               tag, e_out, elem_err(ring_out, ref_out), e_lse, elem_err(ring_lse, ref_lse),
-              (long long)empty_rows, (long long)(cp * cp * B * Hq * Tl));
+              (long long)empty_rows, (long long)(cp * cp * B * Hq * Tl), (long long)skipped,
+              (long long)(cp * cp));
   CHECK(e_out <= kRingTol);
   CHECK(e_lse <= kRingTol);
   // With cp > 1 some blocks are invisible to whole chunks of queries.
@@ -228,7 +238,7 @@ void run_ring(const RingCase& c) {
           view(rk.dq, {B, Tl, Hq, D}), view(src.dk, {B, Tl, Hkv, D}), view(src.dv, {B, Tl, Hkv, D}),
           view(rk.dout, {B, Tl, Hq, D}), view(rk.q, {B, Tl, Hq, D}), view(src.k, {B, Tl, Hkv, D}),
           view(src.v, {B, Tl, Hkv, D}), view(rk.out, {B, Tl, Hq, D}), view(rk.lse, {B, Hq, Tl}),
-          view_i32(rk.pos), view_i32(src.pos));
+          view_i32(rk.pos), view_i32(src.pos), c.window);
     }
   std::vector<float> ring_dq(q.size(), kNaN), ring_dk(k.size(), kNaN), ring_dv(v.size(), kNaN);
   for (Rank& rk : ranks) {
@@ -301,6 +311,32 @@ TEST_CASE("ring attention over zigzag chunks equals causal attention of the whol
       for (const int64_t chunk : {5, 7}) run_ring(RingCase{cp, 2, Hq, Hkv, 16, chunk});
 }
 
+TEST_CASE("ring attention with a sliding window equals windowed attention of the whole sequence",
+          "[ops][cp][window]") {
+  // Windows shorter than a chunk (blocks far apart are skipped whole), about
+  // a chunk, across several chunks, and the whole sequence; GQA and not.
+  for (const int64_t cp : {2, 4})
+    for (const int64_t window : {1, 3, 5, 12, 40}) {
+      run_ring(RingCase{cp, 2, 4, 2, 16, 5, window});
+      run_ring(RingCase{cp, 1, 2, 2, 16, 7, window});
+    }
+  run_ring(RingCase{2, 1, 4, 2, 16, 37, 50});  // local sequences of two CPU blocks
+}
+
+TEST_CASE("ring_block_needed: the zigzag chunk pairs a window reaches", "[cp][window]") {
+  // cp 2, T 16: rank 0 holds positions 0-3 and 12-15, rank 1 4-7 and 8-11.
+  CHECK(ring_block_needed(16, 2, 0, 0, 1));
+  CHECK(ring_block_needed(16, 2, 0, 1, 1));   // 12 sees 11
+  CHECK(ring_block_needed(16, 2, 1, 0, 1));   // 4 sees 3
+  // cp 4, T 32, chunks of 4: rank 0 holds chunks 0 and 7 (0-3, 28-31), rank 2
+  // chunks 2 and 5 (8-11, 20-23): the closest pair is 28 - 23 = 5.
+  CHECK_FALSE(ring_block_needed(32, 4, 0, 2, 4));
+  CHECK(ring_block_needed(32, 4, 0, 2, 5));
+  CHECK(ring_block_needed(32, 4, 0, 2, 0));   // no window: every earlier key
+  CHECK_FALSE(ring_block_needed(32, 4, 2, 0, 4));  // 8 - 3 = 5, 20 - 3 = 17: too far
+  CHECK(ring_block_needed(32, 4, 2, 0, 0));
+}
+
 TEST_CASE("ring attention with local sequences longer than one CPU block (64 query rows)",
           "[ops][cp]") {
   // chunk 37: each rank holds 74 tokens, a ragged second block of 10 rows.
@@ -322,8 +358,8 @@ TEST_CASE("attention_forward_pos with identity positions is attention_forward(ca
     std::iota(pos.i.begin(), pos.i.end(), 0);
 
     Owned out({B, T, Hq, D}), lse({B, Hq, T}), out_p({B, T, Hq, D}), lse_p({B, Hq, T});
-    ops::attention_forward(out, lse, q, k, v, true);
-    ops::attention_forward_pos(out_p, lse_p, q, k, v, pos, pos);
+    ops::attention_forward(out, lse, q, k, v, true, 0);
+    ops::attention_forward_pos(out_p, lse_p, q, k, v, pos, pos, 0);
     const size_t d_out = bit_differences(out_p.f, out.f), d_lse = bit_differences(lse_p.f, lse.f);
     const double e_out = rel_err(out_p.f, out.f), e_lse = rel_err(lse_p.f, lse.f);
     std::printf("[identity]  forward  T=%-4lld out: %zu of %zu differ (max_rel_err=%.3e), lse: %zu "
@@ -337,8 +373,8 @@ TEST_CASE("attention_forward_pos with identity positions is attention_forward(ca
     // Backward into zeroed buffers (the op accumulates) vs the overwriting one.
     Owned dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D});
     Owned dq_p({B, T, Hq, D}), dk_p({B, T, Hkv, D}), dv_p({B, T, Hkv, D});
-    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, true);
-    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos);
+    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, true, 0);
+    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, 0);
     const size_t d_dq = bit_differences(dq_p.f, dq.f), d_dk = bit_differences(dk_p.f, dk.f),
                  d_dv = bit_differences(dv_p.f, dv.f);
     std::printf("[identity]  backward T=%-4lld dq/dk/dv: %zu/%zu/%zu elements differ "
@@ -351,7 +387,7 @@ TEST_CASE("attention_forward_pos with identity positions is attention_forward(ca
 
     // Accumulates: a second call adds the same again (up to rounding: each
     // block's share is added into a nonzero sum now).
-    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos);
+    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, 0);
     auto twice = [](const std::vector<float>& x) {
       std::vector<float> r(x.size());
       for (size_t i = 0; i < x.size(); ++i) r[i] = x[i] + x[i];
@@ -388,7 +424,7 @@ TEST_CASE("attention_forward_pos at scattered positions: float64 twin, masked ro
   Owned out({B, Tq, Hq, D}), lse({B, Hq, Tq});
   out.f.assign(out.f.size(), kNaN);
   lse.f.assign(lse.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos);
+  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, 0);
   const double e_out = rel_err(out.f, to_float(twin_out)), e_lse = rel_err(lse.f, to_float(twin_lse));
   const auto masked = std::count(lse.f.begin(), lse.f.end(), -kInf);
   std::printf("[scattered] forward  out max_rel_err=%.3e lse max_rel_err=%.3e (per element %.1e, "
@@ -406,7 +442,7 @@ TEST_CASE("attention_forward_pos at scattered positions: float64 twin, masked ro
 
   // Gradients of sum(out * R) by central differences of the float64 twin.
   Owned dq({B, Tq, Hq, D}), dk({B, Tk, Hkv, D}), dv({B, Tk, Hkv, D});
-  ops::attention_backward_pos(dq, dk, dv, R, q, k, v, out, lse, qpos, kpos);
+  ops::attention_backward_pos(dq, dk, dv, R, q, k, v, out, lse, qpos, kpos, 0);
   auto loss = [&] {
     const std::vector<double> o = twin();
     double s = 0;
@@ -442,13 +478,13 @@ TEST_CASE("attention_forward_pos: a block nobody sees, and no keys at all", "[op
   std::iota(qpos.i.begin(), qpos.i.end(), 0);
   std::iota(kpos.i.begin(), kpos.i.end(), 100);  // every key after every query
   out.f.assign(out.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos);
+  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, 0);
   CHECK(std::all_of(out.f.begin(), out.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(lse.f.begin(), lse.f.end(), [](float x) { return x == -kInf; }));
 
   // Backward with lse = -inf everywhere adds nothing.
   Owned dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D});
-  ops::attention_backward_pos(dq, dk, dv, q, q, k, v, out, lse, qpos, kpos);
+  ops::attention_backward_pos(dq, dk, dv, q, q, k, v, out, lse, qpos, kpos, 0);
   CHECK(std::all_of(dq.f.begin(), dq.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(dk.f.begin(), dk.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(dv.f.begin(), dv.f.end(), [](float x) { return x == 0.f; }));
@@ -457,7 +493,7 @@ TEST_CASE("attention_forward_pos: a block nobody sees, and no keys at all", "[op
   Owned k0({B, 0, Hkv, D}), v0({B, 0, Hkv, D}), kpos0({0}, DType::I32);
   out.f.assign(out.f.size(), kNaN);
   lse.f.assign(lse.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k0, v0, qpos, kpos0);
+  ops::attention_forward_pos(out, lse, q, k0, v0, qpos, kpos0, 0);
   CHECK(std::all_of(out.f.begin(), out.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(lse.f.begin(), lse.f.end(), [](float x) { return x == -kInf; }));
 }
@@ -577,13 +613,13 @@ TEST_CASE("attention_forward_pos / attention_backward_pos shape errors", "[ops][
   Owned q({1, 5, 4, 8}), k({1, 3, 2, 8}), v({1, 3, 2, 8}), out({1, 5, 4, 8}), lse({1, 4, 5});
   Owned qpos({5}, DType::I32), kpos({3}, DType::I32), kpos_bad({5}, DType::I32);
   test::require_rejected(
-      [&] { ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos_bad); },
+      [&] { ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos_bad, 0); },
       {"attention_forward_pos: ", "k_pos [5] vs k [1, 3, 2, 8]: expected [3]"});
   Owned lse_bad({1, 4, 3});
-  test::require_rejected([&] { ops::attention_forward_pos(out, lse_bad, q, k, v, qpos, kpos); },
+  test::require_rejected([&] { ops::attention_forward_pos(out, lse_bad, q, k, v, qpos, kpos, 0); },
                          {"attention_forward_pos: ", "lse [1, 4, 3] vs q [1, 5, 4, 8]: expected [1, 4, 5]"});
   Owned dk_bad({1, 5, 2, 8}), dq({1, 5, 4, 8}), dv({1, 3, 2, 8});
   test::require_rejected(
-      [&] { ops::attention_backward_pos(dq, dk_bad, dv, out, q, k, v, out, lse, qpos, kpos); },
+      [&] { ops::attention_backward_pos(dq, dk_bad, dv, out, q, k, v, out, lse, qpos, kpos, 0); },
       {"attention_backward_pos: ", "dk [1, 5, 2, 8] vs k [1, 3, 2, 8]"});
 }

@@ -2,7 +2,7 @@
 // pipeline simulation the search relies on, the worked 7B example against
 // its golden output, and the messages for layouts that do not fit, GPUs the
 // table does not know and a bad --world. The plan's bytes against real runs:
-// tests/test_plan_traffic.cpp.
+// tests/test_plan_traffic.cpp. The FLOP counts of sliding-window attention.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -15,8 +15,10 @@
 
 #include "config/config.h"
 #include "e2e_util.h"
+#include "model/params.h"
 #include "pipeline/long_simulation.h"
 #include "pipeline/pipeline_plan.h"
+#include "pipeline/stage_split.h"
 #include "trainer/hardware.h"
 #include "trainer/step_time.h"
 
@@ -165,4 +167,32 @@ TEST_CASE("trainer plan: unknown GPUs list the known ones, a bad --world is refu
     CHECK(rc == 2);
     CHECK(out.find(k.want) != std::string::npos);
   }
+}
+
+TEST_CASE("FLOP estimates count a sliding window's band of attention, not the causal triangle", "[plan][window]") {
+  // T = 1024 tokens, a window of 128: each query sees at most 129 keys. The
+  // estimates use the continuous count of visible pairs per sequence and
+  // head: T^2/2 causal, T^2/2 - (T - W)^2/2 with the window.
+  const std::string model = "model: {arch: llama, d_model: 64, n_layers: 2, n_heads: 4, max_seq_len: 1024";
+  const std::string rest = "}\ntrain: {seq_len: 1024}\ndata: {train: [x.bin]}\n";
+  const Config full = load_config_text(model + rest, "<test>", {});
+  const Config band = load_config_text(model + ", sliding_window: 128" + rest, "<test>", {});
+  const ModelDims f = make_dims(full, 2, 1024), w = make_dims(band, 2, 1024);
+  REQUIRE(w.window == 128);
+  const double T = 1024, W = 128, causal_pairs = T * T / 2, band_pairs = T * T / 2 - (T - W) * (T - W) / 2;
+  CHECK(f.attended_pairs(1024) == causal_pairs);
+  CHECK(w.attended_pairs(1024) == band_pairs);
+  CHECK(w.attended_pairs(100) == 100.0 * 100 / 2);  // the window covers a short sequence
+  // A layer's forward FLOPs: only the attention core (2 matmuls of 2 D per visible pair) differs.
+  const double core = 4.0 * double(f.B) * double(f.Hq) * double(f.D);
+  const double saved = layer_flops(f, 0) - layer_flops(w, 0);
+  std::printf("[window]    layer forward FLOPs at T=1024: %.4g causal, %.4g with a window of 128 (attention core "
+              "%.4g -> %.4g)\n",
+              layer_flops(f, 0), layer_flops(w, 0), core * causal_pairs, core * band_pairs);
+  CHECK(std::fabs(saved - core * (causal_pairs - band_pairs)) <= 1e-9 * layer_flops(f, 0));
+  // MFU's model FLOPs per token: 12 L C per attended key, T keys without a
+  // window (PaLM's count), the band's 2 pairs / T with one.
+  const double per_key = 12.0 * double(f.L) * double(f.C);
+  const double fpt = flops_per_token(f, parameter_list(f, 0.02)), wpt = flops_per_token(w, parameter_list(w, 0.02));
+  CHECK(std::fabs((fpt - wpt) - per_key * (T - 2 * band_pairs / T)) <= 1e-9 * fpt);
 }

@@ -184,11 +184,15 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +
                              format_bytes(double(dev.memory_bytes)) +
                              ": lower train.micro_batch_size (more micro-batches keep the global batch)");
-  if (lead) std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld%s\n",
-              cfg.model.arch.c_str(), (long long)dims.L, (long long)dims.C, (long long)dims.Hq,
-              (long long)dims.Hkv, (long long)dims.F,
-              dims.E > 0 ? (", MoE " + std::to_string(dims.E) + " experts top-" + std::to_string(dims.K)).c_str()
-                         : "");
+  if (lead) {
+    std::string extra = dims.E > 0 ? ", MoE " + std::to_string(dims.E) + " experts top-" + std::to_string(dims.K) : "";
+    if (dims.window > 0)
+      extra += ", sliding window " + std::to_string(dims.window) +
+               (dims.window >= cfg.train.seq_len - 1 ? " (covers train.seq_len: full causal attention)" : "");
+    std::printf("model: %s, %lld layers, d_model %lld, heads %lld/%lld, ffn %lld%s\n", cfg.model.arch.c_str(),
+                (long long)dims.L, (long long)dims.C, (long long)dims.Hq, (long long)dims.Hkv, (long long)dims.F,
+                extra.c_str());
+  }
   if (lead) std::printf("batch: %lld sequences x %lld tokens = %lld tokens/step (%lld micro-batch%s of %lld)\n",
               (long long)cfg.train.global_batch_size, (long long)T,
               (long long)(cfg.train.global_batch_size * T), (long long)M, M == 1 ? "" : "es",

@@ -24,20 +24,20 @@ Axis axis_of(const std::string& label) {
   return Axis::DP_CP;
 }
 
+// Forward FLOPs of the attention core of a layer (causal half, or the
+// sliding window's band), per micro-batch.
+double attention_core_flops(const ModelDims& g) {
+  return 4.0 * double(g.B) * double(g.Hq) * g.attended_pairs(g.T) * double(g.D);
+}
+
 // Forward FLOPs per micro-batch that a layer's recompute repeats in backward.
 double recompute_flops(const ModelDims& g, int64_t layer, Recompute r) {
   if (r == Recompute::Full) return layer_flops(g, layer);
   if (r == Recompute::Selective) {
     const double qkv = 2 * double(g.N()) * double(g.C) * double(g.D) * double(g.Hq + 2 * g.Hkv);
-    const double attn = 2.0 * double(g.B) * double(g.Hq) * double(g.T) * double(g.T) * double(g.D);
-    return qkv + attn;
+    return qkv + attention_core_flops(g);
   }
   return 0;
-}
-
-// Forward FLOPs of the attention core of a layer (causal half), per micro-batch.
-double attention_core_flops(const ModelDims& g) {
-  return 2.0 * double(g.B) * double(g.Hq) * double(g.T) * double(g.T) * double(g.D);
 }
 
 // Per pipeline rank, seconds of one micro-batch over all its chunks: the

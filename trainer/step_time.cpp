@@ -100,7 +100,11 @@ double flops_per_token(const ModelDims& d, const std::vector<ParamInfo>& params)
     }
     n += count;
   }
-  return 6 * n + 12 * double(d.layers_total()) * double(d.T) * double(d.C);
+  // The keys a query is counted against: T, or under a sliding window the
+  // band's average (2 pairs / T), so the MFU of a windowed model counts the
+  // work its attention actually has.
+  const double keys = 2 * d.attended_pairs(d.T) / double(d.T);
+  return 6 * n + 12 * double(d.layers_total()) * keys * double(d.C);
 }
 
 double peak_tflops(const std::string& line, bool low_precision, double configured) {

@@ -39,7 +39,8 @@ std::string format_step_time(const StepTime& total, double wall, int64_t steps);
 // the parameters every token's matmuls use, without the embedding lookups,
 // an expert's counted K / E times; 12 L T C: the attention scores and their
 // use, counted for all T keys as PaLM's appendix B does, although a causal
-// mask needs half). Documented in README.
+// mask needs half; under a sliding window W the band's T - (T - W)^2 / T
+// keys instead). Documented in README.
 double flops_per_token(const ModelDims& global, const std::vector<ParamInfo>& global_params);
 // Peak dense TFLOP/s of one device for the run's precision: train.peak_tflops
 // when > 0, else from a table of GPUs by the name in `device_line`; 0 when

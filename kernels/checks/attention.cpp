@@ -27,18 +27,27 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
                  std::to_string(B) + ", " + std::to_string(Hq) + ", " + std::to_string(T) + "]");
 }
 
+// A sliding window bounds how far back a query looks: it needs a causal mask
+// (a window over future keys is no model of ours).
+void check_window(const char* op, bool causal, int64_t window) {
+  if (window < 0) fail(op, "window " + std::to_string(window) + " must be >= 0 (0: no window)");
+  if (window > 0 && !causal) fail(op, "window " + std::to_string(window) + " needs causal = true");
+}
+
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool) {
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
   const char* op = "attention_forward";
   check_qkv(op, q, k, v, lse);
+  check_window(op, causal, window);
   float_shape_like(op, "out", out, "q", q);
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                        Tensor out, Tensor lse, bool) {
+                        Tensor out, Tensor lse, bool causal, int64_t window) {
   const char* op = "attention_backward";
   check_qkv(op, q, k, v, lse);
+  check_window(op, causal, window);
   float_shape_like(op, "out", out, "q", q);
   float_shape_like(op, "dout", dout, "q", q);
   float_shape_like(op, "dq", dq, "q", q);

@@ -40,7 +40,8 @@ void check_pos(const char* op, const char* name, const Tensor& pos, const char* 
 
 // q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D]: Tq and Tk may differ.
 void check_qkv_pos(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const Tensor& lse, const Tensor& q_pos, const Tensor& k_pos) {
+                   const Tensor& lse, const Tensor& q_pos, const Tensor& k_pos, int64_t window) {
+  if (window < 0) fail(op, "window " + std::to_string(window) + " must be >= 0 (0: no window)");
   need_float(op, "q", q);
   need_float(op, "k", k);
   need_float(op, "v", v);
@@ -59,9 +60,9 @@ void check_qkv_pos(const char* op, const Tensor& q, const Tensor& k, const Tenso
 }  // namespace
 
 void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos,
-                           Tensor k_pos) {
+                           Tensor k_pos, int64_t window) {
   const char* op = "attention_forward_pos";
-  check_qkv_pos(op, q, k, v, lse, q_pos, k_pos);
+  check_qkv_pos(op, q, k, v, lse, q_pos, k_pos, window);
   float_shape_like(op, "out", out, "q", q);
 }
 
@@ -75,9 +76,10 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
 }
 
 void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                            Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos) {
+                            Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos,
+                            int64_t window) {
   const char* op = "attention_backward_pos";
-  check_qkv_pos(op, q, k, v, lse, q_pos, k_pos);
+  check_qkv_pos(op, q, k, v, lse, q_pos, k_pos, window);
   float_shape_like(op, "out", out, "q", q);
   float_shape_like(op, "dout", dout, "q", q);
   float_shape_like(op, "dq", dq, "q", q);

@@ -1,10 +1,13 @@
 // Scaled dot-product attention of the CPU backend (see kernels/op_list.h), with
-// grouped-query heads and an optional causal mask.
+// grouped-query heads, an optional causal mask and an optional sliding window.
 //
 // Work is split into (batch, head) pairs, one OpenMP thread each; within a
 // pair, blocks of kBlock query rows go through sgemm against the keys they can
-// see, so a causal pass does about half the multiply work of the full square
-// and the score scratch stays kBlock x T per thread however long T is.
+// see, so a causal pass does about half the multiply work of the full square,
+// a window of W keys about T (W + kBlock) of it, and the score scratch stays
+// kBlock x T per thread however long T is. A block's keys are the union of
+// its rows' spans, exactly what attention_positions.cpp computes for
+// identity positions, so the two give the same bits.
 // Backward recomputes the probabilities from the saved log-sum-exp, as flash
 // attention does, instead of keeping a [B, H, T, T] tensor alive.
 #include <cblas.h>
@@ -40,12 +43,17 @@ Dims dims(const char* op, const Tensor& q, const Tensor& k) {
   return d;
 }
 
-// Query rows [i0, i0 + rows) see keys [0, keys); row i sees keys [0, visible(i)).
-inline int64_t visible(int64_t i, int64_t T, bool causal) { return causal ? i + 1 : T; }
+// Row i sees keys [first_key(i), end_key(i)): a window W > 0 (causal only,
+// checked by the router) drops keys more than W positions back.
+inline int64_t first_key(int64_t i, int64_t window) { return window > 0 ? std::max<int64_t>(0, i - window) : 0; }
+inline int64_t end_key(int64_t i, int64_t T, bool causal) { return causal ? i + 1 : T; }
+
+// Keys a row sees at most, for the thread-count estimate.
+inline int64_t keys_per_row(int64_t T, int64_t window) { return window > 0 ? std::min(T, window + 1) : T; }
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
   const char* op = "attention_forward";
   need_f32(op, {{"out", &out}, {"q", &q}, {"k", &k}, {"v", &v}});
   const auto [B, T, Hq, Hkv, D] = dims(op, q, k);
@@ -56,7 +64,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
   float *op_ = out.f32(), *lp = lse.f32();
 
   const int64_t pairs = B * Hq;
-  const int threads = threads_for(pairs, pairs * T * T * D);
+  const int threads = threads_for(pairs, pairs * T * keys_per_row(T, window) * D);
   const int64_t scratch = kBlock * T;
   std::vector<float> S(size_t(threads * scratch));
   SerialBlas serial(threads > 1);
@@ -71,27 +79,29 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
     float* s = S.data() + omp_get_thread_num() * scratch;
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, T - i0);
-      const int64_t keys = causal ? i0 + rows : T;
+      const int64_t klo = first_key(i0, window), keys = end_key(i0 + rows - 1, T, causal) - klo;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale,
-                  Q + i0 * ldq, int(ldq), K, int(ldk), 0.f, s, int(keys));
+                  Q + i0 * ldq, int(ldq), K + klo * ldk, int(ldk), 0.f, s, int(keys));
       for (int64_t r = 0; r < rows; ++r) {
         float* row = s + r * keys;
-        const int64_t n = visible(i0 + r, T, causal);
-        const float mx = row_max(row, n);
-        const double sum = exp_sum_into(row, row, n, mx);
+        const int64_t a = first_key(i0 + r, window) - klo, n = end_key(i0 + r, T, causal) - klo - a;
+        float* x = row + a;
+        const float mx = row_max(x, n);
+        const double sum = exp_sum_into(x, x, n, mx);
         const float inv = float(1.0 / sum);
-        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-        std::fill(row + n, row + keys, 0.f);
+        for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+        std::fill(row, x, 0.f);
+        std::fill(x + n, row + keys, 0.f);
         L[i0 + r] = float(double(mx) + std::log(sum));
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), 1.f, s,
-                  int(keys), V, int(ldk), 0.f, O + i0 * ldq, int(ldq));
+                  int(keys), V + klo * ldk, int(ldk), 0.f, O + i0 * ldq, int(ldq));
     }
   }
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                        Tensor out, Tensor lse, bool causal) {
+                        Tensor out, Tensor lse, bool causal, int64_t window) {
   const char* op = "attention_backward";
   need_f32(op, {{"dq", &dq},
                 {"dk", &dk},
@@ -112,7 +122,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   // One thread owns a kv head and every query head that reads it, so dk and dv
   // are summed over the group without atomics and in a fixed order.
   const int64_t pairs = B * Hkv;
-  const int threads = threads_for(pairs, B * Hq * T * T * D);
+  const int threads = threads_for(pairs, B * Hq * T * keys_per_row(T, window) * D);
   const int64_t scratch = 2 * kBlock * T + kBlock;
   std::vector<float> S(size_t(threads * scratch));
   SerialBlas serial(threads > 1);
@@ -135,7 +145,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
       const float* L = lp + (b * Hq + h) * T;
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
         const int64_t rows = std::min(kBlock, T - i0);
-        const int64_t keys = causal ? i0 + rows : T;
+        const int64_t klo = first_key(i0, window), keys = end_key(i0 + rows - 1, T, causal) - klo;
         const float* Q = qp + base + i0 * ldq;
         const float* dO = gp + base + i0 * ldq;
         // delta_i = sum_j P_ij dP_ij = dO_i . O_i (the softmax Jacobian term).
@@ -144,27 +154,30 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
           const float* go = dO + r * ldq;
           delta[r] = float(lane_sum(D, [=](int64_t d) { return double(go[d]) * o[d]; }));
         }
+        const float* Kb = K + klo * ldk;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale, Q,
-                    int(ldq), K, int(ldk), 0.f, P, int(keys));
+                    int(ldq), Kb, int(ldk), 0.f, P, int(keys));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), 1.f, dO,
-                    int(ldq), V, int(ldk), 0.f, dS, int(keys));
+                    int(ldq), V + klo * ldk, int(ldk), 0.f, dS, int(keys));
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P + r * keys;
           float* dr = dS + r * keys;
-          const int64_t n = visible(i0 + r, T, causal);
+          const int64_t a = first_key(i0 + r, window) - klo, n = end_key(i0 + r, T, causal) - klo - a;
           const float l = L[i0 + r];
           const float dl = delta[r];
-          softmax_grad_row(pr, dr, n, l, dl);
-          std::fill(pr + n, pr + keys, 0.f);
-          std::fill(dr + n, dr + keys, 0.f);
+          softmax_grad_row(pr + a, dr + a, n, l, dl);
+          std::fill(pr, pr + a, 0.f);
+          std::fill(pr + a + n, pr + keys, 0.f);
+          std::fill(dr, dr + a, 0.f);
+          std::fill(dr + a + n, dr + keys, 0.f);
         }
-        // dQ = scale dS K (overwrite), dK += scale dS^T Q, dV += P^T dO.
+        // dQ = scale dS K (overwrite), dK += scale dS^T Q, dV += P^T dO (the block's keys).
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), scale,
-                    dS, int(keys), K, int(ldk), 0.f, dqp + base + i0 * ldq, int(ldq));
+                    dS, int(keys), Kb, int(ldk), 0.f, dqp + base + i0 * ldq, int(ldq));
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), scale,
-                    dS, int(keys), Q, int(ldq), 1.f, dK, int(ldk));
+                    dS, int(keys), Q, int(ldq), 1.f, dK + klo * ldk, int(ldk));
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), 1.f, P,
-                    int(keys), dO, int(ldq), 1.f, dV, int(ldk));
+                    int(keys), dO, int(ldq), 1.f, dV + klo * ldk, int(ldk));
       }
     }
   }

@@ -6,14 +6,16 @@
 // The work is attention.cpp's (the same blocks of kBlock query rows through
 // sgemm, the same row softmax from attention_math.h), with the causal prefix
 // replaced by what the positions make visible. Per query row i the visible
-// keys {j : k_pos[j] <= q_pos[i]} are described by their span [lo, hi) (first
+// keys {j : k_pos[j] <= q_pos[i], and q_pos[i] - k_pos[j] <= W under a window
+// W > 0} are described by their span [lo, hi) (first
 // and one past the last visible key) and whether the span has holes; a
 // block's sgemm covers the union of its rows' spans only, so blocks of keys
 // no row can see cost nothing (in a zigzag ring half the blocks of a step are
 // skipped whole), and inside a row the softmax runs over the span, holes
-// masked. With identity positions every span is [0, i + 1) without holes and
-// a block covers keys [0, i0 + rows): exactly attention.cpp's causal calls, so
-// the results are the same bits.
+// masked. With identity positions every span is [max(0, i - W), i + 1)
+// without holes and a block covers keys [max(0, i0 - W), i0 + rows): exactly
+// attention.cpp's causal calls, so the results are the same bits. A window
+// also makes a block of keys that every row has left behind cost nothing.
 #include <cblas.h>
 #include <omp.h>
 
@@ -56,13 +58,18 @@ struct Span {
   bool holes = false;
 };
 
-std::vector<Span> spans(const int32_t* q_pos, int64_t Tq, const int32_t* k_pos, int64_t Tk) {
+// Key position kp visible from query position qp (window 0: none).
+inline bool visible(int32_t qp, int32_t kp, int64_t window) {
+  return kp <= qp && (window <= 0 || int64_t(qp) - kp <= window);
+}
+
+std::vector<Span> spans(const int32_t* q_pos, int64_t Tq, const int32_t* k_pos, int64_t Tk, int64_t window) {
   std::vector<Span> s(static_cast<size_t>(Tq));
   for (int64_t i = 0; i < Tq; ++i) {
     const int32_t p = q_pos[i];
     int64_t lo = -1, hi = -1, seen = 0;
     for (int64_t j = 0; j < Tk; ++j)
-      if (k_pos[j] <= p) {
+      if (visible(p, k_pos[j], window)) {
         if (lo < 0) lo = j;
         hi = j + 1;
         ++seen;
@@ -91,7 +98,7 @@ void block_keys(const std::vector<Span>& sp, int64_t i0, int64_t rows, Skip skip
 }  // namespace
 
 void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos,
-                           Tensor k_pos) {
+                           Tensor k_pos, int64_t window) {
   const char* op = "attention_forward_pos";
   need_f32(op, {{"out", &out}, {"q", &q}, {"k", &k}, {"v", &v}});
   const auto [B, Tq, Tk, Hq, Hkv, D] = dims(op, q, k);
@@ -101,7 +108,7 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
   const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();
   float *op_ = out.f32(), *lp = lse.f32();
   const int32_t *qpos = q_pos.i32(), *kpos = k_pos.i32();
-  const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk);
+  const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk, window);
 
   const int64_t pairs = B * Hq;
   const int threads = threads_for(pairs, pairs * Tq * Tk * D);
@@ -139,7 +146,7 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
         float* x = row + a;
         if (span.holes)
           for (int64_t j = 0; j < n; ++j)
-            if (kpos[span.lo + j] > qpos[i]) x[j] = kNegInf;
+            if (!visible(qpos[i], kpos[span.lo + j], window)) x[j] = kNegInf;
         const float mx = row_max(x, n);
         const double sum = exp_sum_into(x, x, n, mx);
         const float inv = float(1.0 / sum);
@@ -201,7 +208,8 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
 }
 
 void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                            Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos) {
+                            Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos,
+                            int64_t window) {
   const char* op = "attention_backward_pos";
   need_f32(op, {{"dq", &dq},
                 {"dk", &dk},
@@ -219,7 +227,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
               *lp = lse.f32();
   float *dqp = dq.f32(), *dkp = dk.f32(), *dvp = dv.f32();
   const int32_t *qpos = q_pos.i32(), *kpos = k_pos.i32();
-  const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk);
+  const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk, window);
 
   // As attention_backward: one thread owns a kv head and every query head
   // that reads it, so dk, dv (and those heads' dq) are summed without atomics
@@ -280,7 +288,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
           softmax_grad_row(x, y, n, l, dl);
           if (span.holes)
             for (int64_t j = 0; j < n; ++j)
-              if (kpos[span.lo + j] > qpos[i]) x[j] = y[j] = 0.f;
+              if (!visible(qpos[i], kpos[span.lo + j], window)) x[j] = y[j] = 0.f;
           std::fill(pr, x, 0.f);
           std::fill(x + n, pr + keys, 0.f);
           std::fill(dr, y, 0.f);

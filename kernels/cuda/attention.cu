@@ -2,6 +2,7 @@
 // those of ops::attention_forward / ops::attention_backward (kernels/op_list.h):
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], query head h reads kv head h / (Hq/Hkv),
 // scale 1/sqrt(D), causal or full, out [B,T,Hq,D], lse [B,Hq,T] F32.
+// A sliding window W (causal only) also masks key j < i - W for query i.
 //
 // Algorithm (FlashAttention-2): the T x T score matrix never exists in memory.
 //   forward   one block of 4 warps per (b, q head, 64-row Q tile); each warp
@@ -13,11 +14,15 @@
 //             with P rounded to the storage type. lse = max * ln2 + ln(sum).
 //             Causal: K/V tiles after the diagonal are never loaded; masking
 //             (-inf) runs only on the diagonal tile and the ragged last tile.
+//             Window W: K/V tiles wholly before the band (every key < the
+//             tile's first row - W) are never loaded either, so a pass costs
+//             O(T W); the band's lower edge is masked like the diagonal.
 //   backward  P is recomputed from lse, never stored.
 //             (1) delta[b,h,t] = sum_d dout * out (fp32 scratch, grow-only).
 //             (2) dK/dV: one block per (b, kv head, 64-key tile); each warp
 //                 owns 16 keys. It loops over every query head of the GQA group
-//                 and every Q tile that can see its keys, computing S^T = K Q^T
+//                 and every Q tile that can see its keys (with a window, only
+//                 the tiles within W rows after them), computing S^T = K Q^T
 //                 and dP^T = V dO^T, P^T = exp2(S^T*scale*log2e - lse*log2e),
 //                 dS^T = P^T (dP^T - delta), then dV += P^T dO, dK += dS^T Q in
 //                 registers; written once (dK * scale). The GQA sum is a plain
@@ -63,6 +68,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -83,6 +89,23 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// The kernels take the window as `win`: key j is masked for row i when
+// j < i - win. No window is a win so large that this never holds (rows stay
+// below 2^30 + a tile, so i - win cannot overflow), and tile bounds that add
+// it are computed in 64 bits.
+constexpr int kNoWindow = INT_MAX / 2;
+
+// First K tile (of `tile` keys) that row q0 or a later row can see.
+__device__ __forceinline__ int first_kv_tile(int q0, int win, int tile) {
+  return q0 > win ? (q0 - win) / tile : 0;
+}
+// One past the last Q tile (of `tile` rows; n tiles in all) whose rows can
+// see key `last_key`: rows up to last_key + win.
+__device__ __forceinline__ int end_q_tile(int last_key, int win, int tile, int n) {
+  const int64_t t = (int64_t(last_key) + win) / tile + 1;
+  return t < n ? int(t) : n;
+}
 
 // ============================================================================
 // Tensor-core path (BF16 / F16 storage)
@@ -259,7 +282,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                      const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
-                     float scale_log2, bool causal) {
+                     float scale_log2, bool causal, int win) {
   constexpr int Br = FwdTiles<D>::Br, Bc = FwdTiles<D>::Bc, LD = D + kPad;
   static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -277,12 +300,13 @@ __global__ void __launch_bounds__(kThreads)
   const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
   const int n_kv_all = (seq + Bc - 1) / Bc;
   const int n_kv = causal ? min(n_kv_all, (q0 + Br - 1) / Bc + 1) : n_kv_all;
+  const int j0 = first_kv_tile(q0, win, Bc);  // tiles before it lie behind every row's window
   const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
 
   cp_tile<T, D, Br>(Qs, qg, ldq, seq - q0);
   cp_async_commit();
-  cp_tile<T, D, Bc>(Ks, kg, ldk, seq);
-  cp_tile<T, D, Bc>(Vs, vg, ldk, seq);
+  cp_tile<T, D, Bc>(Ks + (j0 & 1) * Bc * LD, kg + int64_t(j0) * Bc * ldk, ldk, seq - j0 * Bc);
+  cp_tile<T, D, Bc>(Vs + (j0 & 1) * Bc * LD, vg + int64_t(j0) * Bc * ldk, ldk, seq - j0 * Bc);
   cp_async_commit();
 
   cp_async_wait<1>();  // Q has landed
@@ -297,7 +321,7 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY};  // running max of rows g and g+8 (log2 domain)
   float l[2] = {0.f, 0.f};              // this lane's share of the running sums
 
-  for (int j = 0; j < n_kv; ++j) {
+  for (int j = j0; j < n_kv; ++j) {
     if (j + 1 < n_kv) {
       const int nb = (j + 1) & 1, k1 = (j + 1) * Bc;
       cp_tile<T, D, Bc>(Ks + nb * Bc * LD, kg + k1 * ldk, ldk, seq - k1);
@@ -324,9 +348,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Scale into the log2 domain; mask keys past T and (causal) after the row.
+    // Scale into the log2 domain; mask keys past T, (causal) after the row
+    // and (window) more than win before it.
     const int k0 = j * Bc;
-    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0);
+    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) || k0 < q0 + Br - 1 - win;
 #pragma unroll
     for (int nt = 0; nt < Bc / 8; ++nt) {
 #pragma unroll
@@ -335,7 +360,7 @@ __global__ void __launch_bounds__(kThreads)
         if (need_mask) {
           const int key = k0 + nt * 8 + 2 * t + (e & 1);
           const int row = q0 + warp * 16 + g + 8 * (e >> 1);
-          if (key >= seq || (causal && key > row)) x = -INFINITY;
+          if (key >= seq || (causal && key > row) || key < row - win) x = -INFINITY;
         }
         s[nt][e] = x;
       }
@@ -433,7 +458,7 @@ __global__ void __launch_bounds__(kThreads)
                           const T* __restrict__ k, const T* __restrict__ v,
                           const T* __restrict__ dout, const float* __restrict__ lse,
                           const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
-                          float scale_log2, bool causal) {
+                          float scale_log2, bool causal, int win) {
   constexpr int Bc = DkvTiles<D>::Bc, Br = DkvTiles<D>::Br, LD = D + kPad;
   static_assert(Bc == 16 * (kThreads / 32), "one warp per 16 keys");
   static_assert(Br <= kThreads, "lse/delta staging assumes Br <= threads");
@@ -452,7 +477,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const int n_qt = (seq + Br - 1) / Br;
   const int qt_first = causal ? k0 / Br : 0;  // earlier Q tiles cannot see these keys
-  const int per_head = n_qt - qt_first;       // >= 1 since k0 < seq
+  // Later Q tiles than the last row within the window of the last key cannot either.
+  const int qt_end = end_q_tile(k0 + Bc - 1, win, Br, n_qt);
+  const int per_head = qt_end - qt_first;     // >= 1 since k0 < seq
   const int n_it = group * per_head;
   const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
 
@@ -521,7 +548,7 @@ __global__ void __launch_bounds__(kThreads)
     // P^T = exp2(S^T * scale * log2e - lse * log2e); dS^T = P^T (dP^T - delta).
     // Element (nt, e): key k0 + 16 warp + g + 8 (e >> 1), query q0 + 8 nt + 2t + (e & 1).
     const bool need_mask =
-        q0 + Br > seq || k0 + Bc > seq || (causal && k0 + Bc - 1 > q0);
+        q0 + Br > seq || k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) || k0 < q0 + Br - 1 - win;
 #pragma unroll
     for (int nt = 0; nt < Br / 8; ++nt) {
 #pragma unroll
@@ -530,7 +557,7 @@ __global__ void __launch_bounds__(kThreads)
         float p = fast_exp2(s[nt][e] * scale_log2 - Lb[qi]);
         if (need_mask) {
           const int row = q0 + qi, key = k0 + warp * 16 + g + 8 * (e >> 1);
-          if (row >= seq || key >= seq || (causal && key > row)) p = 0.f;
+          if (row >= seq || key >= seq || (causal && key > row) || key < row - win) p = 0.f;
         }
         dp[nt][e] = p * (dp[nt][e] - Db[qi]);
         s[nt][e] = p;
@@ -579,7 +606,7 @@ __global__ void __launch_bounds__(kThreads)
     flash_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
                         const T* __restrict__ v, const T* __restrict__ dout,
                         const float* __restrict__ lse, const float* __restrict__ delta, int seq,
-                        int Hq, int Hkv, float scale, float scale_log2, bool causal) {
+                        int Hq, int Hkv, float scale, float scale_log2, bool causal, int win) {
   constexpr int Br = DqTiles<D>::Br, Bc = DqTiles<D>::Bc, LD = D + kPad;
   static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -598,13 +625,14 @@ __global__ void __launch_bounds__(kThreads)
   const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
   const int n_kv_all = (seq + Bc - 1) / Bc;
   const int n_kv = causal ? min(n_kv_all, (q0 + Br - 1) / Bc + 1) : n_kv_all;
+  const int j0 = first_kv_tile(q0, win, Bc);
   const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
 
   cp_tile<T, D, Br>(Qs, q + q_off, ldq, seq - q0);
   cp_tile<T, D, Br>(dOs, dout + q_off, ldq, seq - q0);
   cp_async_commit();
-  cp_tile<T, D, Bc>(Ks, kg, ldk, seq);
-  cp_tile<T, D, Bc>(Vs, vg, ldk, seq);
+  cp_tile<T, D, Bc>(Ks + (j0 & 1) * Bc * LD, kg + int64_t(j0) * Bc * ldk, ldk, seq - j0 * Bc);
+  cp_tile<T, D, Bc>(Vs + (j0 & 1) * Bc * LD, vg + int64_t(j0) * Bc * ldk, ldk, seq - j0 * Bc);
   cp_async_commit();
 
   // Rows g and g + 8 of this warp's 16: lse (log2 domain) and delta.
@@ -631,7 +659,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
 
-  for (int j = 0; j < n_kv; ++j) {
+  for (int j = j0; j < n_kv; ++j) {
     if (j + 1 < n_kv) {
       const int nb = (j + 1) & 1, k1 = (j + 1) * Bc;
       cp_tile<T, D, Bc>(Ks + nb * Bc * LD, kg + k1 * ldk, ldk, seq - k1);
@@ -665,7 +693,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // dS = P (dP - delta), P = exp2(S * scale * log2e - lse * log2e).
     const int k0 = j * Bc;
-    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0);
+    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) || k0 < q0 + Br - 1 - win;
 #pragma unroll
     for (int nt = 0; nt < Bc / 8; ++nt) {
 #pragma unroll
@@ -675,7 +703,7 @@ __global__ void __launch_bounds__(kThreads)
         if (need_mask) {
           const int key = k0 + nt * 8 + 2 * t + (e & 1);
           const int row = q0 + warp * 16 + g + 8 * r;
-          if (key >= seq || (causal && key > row)) p = 0.f;
+          if (key >= seq || (causal && key > row) || key < row - win) p = 0.f;
         }
         dp[nt][e] = p * (dp[nt][e] - dl[r]);
       }
@@ -771,7 +799,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kSThreads, 1)
     simple_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                       const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
-                      float scale, bool causal) {
+                      float scale, bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSR * D / kSThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kSR][LDF]
@@ -801,9 +829,9 @@ __global__ void __launch_bounds__(kSThreads, 1)
 
   const int n_kv_all = (seq + kSC - 1) / kSC;
   const int n_kv = causal ? min(n_kv_all, (q0 + kSR - 1) / kSC + 1) : n_kv_all;
-  for (int j = 0; j < n_kv; ++j) {
+  for (int j = first_kv_tile(q0, win, kSC); j < n_kv; ++j) {
     const int k0 = j * kSC;
-    __syncthreads();  // previous tile fully consumed (and Q / stats visible at j = 0)
+    __syncthreads();  // previous tile fully consumed (and Q / stats visible at the first)
     load_rows_f32<T, D>(Ks, kg + k0 * ldk, ldk, seq - k0);
     load_rows_f32<T, D>(Vs, vg + k0 * ldk, ldk, seq - k0);
     __syncthreads();
@@ -811,7 +839,7 @@ __global__ void __launch_bounds__(kSThreads, 1)
     for (int i = 0; i < kSR / 8; ++i) {
       const int r = warp + 8 * i, key = k0 + lane, row = q0 + r;
       float x = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF) * scale;
-      if (key >= seq || (causal && key > row)) x = -INFINITY;
+      if (key >= seq || (causal && key > row) || key < row - win) x = -INFINITY;
       Ss[r * LDS + lane] = x;
     }
     __syncthreads();
@@ -863,7 +891,7 @@ __global__ void __launch_bounds__(kSThreads, 1)
                            const T* __restrict__ k, const T* __restrict__ v,
                            const T* __restrict__ dout, const float* __restrict__ lse,
                            const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
-                           bool causal) {
+                           bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSC * D / kSThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* Ks = reinterpret_cast<float*>(smem_raw);  // [kSC][LDF]
@@ -889,9 +917,10 @@ __global__ void __launch_bounds__(kSThreads, 1)
 
   const int n_qt = (seq + kSR - 1) / kSR;
   const int qt_first = causal ? k0 / kSR : 0;
+  const int qt_end = end_q_tile(k0 + kSC - 1, win, kSR, n_qt);
   for (int hh = 0; hh < group; ++hh) {
     const int h = kvh * group + hh;
-    for (int qt = qt_first; qt < n_qt; ++qt) {
+    for (int qt = qt_first; qt < qt_end; ++qt) {
       const int q0 = qt * kSR;
       const int64_t q_off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
       __syncthreads();  // previous tile fully consumed
@@ -909,7 +938,7 @@ __global__ void __launch_bounds__(kSThreads, 1)
         const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
         const float sc = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF);
         const float gp = dot_rows<D>(dOs + r * LDF, Vs + lane * LDF);
-        const bool masked = row >= seq || key >= seq || (causal && key > row);
+        const bool masked = row >= seq || key >= seq || (causal && key > row) || key < row - win;
         const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
         Ps[r * LDS + lane] = p;
         dSs[r * LDS + lane] = p * (gp - Dr[r]);
@@ -945,7 +974,7 @@ __global__ void __launch_bounds__(kSThreads, 1)
     simple_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
                          const T* __restrict__ v, const T* __restrict__ dout,
                          const float* __restrict__ lse, const float* __restrict__ delta, int seq,
-                         int Hq, int Hkv, float scale, bool causal) {
+                         int Hq, int Hkv, float scale, bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSR * D / kSThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kSR][LDF]
@@ -979,7 +1008,7 @@ __global__ void __launch_bounds__(kSThreads, 1)
 
   const int n_kv_all = (seq + kSC - 1) / kSC;
   const int n_kv = causal ? min(n_kv_all, (q0 + kSR - 1) / kSC + 1) : n_kv_all;
-  for (int j = 0; j < n_kv; ++j) {
+  for (int j = first_kv_tile(q0, win, kSC); j < n_kv; ++j) {
     const int k0 = j * kSC;
     __syncthreads();
     load_rows_f32<T, D>(Ks, kg + k0 * ldk, ldk, seq - k0);
@@ -990,7 +1019,7 @@ __global__ void __launch_bounds__(kSThreads, 1)
       const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
       const float sc = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF);
       const float gp = dot_rows<D>(dOs + r * LDF, Vs + lane * LDF);
-      const bool masked = key >= seq || (causal && key > row);
+      const bool masked = key >= seq || (causal && key > row) || key < row - win;
       const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
       dSs[r * LDS + lane] = p * (gp - Dr[r]);
     }
@@ -1050,9 +1079,14 @@ void need_aligned(const char* op, const char* name, const Tensor& t) {
     fail(op, std::string(name) + " " + t.shape_str() + " is not 16-byte aligned");
 }
 
-std::string context(const Tensor& q, const Tensor& k, bool causal) {
+std::string context(const Tensor& q, const Tensor& k, bool causal, int64_t window) {
   return "q " + q.shape_str() + " k " + k.shape_str() + " " + dtype_name(q.dtype) +
-         (causal ? " causal" : " full");
+         (causal ? " causal" : " full") + (window > 0 ? " window " + std::to_string(window) : "");
+}
+
+// The kernels' `win` (kNoWindow: none; the router allows a window only with causal).
+int kernel_window(bool causal, int64_t window) {
+  return causal && window > 0 ? int(std::min<int64_t>(window, kNoWindow)) : kNoWindow;
 }
 
 // TRAINER_ATTENTION_SIMPLE=1 routes BF16/F16 through the fp32 simple kernels.
@@ -1103,32 +1137,32 @@ float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }
 
 template <typename T, int D>
 void forward_simple(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
-                    bool causal, const std::string& ctx) {
+                    bool causal, int win, const std::string& ctx) {
   constexpr size_t smem = simple_fwd_smem<D>();
   static const bool ready = allow_smem(simple_fwd_kernel<T, D>, smem, "simple_fwd_kernel");
   (void)ready;
   const dim3 grid(unsigned((d.T + kSR - 1) / kSR), unsigned(d.Hq), unsigned(d.B));
   simple_fwd_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
-      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D), causal);
+      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D), causal, win);
   KERNEL_CHECK("simple_fwd_kernel", ctx);
 }
 
 template <typename T, int D>
 void forward_mma(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
-                 bool causal, const std::string& ctx) {
+                 bool causal, int win, const std::string& ctx) {
   constexpr size_t smem = fwd_smem_bytes<T, D>();
   static const bool ready = allow_smem(flash_fwd_kernel<T, D>, smem, "flash_fwd_kernel");
   (void)ready;
   constexpr int Br = FwdTiles<D>::Br;
   const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
   flash_fwd_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
-      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D) * kLog2e, causal);
+      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D) * kLog2e, causal, win);
   KERNEL_CHECK("flash_fwd_kernel", ctx);
 }
 
 template <typename T, int D>
 void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                     const T* v, const float* lse, const float* delta, bool causal,
+                     const T* v, const float* lse, const float* delta, bool causal, int win,
                      const std::string& ctx) {
   const float scale = softmax_scale(D);
   {
@@ -1138,7 +1172,7 @@ void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T*
     (void)ready;
     const dim3 grid(unsigned((d.T + kSC - 1) / kSC), unsigned(d.Hkv), unsigned(d.B));
     simple_bwd_dkdv_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
-        dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal);
+        dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
     KERNEL_CHECK("simple_bwd_dkdv_kernel", ctx);
   }
   {
@@ -1147,14 +1181,14 @@ void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T*
     (void)ready;
     const dim3 grid(unsigned((d.T + kSR - 1) / kSR), unsigned(d.Hq), unsigned(d.B));
     simple_bwd_dq_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
-        dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal);
+        dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
     KERNEL_CHECK("simple_bwd_dq_kernel", ctx);
   }
 }
 
 template <typename T, int D>
 void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                  const T* v, const float* lse, const float* delta, bool causal,
+                  const T* v, const float* lse, const float* delta, bool causal, int win,
                   const std::string& ctx) {
   const float scale = softmax_scale(D);
   {
@@ -1166,7 +1200,7 @@ void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q,
     const dim3 grid(unsigned((d.T + Bc - 1) / Bc), unsigned(d.Hkv), unsigned(d.B));
     flash_bwd_dkdv_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
         dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale,
-        scale * kLog2e, causal);
+        scale * kLog2e, causal, win);
     KERNEL_CHECK("flash_bwd_dkdv_kernel", ctx);
   }
   {
@@ -1177,14 +1211,14 @@ void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q,
     const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
     flash_bwd_dq_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
         dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e,
-        causal);
+        causal, win);
     KERNEL_CHECK("flash_bwd_dq_kernel", ctx);
   }
 }
 
 template <typename T>
 void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal,
-                   const std::string& ctx) {
+                   int win, const std::string& ctx) {
   T* o = static_cast<T*>(out.data);
   float* l = static_cast<float*>(lse.data);
   const T* qp = static_cast<const T*>(q.data);
@@ -1193,8 +1227,8 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
   bool simple = true;
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
-    if (d.D == 64) forward_simple<T, 64>(d, o, l, qp, kp, vp, causal, ctx);
-    else forward_simple<T, 128>(d, o, l, qp, kp, vp, causal, ctx);
+    if (d.D == 64) forward_simple<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
+    else forward_simple<T, 128>(d, o, l, qp, kp, vp, causal, win, ctx);
     return;
   }
   if constexpr (!std::is_same_v<T, float>) {
@@ -1203,14 +1237,14 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
     need_aligned(op, "q", q);
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
-    if (d.D == 64) forward_mma<T, 64>(d, o, l, qp, kp, vp, causal, ctx);
-    else forward_mma<T, 128>(d, o, l, qp, kp, vp, causal, ctx);
+    if (d.D == 64) forward_mma<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
+    else forward_mma<T, 128>(d, o, l, qp, kp, vp, causal, win, ctx);
   }
 }
 
 template <typename T>
 void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                    Tensor v, Tensor out, Tensor lse, bool causal, const std::string& ctx) {
+                    Tensor v, Tensor out, Tensor lse, bool causal, int win, const std::string& ctx) {
   T* dqp = static_cast<T*>(dq.data);
   T* dkp = static_cast<T*>(dk.data);
   T* dvp = static_cast<T*>(dv.data);
@@ -1232,8 +1266,8 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
   bool simple = true;
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
-    if (d.D == 64) backward_simple<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
-    else backward_simple<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
+    if (d.D == 64) backward_simple<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    else backward_simple<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
     return;
   }
   if constexpr (!std::is_same_v<T, float>) {
@@ -1245,24 +1279,25 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
     need_aligned(op, "q", q);
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
-    if (d.D == 64) backward_mma<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
-    else backward_mma<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, ctx);
+    if (d.D == 64) backward_mma<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    else backward_mma<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
   }
 }
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal) {
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
   const char* op = "attention_forward";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
-  const std::string ctx = context(q, k, causal);
-  DISPATCH_FLOAT(q.dtype, T, op, forward_typed<T>(d, out, lse, q, k, v, causal, ctx));
+  const std::string ctx = context(q, k, causal, window);
+  const int win = kernel_window(causal, window);
+  DISPATCH_FLOAT(q.dtype, T, op, forward_typed<T>(d, out, lse, q, k, v, causal, win, ctx));
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                        Tensor out, Tensor lse, bool causal) {
+                        Tensor out, Tensor lse, bool causal, int64_t window) {
   const char* op = "attention_backward";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, q);
@@ -1271,9 +1306,10 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   same_dtype(op, "dk", dk, q);
   same_dtype(op, "dv", dv, q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
-  const std::string ctx = context(q, k, causal);
+  const std::string ctx = context(q, k, causal, window);
+  const int win = kernel_window(causal, window);
   DISPATCH_FLOAT(q.dtype, T, op,
-                 backward_typed<T>(d, dq, dk, dv, dout, q, k, v, out, lse, causal, ctx));
+                 backward_typed<T>(d, dq, dk, dv, dout, q, k, v, out, lse, causal, win, ctx));
 }
 
 }  // namespace trainer::cuda

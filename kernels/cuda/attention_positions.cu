@@ -2,8 +2,8 @@
 // CUDA backend; semantics in kernels/op_list.h (attention_forward_pos,
 // attention_merge, attention_backward_pos): the pieces of ring attention.
 // q [B,Tq,Hq,D], k,v [B,Tk,Hkv,D], query head h reads kv head h / (Hq/Hkv),
-// key j visible to query i iff k_pos[j] <= q_pos[i], scale 1/sqrt(D),
-// lse [B,Hq,Tq] F32.
+// key j visible to query i iff k_pos[j] <= q_pos[i] (and, with a window
+// W > 0, q_pos[i] - k_pos[j] <= W), scale 1/sqrt(D), lse [B,Hq,Tq] F32.
 //
 // Kernels: fp32 arithmetic in shared memory, as attention.cu's simple path
 // (correct, not fast: no tensor cores), with the causal mask replaced by the
@@ -20,11 +20,13 @@
 //             bits run to run.
 // A (Q tile, K tile) pair is skipped whole, before K/V (or Q/dO) are loaded,
 // when the smallest key position of the K tile exceeds the largest query
-// position of the Q tile: no query of the tile sees any of those keys. In a
-// zigzag ring that is most of the work of the steps whose block lies after a
-// rank's first chunk. Inside a tile, a score is masked when its key is past
-// Tk, its row past Tq, or k_pos > q_pos; backward also masks rows whose final
-// lse is -inf (they saw no key in any block, and add nothing).
+// position of the Q tile, or (window) the largest key position lies more than
+// W before the smallest query position: no query of the tile sees any of
+// those keys. In a zigzag ring that is most of the work of the steps whose
+// block lies after a rank's first chunk; with a window, of the pairs far
+// apart. Inside a tile, a score is masked when its key is past Tk, its row
+// past Tq, k_pos > q_pos or q_pos - k_pos > W; backward also masks rows whose
+// final lse is -inf (they saw no key in any block, and add nothing).
 //
 // A row that sees no key: out = 0, lse = -inf (the sum stays 0).
 //
@@ -118,6 +120,20 @@ __device__ __forceinline__ float pdot(const float* a, const float* b) {
   return acc;
 }
 
+// Key position kp lies before the window of query position qp (window 0: none).
+__device__ __forceinline__ bool outside_window(int qp, int kp, int window) {
+  return window > 0 && int64_t(qp) - kp > window;
+}
+
+// The smallest query position / largest key position of a tile's valid
+// entries (what a window compares); lane i holds entry i of the 32.
+__device__ __forceinline__ int tile_min_pos(const int* s, int first, int n) {
+  return pwarp_min_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MAX);
+}
+__device__ __forceinline__ int tile_max_pos(const int* s, int first, int n) {
+  return pwarp_max_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MIN);
+}
+
 // Positions of tile rows/keys into smem; padding gets a sentinel that never
 // raises the tile's largest query position (INT_MIN) nor lowers its smallest
 // key position (INT_MAX). The masks test validity by index, not by sentinel.
@@ -136,7 +152,7 @@ __global__ void __launch_bounds__(kPThreads, 1)
     pos_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                    const T* __restrict__ k, const T* __restrict__ v,
                    const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
-                   int Tk, int Hq, int Hkv, float scale) {
+                   int Tk, int Hq, int Hkv, float scale, int window) {
   constexpr int LDF = D + 1, LDS = kPC + 1, PER = kPR * D / kPThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kPR][LDF]
@@ -167,6 +183,7 @@ __global__ void __launch_bounds__(kPThreads, 1)
   for (int i = 0; i < PER; ++i) o[i] = 0.f;
   __syncthreads();
   const int qmax = pwarp_max_int(Qp[lane]);  // every warp: the same value
+  const int qmin = tile_min_pos(Qp, q0, Tq);
 
   const int n_kt = (Tk + kPC - 1) / kPC;
   for (int j = 0; j < n_kt; ++j) {
@@ -174,7 +191,8 @@ __global__ void __launch_bounds__(kPThreads, 1)
     __syncthreads();  // the previous tile (Ks, Vs, Ss, Kp) fully consumed
     load_positions(Kp, k_pos, k0, Tk, INT_MAX);
     __syncthreads();
-    if (pwarp_min_int(Kp[lane]) > qmax) continue;  // block-uniform: no query sees these keys
+    // Block-uniform: no query sees these keys (all later, or all too old).
+    if (pwarp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window)) continue;
     load_tile_f32<T, D>(Ks, kg + k0 * ldk, ldk, Tk - k0);
     load_tile_f32<T, D>(Vs, vg + k0 * ldk, ldk, Tk - k0);
     __syncthreads();
@@ -182,7 +200,8 @@ __global__ void __launch_bounds__(kPThreads, 1)
     for (int i = 0; i < kPR / 8; ++i) {
       const int r = warp + 8 * i;
       float x = pdot<D>(Qs + r * LDF, Ks + lane * LDF) * scale;
-      if (q0 + r >= Tq || k0 + lane >= Tk || Kp[lane] > Qp[r]) x = -INFINITY;
+      if (q0 + r >= Tq || k0 + lane >= Tk || Kp[lane] > Qp[r] || outside_window(Qp[r], Kp[lane], window))
+        x = -INFINITY;
       Ss[r * LDS + lane] = x;
     }
     __syncthreads();
@@ -299,7 +318,7 @@ __global__ void __launch_bounds__(kPThreads, 1)
                         const T* __restrict__ dout, const float* __restrict__ lse,
                         const float* __restrict__ delta, const int32_t* __restrict__ q_pos,
                         const int32_t* __restrict__ k_pos, int Tq, int Tk, int Hq, int Hkv,
-                        float scale) {
+                        float scale, int window) {
   constexpr int LDF = D + 1, LDS = kPC + 1, PER = kPC * D / kPThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* Ks = reinterpret_cast<float*>(smem_raw);  // [kPC][LDF]
@@ -321,7 +340,7 @@ __global__ void __launch_bounds__(kPThreads, 1)
   load_tile_f32<T, D>(Vs, v + kv_off, ldk, Tk - k0);
   load_positions(Kp, k_pos, k0, Tk, INT_MAX);
   __syncthreads();
-  const int kmin = pwarp_min_int(Kp[lane]);
+  const int kmin = pwarp_min_int(Kp[lane]), kmax = tile_max_pos(Kp, k0, Tk);
 
   float dka[PER], dva[PER];
 #pragma unroll
@@ -341,7 +360,8 @@ __global__ void __launch_bounds__(kPThreads, 1)
         Dr[tid] = row < Tq ? delta[idx] : 0.f;
       }
       __syncthreads();
-      if (kmin > pwarp_max_int(Qp[lane])) continue;  // block-uniform: nobody here sees these keys
+      // Block-uniform: nobody here sees these keys (all later, or all too old).
+      if (kmin > pwarp_max_int(Qp[lane]) || outside_window(tile_min_pos(Qp, q0, Tq), kmax, window)) continue;
       const int64_t q_off = (int64_t(b) * Tq + q0) * ldq + int64_t(h) * D;
       load_tile_f32<T, D>(Qs, q + q_off, ldq, Tq - q0);
       load_tile_f32<T, D>(dOs, dout + q_off, ldq, Tq - q0);
@@ -351,8 +371,8 @@ __global__ void __launch_bounds__(kPThreads, 1)
         const int r = warp + 8 * i, c = lane;
         const float sc = pdot<D>(Qs + r * LDF, Ks + c * LDF);
         const float gp = pdot<D>(dOs + r * LDF, Vs + c * LDF);
-        const bool masked =
-            q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] || Lr[r] == -INFINITY;
+        const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] ||
+                            outside_window(Qp[r], Kp[c], window) || Lr[r] == -INFINITY;
         const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
         Ps[r * LDS + c] = p;
         dSs[r * LDS + c] = masked ? 0.f : p * (gp - Dr[r]);
@@ -391,7 +411,7 @@ __global__ void __launch_bounds__(kPThreads, 1)
                       const T* __restrict__ v, const T* __restrict__ dout,
                       const float* __restrict__ lse, const float* __restrict__ delta,
                       const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
-                      int Tk, int Hq, int Hkv, float scale) {
+                      int Tk, int Hq, int Hkv, float scale, int window) {
   constexpr int LDF = D + 1, LDS = kPC + 1, PER = kPR * D / kPThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [kPR][LDF]
@@ -426,6 +446,7 @@ __global__ void __launch_bounds__(kPThreads, 1)
   for (int i = 0; i < PER; ++i) dqa[i] = 0.f;
   __syncthreads();
   const int qmax = pwarp_max_int(Qp[lane]);
+  const int qmin = tile_min_pos(Qp, q0, Tq);
 
   const int n_kt = (Tk + kPC - 1) / kPC;
   for (int j = 0; j < n_kt; ++j) {
@@ -433,7 +454,8 @@ __global__ void __launch_bounds__(kPThreads, 1)
     __syncthreads();  // the previous tile (Ks, Vs, dSs, Kp) fully consumed
     load_positions(Kp, k_pos, k0, Tk, INT_MAX);
     __syncthreads();
-    if (pwarp_min_int(Kp[lane]) > qmax) continue;  // block-uniform
+    if (pwarp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window))
+      continue;  // block-uniform
     load_tile_f32<T, D>(Ks, kg + k0 * ldk, ldk, Tk - k0);
     load_tile_f32<T, D>(Vs, vg + k0 * ldk, ldk, Tk - k0);
     __syncthreads();
@@ -442,7 +464,8 @@ __global__ void __launch_bounds__(kPThreads, 1)
       const int r = warp + 8 * i, c = lane;
       const float sc = pdot<D>(Qs + r * LDF, Ks + c * LDF);
       const float gp = pdot<D>(dOs + r * LDF, Vs + c * LDF);
-      const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] || Lr[r] == -INFINITY;
+      const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] ||
+                          outside_window(Qp[r], Kp[c], window) || Lr[r] == -INFINITY;
       const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
       dSs[r * LDS + c] = masked ? 0.f : p * (gp - Dr[r]);
     }
@@ -500,10 +523,14 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   return d;
 }
 
-std::string context(const Tensor& q, const Tensor& k) {
+std::string context(const Tensor& q, const Tensor& k, int64_t window) {
   return "q " + q.shape_str() + " k " + k.shape_str() + " " + dtype_name(q.dtype) +
-         " at positions";
+         " at positions" + (window > 0 ? " window " + std::to_string(window) : "");
 }
+
+// The kernels' window: 0 none; positions are int32, so any window past
+// INT_MAX is as good as none.
+int kernel_window(int64_t window) { return window > 0 && window < INT_MAX ? int(window) : 0; }
 
 template <typename Kernel>
 bool allow_smem(Kernel kernel, size_t bytes, const char* name) {
@@ -540,7 +567,7 @@ float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }
 
 template <typename T, int D>
 void forward_launch(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                    Tensor q_pos, Tensor k_pos, const std::string& ctx) {
+                    Tensor q_pos, Tensor k_pos, int window, const std::string& ctx) {
   constexpr size_t smem = pos_fwd_smem<D>();
   static const bool ready = allow_smem(pos_fwd_kernel<T, D>, smem, "pos_fwd_kernel");
   (void)ready;
@@ -549,14 +576,14 @@ void forward_launch(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, T
       static_cast<T*>(out.data), static_cast<float*>(lse.data), static_cast<const T*>(q.data),
       static_cast<const T*>(k.data), static_cast<const T*>(v.data),
       static_cast<const int32_t*>(q_pos.data), static_cast<const int32_t*>(k_pos.data), int(d.Tq),
-      int(d.Tk), int(d.Hq), int(d.Hkv), softmax_scale(D));
+      int(d.Tk), int(d.Hq), int(d.Hkv), softmax_scale(D), window);
   KERNEL_CHECK("pos_fwd_kernel", ctx);
 }
 
 template <typename T, int D>
 void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                      Tensor k, Tensor v, Tensor lse, const float* delta, Tensor q_pos,
-                     Tensor k_pos, const std::string& ctx) {
+                     Tensor k_pos, int window, const std::string& ctx) {
   const float scale = softmax_scale(D);
   const auto* qp = static_cast<const int32_t*>(q_pos.data);
   const auto* kp = static_cast<const int32_t*>(k_pos.data);
@@ -569,7 +596,7 @@ void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout
         static_cast<T*>(dk.data), static_cast<T*>(dv.data), static_cast<const T*>(q.data),
         static_cast<const T*>(k.data), static_cast<const T*>(v.data),
         static_cast<const T*>(dout.data), static_cast<const float*>(lse.data), delta, qp, kp,
-        int(d.Tq), int(d.Tk), int(d.Hq), int(d.Hkv), scale);
+        int(d.Tq), int(d.Tk), int(d.Hq), int(d.Hkv), scale, window);
     KERNEL_CHECK("pos_bwd_dkdv_kernel", ctx);
   }
   {
@@ -581,7 +608,7 @@ void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout
         static_cast<T*>(dq.data), static_cast<const T*>(q.data), static_cast<const T*>(k.data),
         static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
         static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
-        int(d.Hkv), scale);
+        int(d.Hkv), scale, window);
     KERNEL_CHECK("pos_bwd_dq_kernel", ctx);
   }
 }
@@ -589,18 +616,19 @@ void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout
 }  // namespace
 
 void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos,
-                           Tensor k_pos) {
+                           Tensor k_pos, int64_t window) {
   const char* op = "attention_forward_pos";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, "q", q);
   if (d.B == 0 || d.Tq == 0 || d.Hq == 0) return;
   // Tk = 0 runs too: no tile, every row out = 0, lse = -inf.
-  const std::string ctx = context(q, k);
+  const std::string ctx = context(q, k, window);
+  const int win = kernel_window(window);
   DISPATCH_FLOAT(q.dtype, T, op, {
     if (d.D == 64)
-      forward_launch<T, 64>(d, out, lse, q, k, v, q_pos, k_pos, ctx);
+      forward_launch<T, 64>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
     else
-      forward_launch<T, 128>(d, out, lse, q, k, v, q_pos, k_pos, ctx);
+      forward_launch<T, 128>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
   });
 }
 
@@ -623,7 +651,8 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
 }
 
 void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                            Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos) {
+                            Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos,
+                            int64_t window) {
   const char* op = "attention_backward_pos";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, "q", q);
@@ -632,7 +661,8 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
   same_dtype(op, "dk", dk, "k", k);
   same_dtype(op, "dv", dv, "v", v);
   if (d.B == 0 || d.Tq == 0 || d.Tk == 0 || d.Hq == 0) return;
-  const std::string ctx = context(q, k);
+  const std::string ctx = context(q, k, window);
+  const int win = kernel_window(window);
   const int64_t rows = d.B * d.Tq * d.Hq;
   float* delta = pos_delta_scratch(size_t(rows));
   DISPATCH_FLOAT(q.dtype, T, op, {
@@ -642,9 +672,9 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
                                       int(d.D));
     KERNEL_CHECK("pos_delta_kernel", ctx);
     if (d.D == 64)
-      backward_launch<T, 64>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, ctx);
+      backward_launch<T, 64>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
     else
-      backward_launch<T, 128>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, ctx);
+      backward_launch<T, 128>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
   });
 }
 

@@ -780,26 +780,29 @@ namespace {
 // dS = P (dP - D) from two such sums: a few times the elementwise tolerance.
 constexpr double kAttnBwdTolF32 = 3 * kTolF32;
 
+// window > 0 (causal only): sliding-window attention, against the CPU twin
+// with the same window.
 void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
-                    bool causal) {
+                    bool causal, int64_t window = 0) {
   const std::string tag =
       fmt("%s %s B=%lld T=%lld Hq=%lld Hkv=%lld D=%lld", dn(dt), causal ? "causal" : "full",
-          (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)D);
+          (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)D) +
+      (window > 0 ? fmt(" window=%lld", (long long)window) : std::string());
   run_case("attention " + tag, [&] {
     const Shape qs{B, T, Hq, D}, ks{B, T, Hkv, D}, ls{B, Hq, T};
     const size_t nq = size_t(numel_of(qs)), nk = size_t(numel_of(ks)), nl = size_t(numel_of(ls));
-    const uint64_t s = seed(uint64_t(T * 1000 + Hq * 100 + Hkv * 10 + D + (causal ? 1 : 0)));
+    const uint64_t s = seed(uint64_t(T * 1000 + Hq * 100 + Hkv * 10 + D + (causal ? 1 : 0) + window * 7919));
     const std::vector<float> q = randn(nq, s, 1.f, dt), k = randn(nk, s + 1, 1.f, dt),
                              v = randn(nk, s + 2, 1.f, dt), dout = randn(nq, s + 3, 1.f, dt);
     DeviceTensor d_q = upload(q, qs, dt), d_k = upload(k, ks, dt), d_v = upload(v, ks, dt),
                  d_dout = upload(dout, qs, dt), out(qs, dt), lse(ls, F32);
     poison(out);
     poison(lse);
-    ops::attention_forward(out, lse, d_q, d_k, d_v, causal);
+    ops::attention_forward(out, lse, d_q, d_k, d_v, causal, window);
     sync("attention_forward " + tag);
     std::vector<float> r_out(nq), r_lse(nl);
     cpu::attention_forward(host(r_out, qs), host(r_lse, ls), host(q, qs), host(k, ks), host(v, ks),
-                           causal);
+                           causal, window);
     compare("attention_forward out " + tag, download(out), r_out, tol(dt));
     compare("attention_forward lse " + tag, download(lse), r_lse, kTolF32);
 
@@ -810,7 +813,7 @@ void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int
       poison(dq);
       poison(dk);
       poison(dv);
-      ops::attention_backward(dq, dk, dv, d_dout, d_q, d_k, d_v, out, lse, causal);
+      ops::attention_backward(dq, dk, dv, d_dout, d_q, d_k, d_v, out, lse, causal, window);
       sync("attention_backward " + tag);
     };
     run_backward();
@@ -819,7 +822,7 @@ void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int
     std::vector<float> r_dq(nq), r_dk(nk), r_dv(nk);
     cpu::attention_backward(host(r_dq, qs), host(r_dk, ks), host(r_dv, ks), host(dout, qs),
                             host(q, qs), host(k, ks), host(v, ks), host(g_out, qs), host(g_lse, ls),
-                            causal);
+                            causal, window);
     const double bt = dt == F32 ? kAttnBwdTolF32 : tol(dt);
     // dq and dk are sums of P (dP - D), which cancel to zero where a query
     // sees a single key (T = 1, the first causal row); there the rounding
@@ -866,6 +869,28 @@ TEST_CASE("gpu attention BF16: causal/full, GQA 1/2/4, D 64/128, T 1..1000, dete
   attention_sweep(BF16);
 }
 
+// Sliding windows shorter than a tile (64 keys on the MMA path, 32 on the
+// fp32 one), one past the fp32 tile, at the MMA tile and one past it, and
+// across several tiles: tiles before every row's band are skipped, the
+// band's edge is masked. Kept small: the families have time caps.
+void window_sweep(DType dt) {
+  for (int64_t window : {int64_t(1), int64_t(33), int64_t(64), int64_t(65), int64_t(200)}) {
+    if (window < 99) attention_case(dt, 2, 100, 4, 2, 64, true, window);
+    attention_case(dt, 1, 1000, 8, 2, 128, true, window);
+  }
+  attention_case(dt, 2, 257, 4, 4, 128, true, 65);
+}
+
+TEST_CASE("gpu attention F32 with a sliding window: windows 1..200, T 100..1000, GQA, D 64/128",
+          "[gpu][attention][f32][window]") {
+  window_sweep(F32);
+}
+
+TEST_CASE("gpu attention BF16 with a sliding window: windows 1..200, T 100..1000, GQA, D 64/128",
+          "[gpu][attention][bf16][window]") {
+  window_sweep(BF16);
+}
+
 TEST_CASE("gpu attention F16: a subset of the sweep", "[gpu][attention][f16]") {
   for (int64_t T : {int64_t(17), int64_t(257), int64_t(1000)})
     for (bool causal : {true, false}) {
@@ -883,6 +908,7 @@ TEST_CASE("gpu attention, small subset for compute-sanitizer", "[.][gpu][sanitiz
       attention_case(BF16, 1, T, 4, 2, 64, causal);
       attention_case(BF16, 1, T, 2, 2, 128, causal);
     }
+  attention_case(BF16, 1, 100, 4, 2, 64, true, 40);
 }
 
 // ---- activations --------------------------------------------------------------------

@@ -105,6 +105,7 @@ std::vector<float> plus(const std::vector<float>& a, const std::vector<float>& b
 
 struct RingShape {
   int64_t cp, B, Hq, Hkv, D, chunk;
+  int64_t window = 0;  // sliding window (0: none), on every op and the whole-sequence reference
 };
 
 // The whole ring on the GPU and on the CPU, op by op, then the GPU ring
@@ -113,12 +114,13 @@ void ring_case(DType dt, const RingShape& sh) {
   const std::string tag =
       fmt("%s cp=%lld B=%lld Hq=%lld Hkv=%lld D=%lld chunk=%lld", dn(dt), (long long)sh.cp,
           (long long)sh.B, (long long)sh.Hq, (long long)sh.Hkv, (long long)sh.D,
-          (long long)sh.chunk);
+          (long long)sh.chunk) +
+      (sh.window > 0 ? fmt(" window=%lld", (long long)sh.window) : std::string());
   run_case("ring " + tag, [&] {
     const int64_t cp = sh.cp, B = sh.B, Hq = sh.Hq, Hkv = sh.Hkv, D = sh.D;
     const int64_t T = 2 * cp * sh.chunk, Tl = 2 * sh.chunk, WQ = Hq * D, WK = Hkv * D;
     const Shape qs{B, Tl, Hq, D}, ks{B, Tl, Hkv, D}, ls{B, Hq, Tl}, ps{Tl};
-    const uint64_t s = seed(4000 + uint64_t(cp * 100 + sh.chunk + D + Hq));
+    const uint64_t s = seed(4000 + uint64_t(cp * 100 + sh.chunk + D + Hq + sh.window * 7));
     const std::vector<float> q = randn(size_t(B * T * WQ), s, 1.f, dt),
                              k = randn(size_t(B * T * WK), s + 1, 1.f, dt),
                              v = randn(size_t(B * T * WK), s + 2, 1.f, dt),
@@ -160,11 +162,11 @@ void ring_case(DType dt, const RingShape& sh) {
         poison(part_out);
         poison(part_lse);
         ops::attention_forward_pos(part_out, part_lse, rk.d_q, src.d_k, src.d_v, rk.d_pos,
-                                   src.d_pos);
+                                   src.d_pos, sh.window);
         sync("attention_forward_pos " + tag + step);
         cpu::attention_forward_pos(host(c_part, qs), host(c_plse, ls), host(rk.q, qs),
                                    host(src.k, ks), host(src.v, ks), host_i32(rk.pos, ps),
-                                   host_i32(src.pos, ps));
+                                   host_i32(src.pos, ps), sh.window);
         compare("attention_forward_pos out " + tag + step, download(part_out), c_part,
                 ring_tol(dt));
         compare_lse("attention_forward_pos lse " + tag + step, download(part_lse), c_plse);
@@ -183,7 +185,7 @@ void ring_case(DType dt, const RingShape& sh) {
     std::vector<float> ref_out(q.size()), ref_lse(size_t(B * Hq * T));
     cpu::attention_forward(host(ref_out, {B, T, Hq, D}), host(ref_lse, {B, Hq, T}),
                            host(q, {B, T, Hq, D}), host(k, {B, T, Hkv, D}), host(v, {B, T, Hkv, D}),
-                           true);
+                           true, sh.window);
     for (int64_t r = 0; r < cp; ++r) {
       Rank& rk = ranks[size_t(r)];
       const std::string who = fmt(" rank %lld", (long long)r);
@@ -224,21 +226,21 @@ void ring_case(DType dt, const RingShape& sh) {
         Rank& src = ranks[size_t(o)];
         ops::attention_backward_pos(g_dq[size_t(r)], g_dk[size_t(o)], g_dv[size_t(o)], rk.d_dout,
                                     rk.d_q, src.d_k, src.d_v, d_out_final[size_t(r)],
-                                    d_lse_final[size_t(r)], rk.d_pos, src.d_pos);
+                                    d_lse_final[size_t(r)], rk.d_pos, src.d_pos, sh.window);
         sync("attention_backward_pos " + tag +
              fmt(" step %lld rank %lld", (long long)st, (long long)r));
         cpu::attention_backward_pos(host(c_dq[size_t(r)], qs), host(c_dk[size_t(o)], ks),
                                     host(c_dv[size_t(o)], ks), host(rk.dout, qs), host(rk.q, qs),
                                     host(src.k, ks), host(src.v, ks), host(rk.c_out, qs),
                                     host(rk.c_lse, ls), host_i32(rk.pos, ps),
-                                    host_i32(src.pos, ps));
+                                    host_i32(src.pos, ps), sh.window);
       }
     std::vector<float> ref_dq(q.size()), ref_dk(k.size()), ref_dv(v.size());
     cpu::attention_backward(host(ref_dq, {B, T, Hq, D}), host(ref_dk, {B, T, Hkv, D}),
                             host(ref_dv, {B, T, Hkv, D}), host(dout, {B, T, Hq, D}),
                             host(q, {B, T, Hq, D}), host(k, {B, T, Hkv, D}),
                             host(v, {B, T, Hkv, D}), host(ref_out, {B, T, Hq, D}),
-                            host(ref_lse, {B, Hq, T}), true);
+                            host(ref_lse, {B, Hq, T}), true, sh.window);
     for (int64_t r = 0; r < cp; ++r) {
       Rank& rk = ranks[size_t(r)];
       const std::string who = fmt(" rank %lld", (long long)r);
@@ -264,6 +266,18 @@ TEST_CASE("gpu ring attention F32: zigzag cp 2/3/4, GQA, tile-unaligned chunks, 
   ring_case(F32, {2, 2, 4, 2, 64, 37});
   ring_case(F32, {3, 1, 2, 2, 128, 20});
   ring_case(F32, {4, 1, 8, 2, 64, 50});
+}
+
+TEST_CASE("gpu ring attention with a sliding window: F32 and BF16, windows inside a chunk and across chunks",
+          "[gpu][cp][window]") {
+  // Chunks of 37 and 50: a window of 5 skips whole 32 x 32 tiles by distance
+  // (and leaves far chunk pairs with no visible key at all), 40 and 90
+  // reach into the neighbouring chunks.
+  for (DType dt : {F32, BF16}) {
+    ring_case(dt, {2, 2, 4, 2, 64, 37, 5});
+    ring_case(dt, {4, 1, 8, 2, 128, 50, 40});
+    ring_case(dt, {2, 1, 4, 2, 64, 37, 90});
+  }
 }
 
 TEST_CASE("gpu ring attention BF16: zigzag cp 2/3, GQA, tile-unaligned chunks, masked rows",
@@ -298,11 +312,11 @@ TEST_CASE("gpu attention_forward_pos / attention_backward_pos at scattered and i
                    d_kpos = upload_i32(kpos, {Tk}), out(qs, dt), lse(ls, F32);
       poison(out);
       poison(lse);
-      ops::attention_forward_pos(out, lse, d_q, d_k, d_v, d_qpos, d_kpos);
+      ops::attention_forward_pos(out, lse, d_q, d_k, d_v, d_qpos, d_kpos, 0);
       sync("attention_forward_pos " + tag);
       std::vector<float> c_out(q.size()), c_lse(size_t(numel_of(ls)));
       cpu::attention_forward_pos(host(c_out, qs), host(c_lse, ls), host(q, qs), host(k, ks),
-                                 host(v, ks), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}));
+                                 host(v, ks), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}), 0);
       const std::vector<float> g_out = download(out);
       compare("attention_forward_pos out " + tag, g_out, c_out, ring_tol(dt));
       compare_lse("attention_forward_pos lse " + tag, download(lse), c_lse);
@@ -324,12 +338,12 @@ TEST_CASE("gpu attention_forward_pos / attention_backward_pos at scattered and i
                                dv0 = randn(v.size(), s + 8, 0.1f, dt);
       DeviceTensor d_out = upload(r_out, qs, dt), d_lse = upload(c_lse, ls, F32),
                    dq = upload(dq0, qs, dt), dk = upload(dk0, ks, dt), dv = upload(dv0, ks, dt);
-      ops::attention_backward_pos(dq, dk, dv, d_dout, d_q, d_k, d_v, d_out, d_lse, d_qpos, d_kpos);
+      ops::attention_backward_pos(dq, dk, dv, d_dout, d_q, d_k, d_v, d_out, d_lse, d_qpos, d_kpos, 0);
       sync("attention_backward_pos " + tag);
       std::vector<float> c_dq = dq0, c_dk = dk0, c_dv = dv0;
       cpu::attention_backward_pos(host(c_dq, qs), host(c_dk, ks), host(c_dv, ks), host(dout, qs),
                                   host(q, qs), host(k, ks), host(v, ks), host(r_out, qs),
-                                  host(c_lse, ls), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}));
+                                  host(c_lse, ls), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}), 0);
       compare("attention_backward_pos dq (+=) " + tag, download(dq), c_dq, ring_tol(dt));
       compare("attention_backward_pos dk (+=) " + tag, download(dk), c_dk, ring_tol(dt));
       compare("attention_backward_pos dv (+=) " + tag, download(dv), c_dv, ring_tol(dt));
@@ -351,8 +365,8 @@ TEST_CASE("gpu attention_forward_pos / attention_backward_pos at scattered and i
                    lse_p(ls, F32);
       poison(out_p);
       poison(lse_p);
-      ops::attention_forward(out, lse, d_q, d_k, d_v, true);
-      ops::attention_forward_pos(out_p, lse_p, d_q, d_k, d_v, d_pos, d_pos);
+      ops::attention_forward(out, lse, d_q, d_k, d_v, true, 0);
+      ops::attention_forward_pos(out_p, lse_p, d_q, d_k, d_v, d_pos, d_pos, 0);
       sync("attention_forward / attention_forward_pos " + itag);
       compare("attention_forward_pos out vs attention_forward causal " + itag, download(out_p),
               download(out), ring_tol(dt));

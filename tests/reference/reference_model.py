@@ -169,6 +169,7 @@ class ModelSpec:
     rope_scaling: dict = None
     # Attention biases of a llama: "none", "qkv" or "qkvo" (gpt2: all).
     attn_bias: str = "none"
+    sliding_window: int = 0  # 0: none; W: a query sees keys t - W .. t
 
     def has_bias(self, proj):
         """Whether attention projection proj ("wq", "wk", "wv", "wo") has a bias."""
@@ -232,6 +233,7 @@ def model_spec_from_config(cfg):
         normalize_topk=_as_bool(moe("normalize_topk", True)),
         rope_scaling=rope_scaling,
         attn_bias=str(m("attn_bias", "none")),
+        sliding_window=int(m("sliding_window", 0)),
     )
     if d_model % n_heads or n_heads % n_kv:
         raise ValueError(f"d_model {d_model}, n_heads {n_heads}, n_kv_heads {n_kv} are inconsistent")
@@ -383,8 +385,9 @@ def rope(x, theta, scaling=None):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def causal_attention(q, k, v):
-    """q [B,T,Hq,D], k/v [B,T,Hkv,D]; query head j reads kv head j // (Hq/Hkv)."""
+def causal_attention(q, k, v, window=0):
+    """q [B,T,Hq,D], k/v [B,T,Hkv,D]; query head j reads kv head j // (Hq/Hkv).
+    window > 0: query t sees keys t - window .. t only (sliding window)."""
     B, T, Hq, D = q.shape
     Hkv = k.shape[2]
     group = Hq // Hkv
@@ -393,6 +396,9 @@ def causal_attention(q, k, v):
     qh, kh, vh = (z.permute(0, 2, 1, 3) for z in (q, k, v))  # [B,H,T,D]
     scores = (qh @ kh.transpose(-1, -2)) / math.sqrt(D)
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    if window > 0:
+        t = torch.arange(T)
+        future = future | (t[:, None] - t[None, :] > window)
     scores = scores.masked_fill(future, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = probs @ vh  # [B,H,T,D]
@@ -539,7 +545,7 @@ class ReferenceModel:
             v = linear(h, P[p + "attn.wv.weight"], self._bias(p + "attn.wv.bias")).reshape(B, T, Hkv, D)
             if s.arch == "llama":
                 q, k = rope(q, s.rope_theta, s.rope_scaling), rope(k, s.rope_theta, s.rope_scaling)
-            a = causal_attention(q, k, v)
+            a = causal_attention(q, k, v, s.sliding_window)
             x = x + linear(a, P[p + "attn.wo.weight"], self._bias(p + "attn.wo.bias"))
             h = self._norm(x, p + "mlp_norm")
             if s.is_moe_layer(i):

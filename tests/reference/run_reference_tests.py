@@ -57,6 +57,13 @@ CONFIGS = {
         "optim": {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 3, "schedule": "cosine",
                   "weight_decay": 0.1},
     },
+    # Sliding-window attention: each query sees itself and the 5 keys before
+    # it, well inside the 16-token sequence.
+    "llama_window": {
+        "model": {"arch": "llama", "vocab_size": 256, "d_model": 32, "n_layers": 2,
+                  "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 16, "sliding_window": 5},
+        "optim": {"lr": 1e-2, "warmup_steps": 3, "schedule": "cosine", "weight_decay": 0.1},
+    },
 }
 
 
