@@ -116,7 +116,8 @@ TEST_CASE("sentencepiece model: the wire format's fields and proto2 defaults", "
   const std::string whole = model_bytes(Spec{});
   CHECK_THROWS_WITH(parse_sentencepiece_model(whole.substr(0, whole.size() - 3), "cut.model"),
                     Contains("cut.model: not a SentencePiece model"));
-  CHECK_THROWS_WITH(parse_sentencepiece_model("", "empty.model"), Contains("empty.model: not a SentencePiece model (no pieces)"));
+  CHECK_THROWS_WITH(parse_sentencepiece_model("", "empty.model"),
+                    Contains("empty.model: not a SentencePiece model (no pieces)"));
   CHECK_THROWS_WITH(parse_sentencepiece_model("\x0b", "group.model"), Contains("wire type 3"));
   CHECK_THROWS_WITH(read_sentencepiece_model("/nonexistent/tokenizer.model"),
                     Contains("/nonexistent/tokenizer.model: cannot open it"));
@@ -270,7 +271,8 @@ TEST_CASE("export plan: tokenizer.json written or refused, the report says which
   unigram.model_type = SentencePieceModel::kUnigram;
   e = plan_tokenizer_export(files(unigram, false));
   CHECK(names(e) == std::vector<std::string>{"tokenizer_config.json", "copy tokenizer.model"});
-  CHECK_THAT(e.report, Contains("no tokenizer.json written from " + (dir / "tokenizer.model") + ": it is a Unigram model"));
+  CHECK_THAT(e.report,
+             Contains("no tokenizer.json written from " + (dir / "tokenizer.model") + ": it is a Unigram model"));
   CHECK_THAT(e.report, Contains("use_fast=False"));
 
   const std::string out = dir / "out";

@@ -101,7 +101,8 @@ std::string sentencepiece_refusal(const Model& m) {
       case Model::kUnknown: ++unknown; break;
       case Model::kControl: break;
       case Model::kByte:
-        if (p.text != byte_piece(bytes)) return which + " is a byte piece out of order (expected " + byte_piece(bytes) + ")";
+        if (p.text != byte_piece(bytes))
+          return which + " is a byte piece out of order (expected " + byte_piece(bytes) + ")";
         ++bytes;
         break;
       case Model::kUserDefined:
@@ -147,7 +148,8 @@ json::Value sentencepiece_tokenizer_json(const Model& m) {
     const std::string& s = m.pieces[size_t(id)].text;
     const std::vector<size_t> cuts = cuts_of(s);
     for (auto c = cuts.rbegin(); c != cuts.rend(); ++c)
-      if (normal.count(s.substr(0, *c)) && normal.count(s.substr(*c))) merges.push_back(s.substr(0, *c) + " " + s.substr(*c));
+      if (normal.count(s.substr(0, *c)) && normal.count(s.substr(*c)))
+        merges.push_back(s.substr(0, *c) + " " + s.substr(*c));
   }
   // SentencePiece's normalizer with identity rules, remove_extra_whitespaces
   // as it does it: leading spaces dropped and runs of spaces squeezed in the

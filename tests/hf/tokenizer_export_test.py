@@ -10,7 +10,7 @@ literal texts "<s>", "</s>", "<unk>", "<0x41>" and "▁"):
   - fast: AutoTokenizer.from_pretrained(DIR) with default arguments, in a
     process where `google.protobuf` and `sentencepiece` cannot be imported,
     must be a fast tokenizer and give `tok(text)["input_ids"]` equal to the
-    expected ids for every text; `tok.decode` must give the text back;
+    expected ids for every text;
   - slow: AutoTokenizer.from_pretrained(DIR, use_fast=False) (LlamaTokenizer,
     which calls sentencepiece; protobuf blocked) must give the same ids.
 Expected ids are SentencePiece's own encode (python3-sentencepiece). The one
@@ -45,12 +45,12 @@ its slow path must still encode as above.
 Usage: tokenizer_export_test.py TRAINER SOURCE_DIR WORK_DIR. Exit 77 when
 transformers or sentencepiece cannot be imported (ctest: skipped).
 """
-import glob
 import io
 import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -202,7 +202,6 @@ def train_and_export(name, prepare_args, vocab):
 def main():
     if not os.path.isdir(FORTUNES):
         raise SystemExit(f"no {FORTUNES}: install Debian's fortunes package (scripts/setup.sh)")
-    import shutil
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     train_paths = [os.path.join(FORTUNES, n) for n in TRAIN_FILES]
