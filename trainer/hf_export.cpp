@@ -1,8 +1,7 @@
 #include "trainer/hf_export.h"
 
 #include <cctype>
-#include <filesystem>
-#include <fstream>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_files.h"
@@ -11,9 +10,8 @@
 #include "model/dims.h"
 #include "model/params.h"
 #include "data/tokenizer.h"
+#include "trainer/hf_tokenizer_export.h"
 #include "trainer/run_tokenizer.h"
-
-namespace fs = std::filesystem;
 
 namespace trainer {
 
@@ -35,31 +33,6 @@ uint64_t parse_size(const std::string& text, const std::string& flag) {
   throw ConfigError(flag + "=" + text + ": not a positive size (units B, KB, MB, GB, TB, KiB, MiB, GiB)");
 }
 
-namespace {
-
-// tokenizer_config.json, which AutoTokenizer reads first. SentencePiece
-// models go through LlamaTokenizer in its legacy mode, which encodes exactly
-// as SentencePiece does for the models prepare_text.py trains (no dummy
-// prefix; <unk> <s> </s> at ids 0, 1, 2); tokenizer.json through the fast
-// tokenizer that reads it.
-json::Value tokenizer_config(const TokenizerFiles& t) {
-  json::Value j;
-  if (t.kind == "sentencepiece") {
-    j["tokenizer_class"] = "LlamaTokenizer";
-    j["legacy"] = true;
-    j["add_bos_token"] = false;
-    j["add_eos_token"] = false;
-    j["unk_token"] = "<unk>";
-    j["bos_token"] = "<s>";
-    j["eos_token"] = "</s>";
-  } else {
-    j["tokenizer_class"] = "PreTrainedTokenizerFast";
-  }
-  return j;
-}
-
-}  // namespace
-
 std::string export_to_hf(const ExportOptions& opt) {
   if (opt.out.empty()) throw ConfigError("trainer export needs --out DIR");
   const std::vector<std::string> found = resume_candidates("", opt.checkpoint);
@@ -79,22 +52,18 @@ std::string export_to_hf(const ExportOptions& opt) {
     ours[p.spec.name] = std::move(t);
   }
   const TensorMap theirs = to_hf(c, ours);
+  std::optional<TokenizerExport> tokenizer;
+  if (const auto files = saved_tokenizer_files(c, dir)) tokenizer = plan_tokenizer_export(*files);
   write_hf_dir(opt.out, hf_config(c, opt.dtype == DType::BF16 ? "bfloat16" : "float32"), theirs, opt.dtype,
                opt.max_shard_bytes);
   std::string report = "exported " + dir + " (step " + std::to_string(ck.meta.step) + ", layout " + ck.meta.layout +
                        ") -> " + opt.out + ": " + arch + ", " + std::to_string(theirs.size()) + " tensors, " +
                        dtype_name(opt.dtype) + "\n";
-  if (const auto tok = saved_tokenizer_files(c, dir); tok && tok->kind != "bytes") {
-    for (const std::string& f : tok->all)
-      fs::copy_file(f, fs::path(opt.out) / fs::path(f).filename(), fs::copy_options::overwrite_existing);
-    const fs::path cfg = fs::path(opt.out) / "tokenizer_config.json";
-    if (!fs::exists(cfg)) {
-      std::ofstream out(cfg);
-      out << json::dump(tokenizer_config(*tok), 2) << "\n";
-      out.flush();
-      if (!out) throw std::runtime_error(cfg.string() + ": cannot write");
-    }
-    report += "  tokenizer: " + tok->kind + " from " + tok->dir + " (with tokenizer_config.json for AutoTokenizer)\n";
+  if (tokenizer) {
+    write_tokenizer_export(*tokenizer, opt.out);
+    report += tokenizer->report;
+  } else {
+    report += "  tokenizer: none recorded with the run (no tokenizer files written)\n";
   }
   if (c.model.moe.num_experts > 0 && c.model.moe.capacity_factor > 0)
     report += "  note: trained with model.moe.capacity_factor=" + std::to_string(c.model.moe.capacity_factor) +
