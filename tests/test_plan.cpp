@@ -133,18 +133,51 @@ TEST_CASE("trainer plan: a layout that does not fit says by how much and which c
   std::string out;
   // 32-way data parallelism without ZeRO keeps every weight, gradient and Adam moment on each GPU.
   const int rc = plan("--config configs/plan_7b.yaml --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=32 "
-                      "--set parallel.zero_stage=0 --set train.micro_batch_size=4",
+                      "--set parallel.zero_stage=0 --set train.micro_batch_size=2",
                       &out);
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("DOES NOT FIT: ") != std::string::npos);
-  CHECK(out.find(" over; it fits with parallel.zero_stage=3") != std::string::npos);
+  CHECK(out.find("DOES NOT FIT: 134.1 GiB of 80.0 GiB (167.6%), 54.1 GiB over the device; it fits with "
+                 "parallel.zero_stage=1 (61.1 GiB)") != std::string::npos);
+  CHECK(out.find("(within the 90% a plan may fill)") != std::string::npos);
+  // Within the device but not the 90% a plan may fill (the smoke test's
+  // limit too): tight, never "fits".
+  out.clear();
+  REQUIRE(plan("--config configs/plan_7b.yaml --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=32 "
+               "--set parallel.zero_stage=3 --set train.micro_batch_size=4",
+               &out) == 0);
+  CHECK(out.find("  TIGHT: 73.5 GiB of 80.0 GiB (91.9%), 1.5 GiB over the 90% a plan may fill (72.0 GiB") !=
+        std::string::npos);
+  CHECK(out.find("  fits: ") == std::string::npos);
+  // A layout that fits says against which limit.
+  out.clear();
+  REQUIRE(plan("--config configs/plan_7b.yaml", &out) == 0);
+  CHECK(out.find("  fits: 9.4 GiB of 80.0 GiB (11.8%), within the 90% a plan may fill (72.0 GiB") != std::string::npos);
   // No single change fits: name the other levers.
   out.clear();
   REQUIRE(plan("--config configs/plan_7b.yaml --world 1 --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=1",
                &out) == 0);
   CHECK(out.find("DOES NOT FIT: ") != std::string::npos);
   CHECK(out.find("raise parallel.tp or parallel.pp") != std::string::npos);
+}
+
+TEST_CASE("trainer plan --world: parallel.dp follows the world; --search chooses the layout itself", "[plan][cli]") {
+  // The file's parallel.dp=4 is for 32 GPUs: on 64 the plan takes dp 8, and says so.
+  std::string out;
+  int rc = plan("--config configs/plan_7b.yaml --world 64 --gpu h100", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("parallel.dp=4 makes 32 GPUs; for --world 64 the plan uses parallel.dp=8") != std::string::npos);
+  CHECK(out.find("mesh: 64 ranks = pp 1 x dp 8 x cp 1 x tp 8") != std::string::npos);
+  // tp 8 divides no 12 GPUs: only the search can answer, and it does.
+  out.clear();
+  rc = plan("--config configs/plan_7b.yaml --world 12 --search --top 3", &out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("this configuration is no layout of 12 GPUs (") != std::string::npos);
+  CHECK(out.find("the search chooses tp, pp, cp and dp itself") != std::string::npos);
+  CHECK(out.find("search: ") != std::string::npos);
+  CHECK(out.find("    1  tp ") != std::string::npos);
 }
 
 TEST_CASE("trainer plan: unknown GPUs list the known ones, a bad --world is refused (exit 2)", "[plan][cli]") {

@@ -94,20 +94,24 @@ std::string fitting_levers(const Config& c, const MeshShape& mesh, const Hardwar
 
 static std::string memory_verdict(const Config& c, const MeshShape& mesh, const Hardware& hw, const PlanMemory& mem) {
   const double total = double(mem.total());
-  char share[160];
-  std::snprintf(share, sizeof share, "%s of %s (%.1f%%); a plan may fill %.0f%% (%s): ", format_bytes(total).c_str(),
-                format_bytes(mem.device).c_str(), 100 * total / mem.device, 100 * kUsableMemoryShare,
-                format_bytes(mem.usable()).c_str());
-  if (mem.fits()) return std::string("  fits: ") + share + format_bytes(mem.usable() - total) + " below that\n";
+  char head[160], limit[200];
+  std::snprintf(head, sizeof head, "%s of %s (%.1f%%), ", format_bytes(total).c_str(), format_bytes(mem.device).c_str(),
+                100 * total / mem.device);
+  std::snprintf(limit, sizeof limit,
+                "the %.0f%% a plan may fill (%s; the rest is for the CUDA context, the allocator's fragmentation and "
+                "NCCL buffers, which the ledger does not count)",
+                100 * kUsableMemoryShare, format_bytes(mem.usable()).c_str());
+  if (mem.fits())
+    return std::string("  fits: ") + head + "within " + limit + ": " + format_bytes(mem.usable() - total) +
+           " to spare\n";
   const std::string levers = fitting_levers(c, mesh, hw);
   const std::string how = levers.empty() ? "no single change of parallel.zero_stage, train.recompute or "
                                            "train.micro_batch_size fits: raise parallel.tp or parallel.pp"
                                          : "it fits with " + levers;
   if (mem.tight())
-    return std::string("  TIGHT: ") + share + format_bytes(total - mem.usable()) +
-           " over (the rest is for the CUDA context, the allocator's fragmentation and NCCL buffers, which the "
-           "ledger does not count); " + how + "\n";
-  return std::string("  DOES NOT FIT: ") + share + format_bytes(total - mem.device) + " over the device; " + how +
+    return std::string("  TIGHT: ") + head + format_bytes(total - mem.usable()) + " over " + limit + "; " + how + "\n";
+  return std::string("  DOES NOT FIT: ") + head + format_bytes(total - mem.device) + " over the device; " + how +
+         (levers.empty() ? "" : " (within the " + std::to_string(int(100 * kUsableMemoryShare + 0.5)) + "% a plan may fill)") +
          "\n";
 }
 
