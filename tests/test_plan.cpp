@@ -162,7 +162,7 @@ TEST_CASE("trainer plan: a layout that does not fit says by how much and which c
   CHECK(out.find("raise parallel.tp or parallel.pp") != std::string::npos);
 }
 
-TEST_CASE("trainer plan --world: parallel.dp follows the world; --search chooses the layout itself", "[plan][cli]") {
+TEST_CASE("trainer plan --world: parallel.dp follows the world, --search chooses the layout itself", "[plan][cli]") {
   // The file's parallel.dp=4 is for 32 GPUs: on 64 the plan takes dp 8, and says so.
   std::string out;
   int rc = plan("--config configs/plan_7b.yaml --world 64 --gpu h100", &out);

@@ -137,7 +137,7 @@ TEST_CASE("step estimate: every part >= 0, the parts add up to the step, MFU <= 
   CHECK(std::abs(group_sum - e.exposed_comm_s) <= 1e-9 * e.step_s);
 }
 
-TEST_CASE("memory: fits within 90% of the device, as the smoke test requires; tight up to 100%", "[plan][memory]") {
+TEST_CASE("memory: fits within 90% of the device as the smoke test requires, tight up to 100%", "[plan][memory]") {
   PlanMemory m;
   m.device = 80.0 * (1 << 30);
   auto at = [&](double share) {
