@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "model/sharding.h"
-#include "trainer/plan.h"
 #include "pipeline/pipeline_plan.h"
+#include "trainer/plan.h"
 #include "trainer/plan_command.h"
 #include "trainer/step_estimate.h"
 

@@ -121,7 +121,7 @@ std::string describe_layout(const Config& c, const MeshShape& mesh, const Hardwa
   out += describe(mesh) + (c.parallel.sp ? ", sp" : "") + ", ZeRO " + std::to_string(c.parallel.zero_stage) +
          ", micro-batch " + std::to_string(c.train.micro_batch_size) + ", recompute " + c.train.recompute +
          (mesh.pp > 1 ? ", schedule " + c.parallel.pp_schedule : std::string()) + "\n";
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "batch: %d sequences x %d tokens = %lld tokens per step; %lld micro-batch%s of %d per step on each "
                 "data-parallel rank (accumulation steps)\n",
@@ -211,7 +211,7 @@ std::string describe_plan(const Config& c, const PlanOptions& o) {
   if (o.gpus_per_node > 0) cfg.hardware.gpus_per_node = o.gpus_per_node;
   const Hardware hw = resolve_hardware(cfg, o.gpu);
   const int world = o.world;
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "plan for %s: %d GPU%s of %s (%d per node): %.0f GiB, %.0f TFLOP/s bf16 dense x %.2f matmul efficiency, "
                 "HBM %.0f GB/s, in-node %.0f GB/s, network %.3g Gbit/s per GPU (%s)\n",
