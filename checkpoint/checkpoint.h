@@ -165,6 +165,11 @@ class SliceAssembler {
 // names one) that must exist (throws otherwise).
 std::vector<std::string> resume_candidates(const std::string& root, const std::string& mode);
 
+// The step directory a path names (itself, or the one its `latest` names);
+// throws naming `key`, the setting or flag the user gave the path with
+// ("checkpoint.resume", "--checkpoint"), when it does not exist or is none.
+std::string checkpoint_directory(const std::string& path, const std::string& key);
+
 // Several ranks choose one checkpoint together, since each verifies only the
 // files it reads: called on every rank with the candidate and whether it
 // loaded here, returns how many ranks could not load it (0: it is taken).

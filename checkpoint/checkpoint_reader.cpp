@@ -328,23 +328,27 @@ std::vector<std::string> resume_candidates(const std::string& root_str, const st
     return out;
   }
 
-  const fs::path p = strip_trailing_slash(mode);
+  return {checkpoint_directory(mode, "checkpoint.resume")};
+}
+
+std::string checkpoint_directory(const std::string& path, const std::string& key) {
+  const fs::path p = strip_trailing_slash(path);
   std::error_code ec;
-  if (!fs::exists(p, ec)) throw std::runtime_error("checkpoint.resume: " + p.string() + " does not exist");
+  if (!fs::exists(p, ec)) throw std::runtime_error(key + ": " + p.string() + " does not exist");
   const std::string name = p.filename().string();
   if (name.size() > std::strlen(kPartialSuffix) &&
       name.compare(name.size() - std::strlen(kPartialSuffix), std::string::npos, kPartialSuffix) == 0)
-    throw std::runtime_error("checkpoint.resume: " + p.string() + " is an unfinished save (.partial), not a checkpoint");
-  if (fs::exists(p / kManifestName, ec) || parse_step_dir_name(name)) return {p.string()};
+    throw std::runtime_error(key + ": " + p.string() + " is an unfinished save (.partial), not a checkpoint");
+  if (fs::exists(p / kManifestName, ec) || parse_step_dir_name(name)) return p.string();
   if (fs::exists(p / kLatestName, ec)) {
     const auto latest = read_latest(p);
     if (!latest)
-      throw std::runtime_error("checkpoint.resume: " + (p / kLatestName).string() +
+      throw std::runtime_error(key + ": " + (p / kLatestName).string() +
                                " does not name a step directory (expected e.g. step_00001000)");
-    return {(p / *latest).string()};
+    return (p / *latest).string();
   }
-  throw std::runtime_error("checkpoint.resume: " + p.string() + " is neither a checkpoint directory (no " +
-                           kManifestName + ") nor a checkpoint root (no `" + kLatestName + "`)");
+  throw std::runtime_error(key + ": " + p.string() + " is neither a checkpoint directory (no " + kManifestName +
+                           ") nor a checkpoint root (no `" + kLatestName + "`)");
 }
 
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "config/config.h"
+#include "model/flops.h"
 #include "model/sharding.h"
 
 namespace trainer {
@@ -15,21 +16,12 @@ double embedding_flops(const ModelDims& d) {
 }
 
 double layer_flops(const ModelDims& d, int64_t layer) {
-  const double N = double(d.N()), C = double(d.C), D = double(d.D);
-  const double qkvo = 2 * N * C * D * double(2 * d.Hq + 2 * d.Hkv);
-  // Causal attention: half of the T x T scores (a band of them under a
-  // sliding window), for QK^T and for PV.
-  const double attn = 4.0 * double(d.B) * double(d.Hq) * d.attended_pairs(d.T) * D;
-  const bool moe = d.E > 0 && (layer + 1) % d.moe_every == 0;
-  const double mats = d.llama ? 3 : 2;
-  const double ffn = moe ? 2 * N * C * double(d.E) + double(d.K) * 2 * N * mats * C * double(d.Fm)
-                         : 2 * N * mats * C * double(d.F);
-  return qkvo + attn + ffn;
+  return layer_matmul_flops(d, layer) + attention_core_flops(d);
 }
 
 double head_flops(const ModelDims& d) {
   // The head's matmul and the cross-entropy's few passes over the logits.
-  return 2 * double(d.N()) * double(d.C) * double(d.vocab()) + 5 * double(d.N()) * double(d.vocab());
+  return head_matmul_flops(d) + 5 * double(d.N()) * double(d.vocab());
 }
 
 std::vector<double> stage_flops(const ModelDims& d, const std::vector<int64_t>& layers) {

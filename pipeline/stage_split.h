@@ -15,7 +15,9 @@
 namespace trainer {
 
 // Forward FLOPs of one micro-batch (dims' B x T tokens), whole model (not
-// divided by tp, which divides every piece alike).
+// divided by tp, which divides every piece alike): model/flops.h's count
+// (causal attention at half the T x T work) plus what is no matmul but still
+// takes a stage's time (the embedding gather, the cross-entropy passes).
 double embedding_flops(const ModelDims& d);
 double layer_flops(const ModelDims& d, int64_t layer);  // global layer index
 double head_flops(const ModelDims& d);                  // final norm, head, cross-entropy

@@ -1,6 +1,7 @@
 // Checkpoint layer: JSON, CRC32C, safetensors reader, save/load round trips,
 // crash and corruption handling, retention, slice re-assembly, and saves by
 // several ranks (threads sharing an in-process store).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -678,8 +679,26 @@ TEST_CASE("checkpoint: resume modes", "[checkpoint]") {
   CHECK(!resolve_resume(dir / "does/not/exist", "auto"));
   CHECK(!resolve_resume(dir.str(), "auto"));  // empty root
   CHECK(!resolve_resume(dir.str(), "none"));
-  CHECK_THROWS_WITH(resolve_resume(dir.str(), dir / "nowhere"), Contains("does not exist"));
+  CHECK_THROWS_WITH(resolve_resume(dir.str(), dir / "nowhere"), Contains("checkpoint.resume: ") && Contains("does not exist"));
   CHECK_THROWS_WITH(resolve_resume(dir.str(), dir.str()), Contains("neither a checkpoint directory"));
+  // Other commands name their own flag, never a key the user did not set.
+  CHECK_THROWS_WITH(checkpoint_directory((dir / "nowhere"), "--checkpoint"),
+                    Contains("--checkpoint: " + (dir / "nowhere") + " does not exist"));
+  {
+    std::string out;
+    const std::string cmd = std::string(TRAINER_BIN) + " export --checkpoint " + (dir / "nowhere") + " --out " +
+                            (dir / "hf") + " 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    const int status = ::pclose(pipe);
+    INFO(out);
+    CHECK(WEXITSTATUS(status) == 1);
+    CHECK(out.find("error: --checkpoint: " + (dir / "nowhere") + " does not exist") != std::string::npos);
+    CHECK(out.find("checkpoint.resume") == std::string::npos);
+    CHECK(!fs::exists(dir / "hf"));
+  }
 
   CheckpointWriter w(dir.str(), 0, false);
   const Snapshot s4 = make_snapshot(4), s9 = make_snapshot(9);

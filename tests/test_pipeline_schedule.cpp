@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <string>
 
+#include "config/config.h"
 #include "e2e_util.h"
 #include "pipeline/simulate.h"
+#include "trainer/plan.h"
 
 using namespace trainer;
 
@@ -51,6 +53,67 @@ TEST_CASE("pipeline schedules: complete, deadlock-free, bubble (p-1)/(m+p-1), pe
   const std::string pic = format_timeline(sim);
   std::printf("[pipeline] 1f1b, p 4, m 8 (F = 1, B = 2), bubble %.3f:\n%s", sim.bubble(), pic.c_str());
   CHECK(pic.find("rank 3 | .| .| .|F0|B0|B0|F1|B1|B1|") != std::string::npos);
+}
+
+// The peak number of micro-batches between the start of their forward and
+// the end of their backward, read off the timeline alone.
+static int timeline_in_flight(const std::vector<TimedAction>& row) {
+  int peak = 0;
+  for (const TimedAction& at : row) {
+    int n = 0;  // forwards begun by `at`'s start whose backward has not ended by then
+    for (const TimedAction& f : row) {
+      if (f.action.kind != ActionKind::Forward || f.start > at.start) continue;
+      bool done = false;
+      for (const TimedAction& b : row)
+        done |= b.action.kind == ActionKind::Backward && b.action.mb == f.action.mb && b.end <= at.start;
+      n += !done;
+    }
+    peak = std::max(peak, n);
+  }
+  return peak;
+}
+
+TEST_CASE("1F1B: the timeline's micro-batches in flight, the activation slots and the memory plan agree",
+          "[pipeline][memory]") {
+  // Stage s holds p - s micro-batches between forward and backward; its
+  // slots are one more on every stage that receives (s > 0): the batch that
+  // sends micro-batch b's input gradient receives b + p - s's input, whose
+  // slot is taken before b's is given back (pipeline/schedule.h).
+  for (int p = 2; p <= 8; ++p)
+    for (int m = p; m <= 16; ++m) {
+      const Simulation sim = simulate(make_schedule(ScheduleKind::OneFOneB, p, m));
+      REQUIRE(sim.ok);
+      for (int r = 0; r < p; ++r) {
+        INFO("p " << p << " m " << m << " rank " << r);
+        CHECK(timeline_in_flight(sim.timeline[size_t(r)]) == p - r);
+        CHECK(sim.peak_in_flight[size_t(r)] == p - r);
+        CHECK(sim.peak_slots[size_t(r)] == p - r + (r > 0 ? 1 : 0));
+      }
+    }
+  // The memory plan allocates those slots and says how they come about.
+  const Config c = load_config_file(std::string(TRAINER_SOURCE_DIR) + "/configs/tiny.yaml",
+                                    {"parallel.pp=4", "model.n_layers=4", "train.micro_batch_size=2"}, 4);
+  MeshShape mesh;
+  mesh.pp = 4;
+  const Simulation sim = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8));
+  std::string slots, flight;
+  for (int st = 0; st < 4; ++st) {
+    Coords at;
+    at.pp = st;
+    const MemoryPlan plan = plan_memory(c, DType::F32, mesh, at, 0);
+    const std::string text = describe_slots(plan);
+    std::printf("[pipeline] 1f1b p 4 m 8, stage %d: %s\n", st, text.c_str());
+    CHECK(plan.activation_slots == sim.peak_slots[size_t(st)]);
+    CHECK(plan.in_flight == sim.peak_in_flight[size_t(st)]);
+    if (st > 0)
+      CHECK(text == std::to_string(5 - st) + " slots: " + std::to_string(4 - st) + " micro-batch" +
+                        (st == 3 ? "" : "es") + " between forward and backward + 1 receiving its input while an "
+                                               "earlier one's input gradient is sent");
+    slots += std::to_string(plan.activation_slots);
+    flight += std::to_string(plan.in_flight);
+  }
+  CHECK(slots == "4432");
+  CHECK(flight == "4321");
 }
 
 TEST_CASE("interleaved 1F1B: deadlock-free, the bubble divided by the chunks, (p-1)/(v m + p-1)", "[pipeline]") {

@@ -15,6 +15,7 @@
 
 #include "config/config.h"
 #include "e2e_util.h"
+#include "model/flops.h"
 #include "model/params.h"
 #include "pipeline/long_simulation.h"
 #include "pipeline/pipeline_plan.h"
@@ -135,18 +136,51 @@ TEST_CASE("trainer plan: a layout that does not fit says by how much and which c
   std::string out;
   // 32-way data parallelism without ZeRO keeps every weight, gradient and Adam moment on each GPU.
   const int rc = plan("--config configs/plan_7b.yaml --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=32 "
-                      "--set parallel.zero_stage=0 --set train.micro_batch_size=4",
+                      "--set parallel.zero_stage=0 --set train.micro_batch_size=2",
                       &out);
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("DOES NOT FIT: ") != std::string::npos);
-  CHECK(out.find(" over; it fits with parallel.zero_stage=3") != std::string::npos);
+  CHECK(out.find("DOES NOT FIT: 134.1 GiB of 80.0 GiB (167.6%), 54.1 GiB over the device; it fits with "
+                 "parallel.zero_stage=1 (61.1 GiB)") != std::string::npos);
+  CHECK(out.find("(within the 90% a plan may fill)") != std::string::npos);
+  // Within the device but not the 90% a plan may fill (the smoke test's
+  // limit too): tight, never "fits".
+  out.clear();
+  REQUIRE(plan("--config configs/plan_7b.yaml --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=32 "
+               "--set parallel.zero_stage=3 --set train.micro_batch_size=4",
+               &out) == 0);
+  CHECK(out.find("  TIGHT: 73.5 GiB of 80.0 GiB (91.9%), 1.5 GiB over the 90% a plan may fill (72.0 GiB") !=
+        std::string::npos);
+  CHECK(out.find("  fits: ") == std::string::npos);
+  // A layout that fits says against which limit.
+  out.clear();
+  REQUIRE(plan("--config configs/plan_7b.yaml", &out) == 0);
+  CHECK(out.find("  fits: 7.7 GiB of 80.0 GiB (9.6%), within the 90% a plan may fill (72.0 GiB") != std::string::npos);
   // No single change fits: name the other levers.
   out.clear();
   REQUIRE(plan("--config configs/plan_7b.yaml --world 1 --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=1",
                &out) == 0);
   CHECK(out.find("DOES NOT FIT: ") != std::string::npos);
   CHECK(out.find("raise parallel.tp or parallel.pp") != std::string::npos);
+}
+
+TEST_CASE("trainer plan --world: parallel.dp follows the world, --search chooses the layout itself", "[plan][cli]") {
+  // The file's parallel.dp=4 is for 32 GPUs: on 64 the plan takes dp 8, and says so.
+  std::string out;
+  int rc = plan("--config configs/plan_7b.yaml --world 64 --gpu h100", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("parallel.dp=4 makes 32 GPUs; for --world 64 the plan uses parallel.dp=8") != std::string::npos);
+  CHECK(out.find("mesh: 64 ranks = pp 1 x dp 8 x cp 1 x tp 8") != std::string::npos);
+  // tp 8 divides no 12 GPUs: only the search can answer, and it does.
+  out.clear();
+  rc = plan("--config configs/plan_7b.yaml --world 12 --search --top 3", &out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("this configuration is no layout of 12 GPUs (") != std::string::npos);
+  CHECK(out.find("the search chooses tp, pp, cp and dp itself") != std::string::npos);
+  CHECK(out.find("search: ") != std::string::npos);
+  CHECK(out.find("    1  tp ") != std::string::npos);
 }
 
 TEST_CASE("trainer plan: unknown GPUs list the known ones, a bad --world is refused (exit 2)", "[plan][cli]") {
@@ -190,9 +224,9 @@ TEST_CASE("FLOP estimates count a sliding window's band of attention, not the ca
               "%.4g -> %.4g)\n",
               layer_flops(f, 0), layer_flops(w, 0), core * causal_pairs, core * band_pairs);
   CHECK(std::fabs(saved - core * (causal_pairs - band_pairs)) <= 1e-9 * layer_flops(f, 0));
-  // MFU's model FLOPs per token: 12 L C per attended key, T keys without a
-  // window (PaLM's count), the band's 2 pairs / T with one.
-  const double per_key = 12.0 * double(f.L) * double(f.C);
-  const double fpt = flops_per_token(f, parameter_list(f, 0.02)), wpt = flops_per_token(w, parameter_list(w, 0.02));
-  CHECK(std::fabs((fpt - wpt) - per_key * (T - 2 * band_pairs / T)) <= 1e-9 * fpt);
+  // MFU's model FLOPs per token (model/flops.h): 12 L C per attended pair
+  // per token, T / 2 pairs a token causally, the band's pairs / T with a window.
+  const double per_pair = 12.0 * double(f.L) * double(f.C);
+  const double fpt = flops_per_token(f), wpt = flops_per_token(w);
+  CHECK(std::fabs((fpt - wpt) - per_pair * (causal_pairs - band_pairs) / T) <= 1e-9 * fpt);
 }

@@ -58,11 +58,24 @@ GroupTraffic cp_group(const std::vector<ShardingPlan>& plans, int64_t m) {
       const int64_t b = int64_t(per_mb) * m;
       g.payload.bytes[size_t(CommKind::Send)] += b;
       g.payload.bytes[size_t(CommKind::Recv)] += b;
-      g.wire_bytes += double(b);
+      g.wire_overlap += double(b);
+      // A MoE layer's whole-sequence routing (model/moe_routing_plan.h): the
+      // router statistics [2, E] F32 all-reduced, and with a capacity every
+      // rank's expert choices [N, K] I32 all-gathered; again when a full
+      // recompute re-runs the forward.
+      if (!d.moe_layer(i)) continue;
+      const int64_t runs = m * (recompute_repeats(d.recompute_of(i)).ep_forward ? 2 : 1);
+      const int64_t stats = 2 * d.E * 4, choices = d.capacity > 0 ? int64_t(g.size) * d.N() * d.K * 4 : 0;
+      for (int64_t k = 0; k < runs; ++k) {
+        g.payload.add(CommKind::AllReduce, stats);
+        if (choices > 0) g.payload.add(CommKind::AllGather, choices);
+      }
+      g.wire_critical += double(runs) * (2 * ring(g.size) * double(stats) + ring(g.size) * double(choices));
     }
   }
-  g.wire_overlap = g.wire_bytes;
-  g.note = "K/V blocks around the ring while attention computes on the block in hand";
+  g.wire_bytes = g.wire_overlap + g.wire_critical;
+  g.note = "K/V blocks around the ring while attention computes on the block in hand (MoE: the router statistics "
+           "and expert choices on the critical path)";
   return g;
 }
 

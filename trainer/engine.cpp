@@ -24,6 +24,7 @@
 #include "comm/timed_communicator.h"
 #include "model/context_parallel.h"
 #include "model/expert_load.h"
+#include "model/flops.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/zero.h"
@@ -361,7 +362,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt_in) {
     for (size_t i = 0; i < now.comm.size(); ++i) d.add_comm(now.comm[i].first, now.comm[i].second - from.comm[i].second);
     return d;
   };
-  const double model_flops = flops_per_token(dims, global_params);
+  const double model_flops = flops_per_token(dims);  // the planner's count too (model/flops.h)
   const double peak = peak_tflops(dev.line, storage != DType::F32, cfg.train.peak_tflops);
   RankMonitor monitor(host, opt.launch.local_rank, cfg.log, lead ? run_dir : "", start_step > 0);
 

@@ -35,9 +35,7 @@ uint64_t parse_size(const std::string& text, const std::string& flag) {
 
 std::string export_to_hf(const ExportOptions& opt) {
   if (opt.out.empty()) throw ConfigError("trainer export needs --out DIR");
-  const std::vector<std::string> found = resume_candidates("", opt.checkpoint);
-  if (found.empty()) throw std::runtime_error(opt.checkpoint + ": no checkpoint found");
-  const std::string dir = found.front();
+  const std::string dir = checkpoint_directory(opt.checkpoint, "--checkpoint");
   const LoadedCheckpoint ck = load_checkpoint(dir);
   const Config c = load_config_text(ck.meta.config_yaml, dir + "/manifest.json", {}, ck.meta.world_size);
   const std::string arch = hf_architecture(c);

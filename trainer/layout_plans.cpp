@@ -20,7 +20,9 @@ LayoutPlans layout_plans(const Config& c, const MeshShape& mesh, DType storage) 
   std::vector<int64_t> first(size_t(V) + 1, 0);
   for (int k = 0; k < V; ++k) first[size_t(k) + 1] = first[size_t(k)] + layers[size_t(k)];
   LayoutPlans out;
-  out.slots = activation_slots(c, mesh);
+  PipelineOccupancy occ = pipeline_occupancy(c, mesh);
+  out.slots = std::move(occ.chunk_slots);
+  out.in_flight = std::move(occ.in_flight);
   std::map<std::vector<int64_t>, std::shared_ptr<const std::vector<ShardingPlan>>> built;
   for (int r = 0; r < mesh.pp; ++r) {
     // What a rank's plans depend on besides names: per chunk its layer

@@ -17,6 +17,7 @@ namespace trainer {
 struct LayoutPlans {
   std::vector<std::shared_ptr<const std::vector<ShardingPlan>>> of_rank;  // per pipeline rank
   std::vector<std::vector<int>> slots;  // per pipeline rank and chunk: activation slots (trainer/plan.h)
+  std::vector<int> in_flight;           // per pipeline rank: the peak between forward and backward
   const std::vector<ShardingPlan>& plans(int pp_rank) const { return *of_rank[size_t(pp_rank)]; }
   std::vector<int> slots_of(int pp_rank) const;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -9,6 +10,7 @@
 
 #include "model/sharding.h"
 #include "pipeline/pipeline_plan.h"
+#include "trainer/plan.h"
 #include "trainer/plan_command.h"
 #include "trainer/step_estimate.h"
 
@@ -41,12 +43,13 @@ std::string ms(double s) {
 }
 
 // Memory, and for a layout that fits the time estimate; for one that does
-// not, only its compute time (what it would take at best).
+// not (or only tightly), only its compute time (what it would take at best).
 void cost(LayoutResult& r, const Hardware& hw) {
   const LayoutPlans plans = layout_plans(r.cfg, r.mesh, kPlanStorage);
   const PlanMemory mem = plan_gpu_memory(r.mesh, hw, plans, r.cfg.parallel.zero_stage);
   r.memory = double(mem.total());
   r.fits = mem.fits();
+  r.tight = mem.tight();
   if (!r.fits) {
     r.step_s = r.compute_s = compute_seconds(r.cfg, r.mesh, hw, kPlanStorage);
     return;
@@ -57,11 +60,42 @@ void cost(LayoutResult& r, const Hardware& hw) {
   r.mfu = e.mfu;
   r.compute_s = e.compute_s;
   r.recompute_s = e.recompute_s;
-  r.exposed_comm_s = e.step_s - e.compute_s - e.bubble * e.pipeline_s;
+  r.exposed_comm_s = e.exposed_comm_s;
+  r.idle_s = e.idle_s;
+  r.optimizer_s = e.optimizer_s;
   r.bubble = e.bubble;
 }
 
+int schedule_rank(const std::string& s) {
+  if (s == "1f1b") return 0;
+  if (s == "gpipe") return 1;
+  if (s == "zb-h1") return 2;
+  return 3;
+}
+
+int recompute_rank(const std::string& r) { return r == "none" ? 0 : r == "selective" ? 1 : 2; }
+
 }  // namespace
+
+std::vector<int> simplicity(const LayoutResult& r) {
+  const MeshShape& m = r.mesh;
+  const Config& c = r.cfg;
+  const int dims = (m.tp > 1) + (m.pp > 1) + (m.cp > 1) + (m.ep > 1);
+  return {dims,
+          m.tp * m.pp * m.cp * m.ep,
+          c.parallel.zero_stage,
+          recompute_rank(c.train.recompute),
+          c.parallel.sp ? 1 : 0,
+          m.pp > 1 ? schedule_rank(c.parallel.pp_schedule) : 0,
+          -c.train.micro_batch_size};
+}
+
+bool ranks_before(const LayoutResult& a, const LayoutResult& b) {
+  const long long ta = std::llround(a.step_s * 1e3), tb = std::llround(b.step_s * 1e3);
+  if (ta != tb) return ta < tb;
+  if (a.memory != b.memory) return a.memory < b.memory;
+  return simplicity(a) < simplicity(b);
+}
 
 SearchResult search(const Config& c, int world, const Hardware& hw) {
   SearchResult out;
@@ -142,23 +176,31 @@ SearchResult search(const Config& c, int world, const Hardware& hw) {
       (r.fits ? out.fitting : out.not_fitting).push_back(std::move(r));
   }
   auto faster = [](const LayoutResult& a, const LayoutResult& b) { return a.step_s < b.step_s; };
-  std::stable_sort(out.fitting.begin(), out.fitting.end(), faster);
+  std::stable_sort(out.fitting.begin(), out.fitting.end(), ranks_before);
   std::stable_sort(out.not_fitting.begin(), out.not_fitting.end(), faster);
   return out;
 }
 
 std::string search_layouts(const Config& c, int world, const Hardware& hw, int top) {
   const SearchResult s = search(c, world, hw);
-  char buf[512];
+  const double device = hw.memory_gib * 1024.0 * 1024.0 * 1024.0;
+  size_t tight = 0;
+  for (const LayoutResult& r : s.not_fitting) tight += r.tight;
+  char buf[768];
   std::snprintf(buf, sizeof buf,
                 "\nsearch: %d layouts of %d GPUs with the global batch of %d sequences: %d refused by the "
-                "configuration checks, %zu do not fit in %.0f GiB, %zu fit; ranked by estimated step time "
-                "(predictions, not measurements):\n",
-                s.considered, world, c.train.global_batch_size, s.refused, s.not_fitting.size(), hw.memory_gib,
+                "configuration checks, %zu do not fit in %.0f GiB, %zu tight (over the %.0f%% a plan may fill, "
+                "%s), %zu fit.\n"
+                "ranked by estimated step time to the millisecond (predictions, not measurements); equal times by "
+                "memory per GPU (more headroom first), then by simplicity: fewer of tp, pp, cp, ep in use, a smaller "
+                "tp x pp x cp x ep, a lower ZeRO stage, less recompute, no sp, 1f1b before gpipe, zb-h1, "
+                "interleaved, larger micro-batches:\n",
+                s.considered, world, c.train.global_batch_size, s.refused, s.not_fitting.size() - tight,
+                hw.memory_gib, tight, 100 * kUsableMemoryShare, format_bytes(kUsableMemoryShare * device).c_str(),
                 s.fitting.size());
   std::string out = buf;
-  std::snprintf(buf, sizeof buf, "  %3s  %-62s %10s %9s %11s %6s  %s\n", "#", "layout", "memory", "step", "tokens/s",
-                "MFU", "why it loses to #1");
+  std::snprintf(buf, sizeof buf, "  %3s  %-66s %10s %9s %11s %6s  %s\n", "#", "layout", "memory", "step", "tokens/s",
+                "MFU", "why it ranks below #1");
   out += buf;
   const size_t n = std::min(s.fitting.size(), size_t(std::max(top, 0)));
   const LayoutResult* best = s.fitting.empty() ? nullptr : &s.fitting.front();
@@ -166,20 +208,24 @@ std::string search_layouts(const Config& c, int world, const Hardware& hw, int t
     const LayoutResult& r = s.fitting[i];
     std::string why;
     if (i > 0) {
-      // The parts of the step that differ most from the winner's.
-      const double d_comm = r.exposed_comm_s - best->exposed_comm_s;
-      const double d_rc = r.recompute_s - best->recompute_s;
-      const double d_bubble = r.bubble - best->bubble;
-      const double d_compute = (r.compute_s - r.recompute_s) - (best->compute_s - best->recompute_s);
-      char w[200];
-      if (r.step_s - best->step_s < 5e-4)
-        std::snprintf(w, sizeof w, "ties with #1 (within 1 ms)");
-      else
-        std::snprintf(w, sizeof w, "+%s: exposed comm %+.0f ms, recompute %+.0f ms, bubble %+.1f%%, compute %+.0f ms",
-                      ms(r.step_s - best->step_s).c_str(), 1e3 * d_comm, 1e3 * d_rc, 100 * d_bubble, 1e3 * d_compute);
+      char w[240];
+      if (std::llround(r.step_s * 1e3) == std::llround(best->step_s * 1e3)) {
+        if (r.memory != best->memory)
+          std::snprintf(w, sizeof w, "same step to the ms, %s more memory", format_bytes(r.memory - best->memory).c_str());
+        else
+          std::snprintf(w, sizeof w, "same step to the ms and memory, less simple");
+      } else {
+        // The parts of the step (each >= 0, adding up to it) against the winner's.
+        std::snprintf(w, sizeof w, "+%s: compute %+.0f ms, recompute %+.0f ms, exposed comm %+.0f ms, idle %+.0f ms, "
+                      "optimizer %+.0f ms",
+                      ms(r.step_s - best->step_s).c_str(),
+                      1e3 * ((r.compute_s - r.recompute_s) - (best->compute_s - best->recompute_s)),
+                      1e3 * (r.recompute_s - best->recompute_s), 1e3 * (r.exposed_comm_s - best->exposed_comm_s),
+                      1e3 * (r.idle_s - best->idle_s), 1e3 * (r.optimizer_s - best->optimizer_s));
+      }
       why = w;
     }
-    std::snprintf(buf, sizeof buf, "  %3zu  %-62s %10s %9s %11.0f %5.1f%%  %s\n", i + 1, layout_name(r).c_str(),
+    std::snprintf(buf, sizeof buf, "  %3zu  %-66s %10s %9s %11.0f %5.1f%%  %s\n", i + 1, layout_name(r).c_str(),
                   format_bytes(r.memory).c_str(), ms(r.step_s).c_str(), r.tokens_per_s, 100 * r.mfu, why.c_str());
     out += buf;
   }
@@ -193,12 +239,14 @@ std::string search_layouts(const Config& c, int world, const Hardware& hw, int t
     if (!seen) shown.push_back(&r);
   }
   if (!shown.empty()) {
-    out += "  the fastest layouts that do not fit, one per mesh (step: their compute alone):\n";
+    out += "  the fastest layouts that do not fit or are tight, one per mesh (step: their compute alone):\n";
     for (const LayoutResult* p : shown) {
       const LayoutResult& r = *p;
-      std::snprintf(buf, sizeof buf, "       %-62s %10s %9s  does not fit by %s\n", layout_name(r).c_str(),
-                    format_bytes(r.memory).c_str(), ms(r.step_s).c_str(),
-                    format_bytes(r.memory - hw.memory_gib * 1024.0 * 1024.0 * 1024.0).c_str());
+      const std::string why = r.tight ? "tight: " + format_bytes(r.memory - kUsableMemoryShare * device) + " over the " +
+                                            std::to_string(int(100 * kUsableMemoryShare + 0.5)) + "% limit"
+                                      : "does not fit by " + format_bytes(r.memory - device);
+      std::snprintf(buf, sizeof buf, "       %-66s %10s %9s  %s\n", layout_name(r).c_str(), format_bytes(r.memory).c_str(),
+                    ms(r.step_s).c_str(), why.c_str());
       out += buf;
     }
   }

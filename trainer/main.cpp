@@ -152,11 +152,7 @@ int main(int argc, char** argv) {
         throw trainer::ConfigError("--world " + std::to_string(plan_opt.world) + ": the number of GPUs must be >= 1");
       if (plan->count("--gpus-per-node") && plan_opt.gpus_per_node < 1)
         throw trainer::ConfigError("--gpus-per-node " + std::to_string(plan_opt.gpus_per_node) + " must be >= 1");
-      const trainer::Config cfg = trainer::load_config_file(config_path, overrides, plan_opt.world);
-      if (plan_opt.world <= 0) {
-        const auto& p = cfg.parallel;
-        plan_opt.world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
-      }
+      const trainer::Config cfg = trainer::load_plan_config(config_path, overrides, plan_opt);
       std::fputs(trainer::describe_plan(cfg, plan_opt).c_str(), stdout);
       return 0;
     }

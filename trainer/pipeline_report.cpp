@@ -13,7 +13,7 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
   double total = 0;
   for (double f : flops) total += f;
   const int V = s.virtual_stages();
-  char buf[320];
+  char buf[640];
   std::snprintf(buf, sizeof buf, "pipeline: %d stages%s, %s, %d micro-batches per step, layers %s%s\n", s.stages,
                 s.chunks > 1 ? (" x " + std::to_string(s.chunks) + " chunks").c_str() : "", schedule_name(s.kind),
                 s.microbatches, format_layers(layers).c_str(),
@@ -33,10 +33,9 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
       share += flops[size_t(k)];
     }
     std::snprintf(buf, sizeof buf,
-                  "  stage %d: layers %s%s%s, %.1f%% of the forward FLOPs, %d activation slot%s, %s per rank\n", st,
+                  "  stage %d: layers %s%s%s, %.1f%% of the forward FLOPs, activations of %s, %s per rank\n", st,
                   held.c_str(), st == 0 ? " + embedding" : "", st == (V - 1) % s.stages ? " + head and loss" : "",
-                  100.0 * share / total, mp.activation_slots, mp.activation_slots == 1 ? "" : "s",
-                  format_bytes(double(mp.total())).c_str());
+                  100.0 * share / total, describe_slots(mp).c_str(), format_bytes(double(mp.total())).c_str());
     out += buf;
   }
   const TextbookBubble textbook = textbook_bubble(s);

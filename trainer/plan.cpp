@@ -24,34 +24,54 @@ MemoryPlan plan_memory(const Config& c, DType storage, int dp, int zero_stage) {
   return plan_memory(c, storage, mesh, Coords{}, zero_stage);
 }
 
-std::vector<std::vector<int>> activation_slots(const Config& c, const MeshShape& mesh) {
-  // A pipeline stage holds the activations of every micro-batch in flight
-  // at its schedule's peak (1 without a pipeline), per model chunk. The
-  // answer depends on the schedule's shape only; `trainer plan --search`
+PipelineOccupancy pipeline_occupancy(const Config& c, const MeshShape& mesh) {
+  // A pipeline stage holds the activations of every micro-batch whose slot
+  // is taken at its schedule's peak (1 without a pipeline), per model chunk.
+  // The answer depends on the schedule's shape only; `trainer plan --search`
   // asks for the same shapes many times.
   const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp));
   using Key = std::tuple<std::string, int, int64_t, int>;
   static std::mutex mu;
-  static std::map<Key, std::vector<std::vector<int>>> known;
+  static std::map<Key, PipelineOccupancy> known;
   const Key key{c.parallel.pp_schedule, mesh.pp, m, pipeline_chunks(c)};
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = known.find(key); it != known.end()) return it->second;
   }
-  std::vector<std::vector<int>> slots;
+  PipelineOccupancy occ;
   try {
     const Simulation sim = simulate_long(c, mesh.pp, m);
-    if (sim.ok) slots = sim.peak_chunk_slots;
+    if (sim.ok) {
+      occ.chunk_slots = sim.peak_chunk_slots;
+      occ.in_flight = sim.peak_in_flight;
+    }
   } catch (const std::invalid_argument&) {
     // A layout the schedule refuses: validation names the keys.
   }
   std::lock_guard<std::mutex> lock(mu);
-  known[key] = slots;
-  return slots;
+  known[key] = occ;
+  return occ;
+}
+
+std::vector<std::vector<int>> activation_slots(const Config& c, const MeshShape& mesh) {
+  return pipeline_occupancy(c, mesh).chunk_slots;
+}
+
+std::string describe_slots(const MemoryPlan& p) {
+  if (p.activation_slots == 1) return "one micro-batch";
+  const std::string n = std::to_string(p.activation_slots);
+  if (p.in_flight >= p.activation_slots) return n + " micro-batches in flight";
+  const int extra = p.activation_slots - p.in_flight;
+  return n + " slots: " + std::to_string(p.in_flight) + " micro-batch" + (p.in_flight == 1 ? "" : "es") +
+         " between forward and backward + " + std::to_string(extra) +
+         " receiving its input while an earlier one's input gradient is sent";
 }
 
 MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage) {
-  return plan_memory(c, storage, mesh, at, zero_stage, activation_slots(c, mesh));
+  const PipelineOccupancy occ = pipeline_occupancy(c, mesh);
+  MemoryPlan p = plan_memory(c, storage, mesh, at, zero_stage, occ.chunk_slots);
+  if (size_t(at.pp) < occ.in_flight.size()) p.in_flight = std::min(p.activation_slots, occ.in_flight[size_t(at.pp)]);
+  return p;
 }
 
 MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, const Coords& at, int zero_stage,
@@ -75,6 +95,7 @@ MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::ve
   p.zero_stage = zero_stage;
   p.recompute = recompute_name(plans.front().local.recompute);
   p.activation_slots = 0;
+  p.in_flight = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
     const ShardingPlan& plan = plans[k];
     const ModelDims& d = plan.local;
@@ -85,6 +106,7 @@ MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::ve
     p.optimizer_bytes += z.optimizer;
     p.activation_bytes += arena_bytes(activation_specs(d)) * size_t(slots[k]);
     p.activation_slots += slots[k];
+    p.in_flight += slots[k];  // unless the caller knows the schedule's count (plan_memory)
     p.workspace_bytes += arena_bytes(grad_scratch_specs(d));
   }
   return p;
@@ -113,7 +135,7 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
   const std::string pshard = split + (p.zero_stage >= 3 ? part + " + unit gather buffers" : "");
   const std::string gshard = split + (p.zero_stage >= 2 ? part + " + unit reduce buffers" : "");
   const std::string oshard = split + (p.zero_stage >= 1 ? part : "");
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "memory plan per rank (%s%s), %.3fM parameters:\n"
                 "  parameters   %12s  (%s%s)\n"
@@ -132,8 +154,7 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 format_bytes(double(p.grad_bytes)).c_str(), st, gshard.c_str(),
                 format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "", oshard.c_str(),
                 format_bytes(double(p.activation_bytes)).c_str(),
-                p.activation_slots == 1 ? "one micro-batch"
-                                        : (std::to_string(p.activation_slots) + " micro-batches in flight").c_str(),
+                describe_slots(p).c_str(),
                 p.sp ? "; residual stream 1/tp under sp" : "",
                 p.recompute == "none" ? "" : ("; recompute " + p.recompute).c_str(),
                 format_bytes(double(p.workspace_bytes)).c_str(),

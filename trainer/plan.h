@@ -22,12 +22,29 @@ struct MemoryPlan {
   int dp = 1, zero_stage = 0;  // the per-rank share below is for this layout
   int tp = 1;
   bool sp = false;
-  int activation_slots = 1;  // micro-batches whose activations a pipeline stage holds at once
+  // Activation slots a pipeline stage allocates: its schedule's peak of
+  // (micro-batch, chunk) pairs whose slot is held. A slot is held from the
+  // receive of the micro-batch's input (its forward on the first stage) until
+  // its weight gradients are done and its input gradient has been delivered
+  // (pipeline/schedule.h slot_releases), so it can be one more than
+  // `in_flight`: the transfer batch that sends one micro-batch's input
+  // gradient also receives the next one's input, into a slot of its own.
+  int activation_slots = 1;
+  int in_flight = 1;  // the peak of pairs between their forward and backward (the timeline's count)
   std::string recompute = "none";  // train.recompute: what the activations leave out (model/recompute.h)
   size_t total() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }
 };
+
+// The share of a device's memory a plan may fill. The rest is for what no
+// ledger counts: the CUDA context and library workspaces, the caching
+// allocator's fragmentation, NCCL's buffers. The smoke test's verdict and
+// `trainer plan` ("fits" / "tight") hold a layout to the same limit.
+inline constexpr double kUsableMemoryShare = 0.9;
+inline bool within_usable_memory(double planned_bytes, double device_bytes) {
+  return planned_bytes <= kUsableMemoryShare * device_bytes;
+}
 
 // storage: element type of weights, gradients and activations (F32 on the
 // CPU; BF16/F16 under mixed precision on a GPU, with fp32 masters).
@@ -47,9 +64,18 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
 // each chunk (what plan_memory computes once it has them).
 MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::vector<int>& slots, const MeshShape& mesh,
                            int zero_stage);
-// The activation slots plan_memory uses: the schedule's simulation at unit
-// costs (empty when the schedule refuses the layout).
-std::vector<std::vector<int>> activation_slots(const Config& c, const MeshShape& mesh);
+// What plan_memory takes from the schedule's simulation at unit costs, per
+// pipeline rank: the activation slots per model chunk and the peak in
+// flight (both empty when the schedule refuses the layout).
+struct PipelineOccupancy {
+  std::vector<std::vector<int>> chunk_slots;
+  std::vector<int> in_flight;
+};
+PipelineOccupancy pipeline_occupancy(const Config& c, const MeshShape& mesh);
+std::vector<std::vector<int>> activation_slots(const Config& c, const MeshShape& mesh);  // its chunk_slots
+// "4 micro-batches in flight", or when the slots exceed the peak in flight
+// "4 slots: 3 micro-batches between forward and backward + 1 ...".
+std::string describe_slots(const MemoryPlan& p);
 std::string format_plan(const MemoryPlan& p, const std::string& device_label, DType storage = DType::F32);
 std::string format_bytes(double bytes);  // "12.3 MiB"
 // One line comparing the per-rank total of every ZeRO stage at this dp, so

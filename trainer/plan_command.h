@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "comm/mesh.h"
 #include "config/config.h"
@@ -24,7 +25,18 @@ struct PlanOptions {
   std::string gpu;        // "": hardware.gpu
   bool search = false;
   int top = 10;
+  // Set by load_plan_config: how the configuration was fitted to --world.
+  std::string world_note;    // "parallel.dp=4 of the file makes 32 GPUs; for --world 64: parallel.dp=8"
+  std::string layout_error;  // --search only: why the file's layout is none of --world GPUs
 };
+
+// The configuration `trainer plan` describes. Without --world: the file's
+// own layout and its world. With --world N: parallel.dp of the file (or of
+// --set) describes the file's world, so for another N it becomes
+// N / (tp x pp x cp) when that divides, saying so in o.world_note; a layout
+// that still is none of N GPUs exits 2 with the run's own message, except
+// under --search, which chooses tp, pp, cp and dp itself (o.layout_error).
+Config load_plan_config(const std::string& path, const std::vector<std::string>& overrides, PlanOptions& o);
 
 // The per-GPU memory of a layout on the GPU: the fullest pipeline stage's
 // ledger, the communication buffers allocated on first use, and the margin.
@@ -34,7 +46,12 @@ struct PlanMemory {
   size_t comm_buffers = 0;      // kv-head gradient gather, tied-embedding exchange
   size_t total() const { return ledger.total() + comm_buffers; }
   double device = 0;            // bytes
-  bool fits() const { return double(total()) <= device; }
+  // Fits: within kUsableMemoryShare of the device (trainer/plan.h), the
+  // headroom the smoke test keeps too; tight: within the device but not
+  // the headroom; else it does not fit at all.
+  double usable() const { return kUsableMemoryShare * device; }
+  bool fits() const { return within_usable_memory(double(total()), device); }
+  bool tight() const { return !fits() && double(total()) <= device; }
 };
 PlanMemory plan_gpu_memory(const Config& c, const MeshShape& mesh, const Hardware& hw);
 PlanMemory plan_gpu_memory(const MeshShape& mesh, const Hardware& hw, const LayoutPlans& plans, int zero_stage);

@@ -29,14 +29,16 @@ std::string describe_schedule(const Config& c, int world_size) {
                 100.0 * unit.bubble());
   out += buf;
   out += format_timeline(unit);
-  out += "peak activation memory per rank (fp32, this stage's activation slots):\n";
+  out += "peak activation memory per rank (fp32, this stage's activation slots). A micro-batch is in flight "
+         "from its forward to the end of its backward (the timeline's count); its slot is held from the receive "
+         "of its input until its input gradient has been delivered, and the batch that sends one micro-batch's "
+         "input gradient receives the next one's input, so a stage that receives can hold one slot more:\n";
   for (int st = 0; st < mesh.pp; ++st) {
     Coords at;
     at.pp = st;
     const MemoryPlan p = plan_memory(c, DType::F32, mesh, at, c.parallel.zero_stage);
-    std::snprintf(buf, sizeof buf, "  stage %d: %s (%d micro-batch%s)\n", st, format_bytes(double(p.activation_bytes)).c_str(),
-                  p.activation_slots, p.activation_slots == 1 ? "" : "es");
-    out += buf;
+    out += "  stage " + std::to_string(st) + ": " + format_bytes(double(p.activation_bytes)) + " (" + describe_slots(p) +
+           ")\n";
   }
   return out;
 }

@@ -46,10 +46,10 @@ std::vector<SmokeCheck> judge_smoke(const TrainSummary& s, size_t device_bytes) 
   std::vector<SmokeCheck> out;
   {
     SmokeCheck c{"memory plan fits the device", false, ""};
-    c.pass = device_bytes == 0 || double(s.planned_bytes) < 0.9 * double(device_bytes);
+    c.pass = device_bytes == 0 || within_usable_memory(double(s.planned_bytes), double(device_bytes));
     c.detail = "plan " + format_bytes(double(s.planned_bytes)) + " of " +
-               (device_bytes ? format_bytes(double(device_bytes)) : std::string("unknown")) +
-               " (limit 90%)";
+               (device_bytes ? format_bytes(double(device_bytes)) : std::string("unknown")) + " (limit " +
+               std::to_string(int(100 * kUsableMemoryShare + 0.5)) + "%)";
     out.push_back(c);
   }
   {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/flops.h"
 #include "model/sharding.h"
 #include "optim/zero.h"
 #include "pipeline/long_simulation.h"
@@ -9,7 +10,6 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "pipeline/stage_split.h"
-#include "trainer/step_time.h"
 
 namespace trainer {
 
@@ -22,12 +22,6 @@ Axis axis_of(const std::string& label) {
   if (label == "edp") return Axis::EDP;
   if (label == "pp") return Axis::PP;
   return Axis::DP_CP;
-}
-
-// Forward FLOPs of the attention core of a layer (causal half, or the
-// sliding window's band), per micro-batch.
-double attention_core_flops(const ModelDims& g) {
-  return 4.0 * double(g.B) * double(g.Hq) * g.attended_pairs(g.T) * double(g.D);
 }
 
 // Forward FLOPs per micro-batch that a layer's recompute repeats in backward.
@@ -112,59 +106,65 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
   // cut-off (each micro-batch makes the same ones).
   const Schedule s = schedule_for(c, mesh.pp, std::min<int64_t>(m, long_simulation_cutoff(mesh.pp, chunks)));
   std::vector<ActionCosts> costs(size_t(mesh.pp));
-  std::vector<double> tail(size_t(mesh.pp), 0);  // after the schedule: exposed dp, pp, optimizer
+  // Per pipeline rank: its own work, each part >= 0 (the step is at least
+  // the largest of these sums; what it takes beyond is idle).
+  struct RankWork {
+    double compute = 0, recompute = 0, critical = 0, dp = 0, pp = 0, optimizer = 0;
+    std::vector<GroupTime> groups;
+    double total() const { return compute + critical + dp + pp + optimizer; }
+  };
+  std::vector<RankWork> work(size_t(mesh.pp));
   const double opt_rate = hw.hbm_gb_s > 0 ? hw.hbm_gb_s * 1e9 : 1e12;
   for (int r = 0; r < mesh.pp; ++r) {
+    RankWork& w = work[size_t(r)];
     const double fw = rc.forward[size_t(r)], ex = rc.extra[size_t(r)], at = rc.attention[size_t(r)];
-    if (double(m) * (3 * fw + ex) > e.compute_s) {
-      e.compute_s = double(m) * (3 * fw + ex);
-      e.recompute_s = double(m) * ex;
-    }
+    w.compute = double(m) * (3 * fw + ex);
+    w.recompute = double(m) * ex;
     const StepTraffic traffic = step_traffic(c, mesh, r, m, lp.plans(r), s);
-    double critical = 0, dp_exposed = 0, pp_exposed = 0;
-    std::vector<GroupTime> times;
     const double backward_mb = 2 * fw + ex;  // all chunks of one micro-batch
     for (const GroupTraffic& gt : traffic.groups) {
       if (gt.size <= 1 && gt.wire_bytes == 0) continue;
       GroupTime t = link_of(mesh, axis_of(gt.label), hw);
       t.label = gt.label;
+      t.size = gt.size;
+      t.note = gt.note;
+      t.wire_bytes = gt.wire_bytes;
+      for (int64_t b : gt.payload.bytes) t.payload += double(b);
+      if (gt.label == "pp" || gt.label == "cp") t.payload = double(gt.payload.of(CommKind::Send));
       t.seconds = gt.wire_bytes / t.bandwidth;
       if (gt.label == "tp" || gt.label == "ep") {
         t.exposed = t.seconds;
-        critical += t.exposed;
+        w.critical += t.exposed;
       } else if (gt.label == "cp") {
-        t.exposed = std::max(0.0, t.seconds - double(m) * at);
-        critical += t.exposed;
+        // The ring hides behind attention; MoE's routing collectives cannot.
+        t.exposed = std::max(0.0, gt.wire_overlap / t.bandwidth - double(m) * at) + gt.wire_critical / t.bandwidth;
+        w.critical += t.exposed;
       } else if (gt.label == "pp") {
         t.exposed = t.seconds;
-        pp_exposed += t.exposed;
+        w.pp += t.exposed;
       } else {
         // ZeRO: per reduction round, what the backward (and at stage 3 the
-        // forward) cannot hide, and at least the last unit's reduction.
+        // forward) cannot hide, and at least the last unit's reduction;
+        // never more than the round itself.
         const double rounds = double(gt.reductions);
         const double per_round = gt.wire_overlap / t.bandwidth / rounds;
         const double hide = c.parallel.zero_stage >= 3 ? backward_mb + fw : backward_mb;
-        const double last = gt.wire_last_bucket / t.bandwidth;
+        const double last = std::min(per_round, gt.wire_last_bucket / t.bandwidth);
         t.exposed = gt.wire_overlap > 0 ? rounds * std::max(per_round - hide, last) : 0;
         t.exposed += gt.wire_after_step / t.bandwidth;
-        dp_exposed += t.exposed;
+        w.dp += t.exposed;
       }
-      times.push_back(t);
+      w.groups.push_back(t);
     }
     // The critical communication of a micro-batch runs inside its actions.
-    const double per_action = critical / double(m) / double(chunks) / 2;
+    const double per_action = w.critical / double(m) / double(chunks) / 2;
     costs[size_t(r)].forward = fw / double(chunks) + per_action;
     costs[size_t(r)].backward = (2 * fw + ex) / double(chunks) + per_action;
     costs[size_t(r)].backward_input = costs[size_t(r)].backward_weight = costs[size_t(r)].backward / 2;
     double optimizer_bytes = 0;
     for (const ShardingPlan& p : lp.plans(r))
       optimizer_bytes += double(zero_bytes(p, c.parallel.zero_stage).optimizer);
-    const double opt_s = 2 * optimizer_bytes / opt_rate;
-    tail[size_t(r)] = dp_exposed + pp_exposed + opt_s;
-    if (r == 0 || tail[size_t(r)] > tail[0]) {
-      e.groups = times;
-      e.optimizer_s = opt_s;
-    }
+    w.optimizer = 2 * optimizer_bytes / opt_rate;
   }
   const Simulation sim = simulate_long(c, mesh.pp, m, costs);
   if (!sim.ok) throw std::logic_error("pipeline schedule: " + sim.error);
@@ -178,11 +178,25 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
   e.textbook_formula = tb.formula;
   e.pipeline_s = sim.step_time;
   e.bubble = sim.bubble();
-  e.step_s = sim.step_time + *std::max_element(tail.begin(), tail.end());
-  for (const GroupTime& t : e.groups) e.exposed_comm_s += t.exposed;
+  // The schedule runs every rank's compute and critical communication; the
+  // exposed data-parallel and pipeline transfers and the optimizer follow it.
+  double tail = 0;
+  for (const RankWork& w : work) tail = std::max(tail, w.dp + w.pp + w.optimizer);
+  e.step_s = sim.step_time + tail;
+  // The step is split on the critical stage, the one with the most work of
+  // its own: a simulated rank is busy for exactly its compute and critical
+  // communication, so step >= that stage's total and every part is >= 0.
+  for (int r = 0; r < mesh.pp; ++r)
+    if (work[size_t(r)].total() > work[size_t(e.critical_stage)].total()) e.critical_stage = r;
+  const RankWork& w = work[size_t(e.critical_stage)];
+  e.compute_s = w.compute;
+  e.recompute_s = w.recompute;
+  e.exposed_comm_s = w.critical + w.dp + w.pp;
+  e.optimizer_s = w.optimizer;
+  e.groups = w.groups;
+  e.idle_s = std::max(0.0, e.step_s - w.total());
   e.tokens_per_s = double(e.tokens_per_step) / e.step_s;
-  const std::vector<ParamInfo> params = parameter_list(g, c.model.init_std);
-  e.model_flops_per_step = flops_per_token(g, params) * double(e.tokens_per_step);
+  e.model_flops_per_step = flops_per_token(g) * double(e.tokens_per_step);
   e.mfu = e.model_flops_per_step / (e.step_s * double(mesh.world()) * hw.bf16_tflops * 1e12);
   return e;
 }

@@ -19,6 +19,8 @@
 //              optimizer step (stages 1-2) is exposed
 //   pp p2p     exposed: every transfer of the rank's schedule
 //   optimizer  memory bound: the optimizer state read and written once
+//   MFU        model/flops.h's model FLOPs (causal attention at half the
+//              T x T work, as the compute above) / (step x GPUs x peak)
 //
 // Links: a group inside a node at nvlink_gb_s / 2 per direction; a group
 // across nodes at network_gbit_s per GPU times its members per node (the
@@ -39,26 +41,38 @@ namespace trainer {
 
 struct GroupTime {
   std::string label;
+  int size = 1;          // ranks of the group
   bool across_nodes = false;
   double bandwidth = 0;  // bytes/s per rank, per direction
+  double payload = 0;    // bytes per step as a run counts them (pp, cp: the sends)
+  double wire_bytes = 0; // bytes per step this rank sends (trainer/comm_plan.h)
   double seconds = 0;    // all of the group's wire bytes at that bandwidth
-  double exposed = 0;    // on the critical path
+  double exposed = 0;    // on the critical path, 0 <= exposed <= seconds
+  std::string note;      // how the bytes come about and what hides them
 };
 
+// One step, split on its critical pipeline stage (the one with the most work
+// of its own) into parts that are each >= 0 and add up:
+//   step_s = compute_s + exposed_comm_s + idle_s + optimizer_s
 struct StepEstimate {
   int64_t microbatches = 1, tokens_per_step = 0;
-  double compute_s = 0;        // this rank's matmul time per step, without communication
+  int critical_stage = 0;      // the pipeline stage the parts below are of
+  double compute_s = 0;        // its matmul time per step, without communication
   double recompute_s = 0;      // the part of compute_s that recompute repeats
-  double pipeline_s = 0;       // simulated schedule: compute + critical comm + bubble
-  double bubble = 0;           // simulated idle share of the schedule
+  double exposed_comm_s = 0;   // its groups' exposed time: tp/ep/cp inside the actions, dp/ZeRO and pp after
+  double idle_s = 0;           // waiting in the schedule: the bubble and slower stages
+  double optimizer_s = 0;
+  double pipeline_s = 0;       // simulated schedule: compute + critical comm + bubble (the slowest rank)
+  double bubble = 0;           // simulated idle share of the schedule (mean over ranks)
   double textbook_bubble = 0;  // (p-1)/(m+p-1) or the schedule's own formula
   const char* textbook_formula = "";
-  double optimizer_s = 0;
-  std::vector<GroupTime> groups;
-  double exposed_comm_s = 0;   // sum of the groups' exposed time
+  std::vector<GroupTime> groups;  // of the critical stage
   double step_s = 0;
   double tokens_per_s = 0;
-  double mfu = 0;              // model FLOPs (trainer/step_time.h convention) / (step x world x peak)
+  // model FLOPs (model/flops.h, as a run's MFU counts them) / (step x world
+  // x peak); never above hw.matmul_efficiency, since every GPU's compute
+  // alone takes at least its share of those FLOPs at peak x efficiency.
+  double mfu = 0;
   double model_flops_per_step = 0;
 };
 

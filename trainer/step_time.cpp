@@ -83,30 +83,6 @@ std::string format_step_time(const StepTime& total, double wall, int64_t steps) 
   return out;
 }
 
-double flops_per_token(const ModelDims& d, const std::vector<ParamInfo>& params) {
-  double n = 0;
-  const bool tied = d.tied;
-  for (const ParamInfo& p : params) {
-    const std::string& name = p.spec.name;
-    const double count = double(p.spec.numel());
-    if (name == "pos_embed.weight") continue;  // a lookup
-    if (name == "tok_embed.weight") {
-      if (tied) n += count;  // the table is the head too
-      continue;
-    }
-    if (name.find(".moe.w_") != std::string::npos) {
-      n += count * double(d.K) / double(d.E);  // each token visits K of E experts
-      continue;
-    }
-    n += count;
-  }
-  // The keys a query is counted against: T, or under a sliding window the
-  // band's average (2 pairs / T), so the MFU of a windowed model counts the
-  // work its attention actually has.
-  const double keys = 2 * d.attended_pairs(d.T) / double(d.T);
-  return 6 * n + 12 * double(d.layers_total()) * keys * double(d.C);
-}
-
 double peak_tflops(const std::string& line, bool low_precision, double configured) {
   if (configured > 0) return configured;
   // The dense tensor-core peaks of trainer/hardware.cpp's table (bf16/fp16;

@@ -6,7 +6,7 @@
 // comm/timed_communicator.h: pipeline idle is the pp group's share).
 // "other" is the rest of the wall time (logging, bookkeeping), so the parts
 // always add up; a small "other" is what says the parts explain the step.
-// Also the model FLOPs behind the TFLOP/s and MFU figures.
+// Also the device peak behind the MFU figures (their FLOPs: model/flops.h).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "model/dims.h"
-#include "model/params.h"
 
 namespace trainer {
 
@@ -35,13 +33,6 @@ std::string step_time_json(const StepTime& per_step);
 // The end-of-run table: each part's share of the run.
 std::string format_step_time(const StepTime& total, double wall, int64_t steps);
 
-// Model FLOPs per trained token, forward and backward: 6 N + 12 L T C (N:
-// the parameters every token's matmuls use, without the embedding lookups,
-// an expert's counted K / E times; 12 L T C: the attention scores and their
-// use, counted for all T keys as PaLM's appendix B does, although a causal
-// mask needs half; under a sliding window W the band's T - (T - W)^2 / T
-// keys instead). Documented in README.
-double flops_per_token(const ModelDims& global, const std::vector<ParamInfo>& global_params);
 // Peak dense TFLOP/s of one device for the run's precision: train.peak_tflops
 // when > 0, else from a table of GPUs by the name in `device_line`; 0 when
 // unknown (the CPU), and MFU is not printed.
