@@ -15,6 +15,13 @@ namespace fs = std::filesystem;
 
 namespace trainer {
 
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error(p.string() + ": cannot write");
+}
+
 namespace {
 
 std::string read_text(const fs::path& p) {
@@ -23,13 +30,6 @@ std::string read_text(const fs::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-  out.flush();
-  if (!out) throw std::runtime_error(p.string() + ": cannot write");
 }
 
 std::string shard_name(size_t k, size_t n) {
@@ -107,9 +107,8 @@ json::Value read_hf_config(const std::string& dir) {
   }
 }
 
-TensorMap read_hf_dir(const std::string& dir, json::Value* config) {
+TensorMap read_hf_tensors(const std::string& dir) {
   const fs::path d(dir);
-  *config = read_hf_config(dir);
   std::vector<fs::path> files;
   const fs::path index = d / "model.safetensors.index.json";
   if (fs::exists(index)) {

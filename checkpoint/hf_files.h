@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "checkpoint/hf_format.h"
@@ -23,10 +24,13 @@ void write_hf_dir(const std::string& dir, const json::Value& config, const Tenso
 // directory, no config.json, not valid JSON.
 json::Value read_hf_config(const std::string& dir);
 
-// config.json and every tensor, converted to fp32 (F32, BF16 or F16 files).
-// Throws std::runtime_error naming the file: no config.json, no safetensors
-// (a pytorch_model.bin is named with the way to convert it), a shard the
-// index names that is missing, a damaged file.
-TensorMap read_hf_dir(const std::string& dir, json::Value* config);
+// Every tensor, converted to fp32 (F32, BF16 or F16 files); config.json is
+// read_hf_config's. Throws std::runtime_error naming the file: no
+// safetensors (a pytorch_model.bin is named with the way to convert it), a
+// shard the index names that is missing, a damaged file.
+TensorMap read_hf_tensors(const std::string& dir);
+
+// A file of the output directory, whole; throws naming it when it cannot be written.
+void write_text(const std::filesystem::path& p, const std::string& text);
 
 }  // namespace trainer

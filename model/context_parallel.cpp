@@ -8,6 +8,8 @@
 
 namespace trainer {
 
+std::array<int64_t, 2> zigzag_chunks(int cp, int rank) { return {int64_t(rank), int64_t(2 * cp - 1 - rank)}; }
+
 std::vector<int32_t> zigzag_positions(int64_t T, int cp, int rank) {
   if (cp < 1 || T % (2 * int64_t(cp)) != 0 || rank < 0 || rank >= cp)
     throw std::invalid_argument("zigzag_positions: " + std::to_string(T) + " tokens do not split into 2 x " +
@@ -15,7 +17,7 @@ std::vector<int32_t> zigzag_positions(int64_t T, int cp, int rank) {
   const int64_t c = T / (2 * cp);
   std::vector<int32_t> pos;
   pos.reserve(size_t(2 * c));
-  for (const int64_t chunk : {int64_t(rank), int64_t(2 * cp - 1 - rank)})
+  for (const int64_t chunk : zigzag_chunks(cp, rank))
     for (int64_t t = 0; t < c; ++t) pos.push_back(int32_t(chunk * c + t));
   return pos;
 }
@@ -34,8 +36,8 @@ Tensor ContextParallel::positions_of(int r) const {
 
 bool ring_block_needed(int64_t T_global, int cp, int q_rank, int k_rank, int64_t window) {
   const int64_t c = T_global / (2 * int64_t(cp));  // chunk length
-  for (const int64_t a : {int64_t(q_rank), int64_t(2 * cp - 1 - q_rank)})
-    for (const int64_t b : {int64_t(k_rank), int64_t(2 * cp - 1 - k_rank)}) {
+  for (const int64_t a : zigzag_chunks(cp, q_rank))
+    for (const int64_t b : zigzag_chunks(cp, k_rank)) {
       if (b > a) continue;  // every key after every query
       // The closest pair: the first query of chunk a and the last key of
       // chunk b (the same position when a == b).

@@ -12,6 +12,7 @@
 // on their owner. A group of one is plain attention.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +20,10 @@
 #include "model/dims.h"
 
 namespace trainer {
+
+// The two chunks (of 2 cp) of every sequence that rank `rank` holds, in
+// local order: chunk rank, then chunk 2 cp - 1 - rank.
+std::array<int64_t, 2> zigzag_chunks(int cp, int rank);
 
 // The global positions of rank `rank`'s local tokens of a sequence of T
 // (2 cp chunks of T / (2 cp); T must be a multiple of 2 cp): its first

@@ -9,21 +9,16 @@
 namespace trainer {
 namespace {
 
-// A run of consecutive positions [begin, begin + len) of a sequence that a
-// rank holds at local offset `local`.
+// A chunk of a sequence that a rank holds: its local offset and its global
+// position (zigzag_chunks).
 struct Run {
   int64_t local, begin, len;
 };
 
 std::vector<Run> runs_of(int64_t T_global, int cp, int rank) {
-  const std::vector<int32_t> pos = zigzag_positions(T_global, cp, rank);
+  const int64_t c = T_global / (2 * int64_t(cp));
   std::vector<Run> runs;
-  for (size_t t = 0; t < pos.size(); ++t) {
-    if (!runs.empty() && runs.back().begin + runs.back().len == pos[t])
-      ++runs.back().len;
-    else
-      runs.push_back({int64_t(t), pos[t], 1});
-  }
+  for (const int64_t chunk : zigzag_chunks(cp, rank)) runs.push_back({int64_t(runs.size()) * c, chunk * c, c});
   return runs;
 }
 

@@ -41,8 +41,7 @@ TensorMap load_init_weights(const Config& c, std::vector<std::string>* notes) {
   }
   if (notes)
     for (const std::string& n : review.notes) notes->push_back("init: " + n);
-  json::Value hf_cfg;
-  const TensorMap hf = read_hf_dir(dir, &hf_cfg);
+  const TensorMap hf = read_hf_tensors(dir);
   return from_hf(c, hf, "model.init_from=" + dir);
 }
 

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "checkpoint/hf_files.h"
 
 namespace trainer {
 
@@ -62,13 +63,6 @@ std::vector<int> merge_results(const Model& m) {
   std::stable_sort(ids.begin(), ids.end(),
                    [&](int a, int b) { return m.pieces[size_t(a)].score > m.pieces[size_t(b)].score; });
   return ids;
-}
-
-void write_json(const fs::path& file, const json::Value& j) {
-  std::ofstream out(file);
-  out << json::dump(j, 2) << "\n";
-  out.flush();
-  if (!out) throw std::runtime_error(file.string() + ": cannot write");
 }
 
 }  // namespace
@@ -308,7 +302,7 @@ void write_tokenizer_export(const TokenizerExport& e, const std::string& out_dir
     fs::copy_file(f, out / fs::path(f).filename(), fs::copy_options::overwrite_existing, ec);
     if (ec) throw std::runtime_error(f + ": cannot copy it into " + out_dir + ": " + ec.message());
   }
-  for (const auto& [name, j] : e.write) write_json(out / name, j);
+  for (const auto& [name, j] : e.write) write_text(out / name, json::dump(j, 2) + "\n");
 }
 
 }  // namespace trainer

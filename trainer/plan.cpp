@@ -155,7 +155,7 @@ std::string format_plan(const MemoryPlan& p, const std::string& device_label, DT
                 format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "", oshard.c_str(),
                 format_bytes(double(p.activation_bytes)).c_str(),
                 describe_slots(p).c_str(),
-                p.sp ? "; residual stream 1/tp under sp" : "",
+                p.sp ? "; residual stream and norm outputs 1/tp under sp" : "",
                 p.recompute == "none" ? "" : ("; recompute " + p.recompute).c_str(),
                 format_bytes(double(p.workspace_bytes)).c_str(),
                 p.recompute == "none" ? "" : " + one layer's recomputed activations",

@@ -87,12 +87,14 @@ void moe_router_stats(Tensor stats, Tensor probs, Tensor topk_idx) {
   // asks for, not what the capacity let through.
   std::vector<int64_t> count(size_t(E), 0);
   for (int64_t i = 0; i < topk_idx.numel(); ++i) ++count[size_t(idx[i])];
+  // Row by row (contiguous reads); each column still sums its tokens in order.
   const float* P = probs.f32();
+  std::vector<double> pe(size_t(E), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e) pe[size_t(e)] += P[n * E + e];
   for (int64_t e = 0; e < E; ++e) {
-    double pe = 0;
-    for (int64_t n = 0; n < N; ++n) pe += P[n * E + e];
     S[e] = float(count[size_t(e)]);
-    S[E + e] = float(pe);
+    S[E + e] = float(pe[size_t(e)]);
   }
 }
 
