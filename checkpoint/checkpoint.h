@@ -62,7 +62,7 @@ struct CheckpointMeta {
   std::string config_yaml;          // resolved configuration at save time
   int world_size = 1;               // parallel layout at save time
   std::string layout;               // e.g. "tp1.pp1.dp1.cp1.ep1.zero0"
-  // Steps of data skipped by rollbacks (trainer/step_policy.h): step s reads
+  // Steps of data skipped by rollbacks (train/step_policy.h): step s reads
   // the batch of data step s + data_offset. Absent in older manifests: 0.
   int64_t data_offset = 0;
 };

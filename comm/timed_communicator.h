@@ -8,7 +8,7 @@
 //
 // It also counts the payload bytes of every call by collective kind, so a
 // run can report what each group moved per step and a test can hold the
-// plan's prediction (trainer/comm_plan.h) to it. Payload is the tensor a
+// plan's prediction (planner/comm_plan.h) to it. Payload is the tensor a
 // collective is about, as model/tp_traffic.h defines it: an all-reduce's
 // tensor, an all-gather's output, a reduce-scatter's input, an all-to-all's
 // input (all of it, the own chunk included), a broadcast's tensor; sends and

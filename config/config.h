@@ -56,7 +56,7 @@ struct ModelConfig {
   int sliding_window = 0;        // 0: full causal attention; W: a query sees itself and the W keys before it
   std::string tie_embeddings = "auto";  // auto | true | false (auto: gpt2 true, llama false)
   double init_std = 0.02;
-  std::string init_from = "";    // a Hugging Face model directory to start from (trainer/hf_import.h)
+  std::string init_from = "";    // a Hugging Face model directory to start from (interop/hf_import.h)
   MoeConfig moe;
 
   // Resolved by resolve_config(); always valid after it.
@@ -89,7 +89,7 @@ struct TrainConfig {
   double initial_loss_scale = 65536;  // a power of two
   int64_t loss_scale_window = 1000;   // steps without overflow before the scale doubles
   // A step whose loss or gradient norm is NaN/Inf, or whose loss spikes
-  // (trainer/step_policy.h): skip its update (stop after nonfinite_limit
+  // (train/step_policy.h): skip its update (stop after nonfinite_limit
   // in a row), skip then roll back to the newest checkpoint, or stop.
   std::string nonfinite = "skip";     // skip | rollback | stop
   int64_t nonfinite_limit = 5;        // consecutive flagged steps skip/rollback tolerate
@@ -143,13 +143,13 @@ struct LogConfig {
   int sample_tokens = 0;           // > 0: print this many generated tokens after training
   std::string sample_prompt = "";
   double sample_temperature = 0.8;
-  // Per-rank monitor (trainer/rank_monitor.h): a rank this much slower
+  // Per-rank monitor (observe/rank_monitor.h): a rank this much slower
   // than the median, this many log intervals in a row, is named.
   double straggler_threshold = 0.2;
   int64_t straggler_intervals = 3;
 };
 
-// The accelerator `trainer plan` estimates for (trainer/hardware.h): a
+// The accelerator `trainer plan` estimates for (planner/hardware.h): a
 // known GPU by name, numbers > 0 override its table entry (or describe a GPU
 // the table does not know). Runs ignore it.
 struct HardwareConfig {
@@ -181,7 +181,7 @@ struct Config {
   std::string source = "<defaults>";  // file it came from, for messages
   // Keys the YAML or a --set named ("model.moe.aux_loss_coeff"), as opposed
   // to defaults: a Hugging Face directory's settings fill only the others
-  // (trainer/hf_import.h).
+  // (interop/hf_import.h).
   std::set<std::string> given;
 
   int d_ff() const;                 // resolved FFN width

@@ -266,7 +266,7 @@ std::vector<KeySpec> build_schema() {
 
       Row("hardware.gpu", FIELD(hardware.gpu),
           "GPU that `trainer plan` estimates memory and time for: h100, h200, a100-80gb, a100-40gb, a10g, l40s, l4, "
-          "b200, h800, a800 (trainer/hardware.cpp), or any name with every number below given")
+          "b200, h800, a800 (planner/hardware.cpp), or any name with every number below given")
           .aka("gpu_type accelerator device_type"),
       Row("hardware.memory_gib", FIELD(hardware.memory_gib), "device memory in GiB; 0: the GPU table's")
           .at_least(0).aka("memory gpu_memory"),

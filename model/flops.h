@@ -1,7 +1,7 @@
 // The one FLOP count of the code base: the planner's compute time
-// (trainer/step_estimate.h), the pipeline's stage balance
+// (planner/step_estimate.h), the pipeline's stage balance
 // (pipeline/stage_split.h), and the model FLOPs behind every MFU (a run's,
-// trainer/step_time.h, and the planner's) all come from these functions, so
+// observe/step_time.h, and the planner's) all come from these functions, so
 // the MFU a plan predicts and the MFU a run measures count the same work.
 //
 // Conventions (docs/PLANNING.md "Time"):

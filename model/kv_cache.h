@@ -15,7 +15,7 @@
 //
 // The cache holds `window` positions (at most model.max_seq_len: learned
 // positions end there). What happens when a sequence outgrows it is the
-// caller's rule (trainer/generate.h). Like the model code it runs on any
+// caller's rule (infer/generate.h). Like the model code it runs on any
 // device without knowing which: every buffer lives on `device`, the logits
 // come back to the host. Weights, activations and cache are F32.
 #pragma once

@@ -103,7 +103,7 @@ class ZeroOptimizer final : public UnitHooks {
   std::string first_nonfinite_gradient();
   // This rank's part of the last grad_sum_squares (before the host sum).
   double local_sum_squares() const { return local_sum_squares_; }
-  // Test hook (trainer/test_hooks.h): the next unit whose gradients are
+  // Test hook (train/test_hooks.h): the next unit whose gradients are
   // complete gets a NaN in its first element on this rank, before they are
   // reduced, as a NaN produced by this rank's backward would.
   void poison_next_gradient() { poison_ = true; }

@@ -1,6 +1,6 @@
 // What ZeRO (optim/zero.h) moves per training step, derived from the unit
 // layout exactly as ZeroOptimizer issues it, for the plan
-// (trainer/comm_plan.h) and the test that holds a real run to it:
+// (planner/comm_plan.h) and the test that holds a real run to it:
 //
 //   stage 0  all-reduce of every unit, once per step (last micro-batch)
 //   stage 1  reduce-scatter of every unit once per step, all-gather of the

@@ -52,7 +52,7 @@ class ProcessGroups;
 
 // The exit code of a run that ended because a collective timed out or a rank
 // went missing (both paths above). 1 is any other run-time failure and 2 a
-// configuration mistake (trainer/main.cpp).
+// configuration mistake (app/main.cpp).
 inline constexpr int kDistributedFailureExitCode = 3;
 inline constexpr int kWatchdogExitCode = kDistributedFailureExitCode;
 

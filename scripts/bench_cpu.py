@@ -53,7 +53,7 @@ import tempfile
 import time
 from collections import deque
 
-# The trainer runs its OpenMP threads with a passive wait policy (trainer/main.cpp);
+# The trainer runs its OpenMP threads with a passive wait policy (app/main.cpp);
 # PyTorch gets the same, which is also PyTorch's faster setting on this machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402

@@ -20,8 +20,8 @@
 #include "checkpoint/fault_injection.h"
 #include "checkpoint/strict_json.h"
 #include "e2e_util.h"
-#include "trainer/checkpoint_saver.h"
-#include "trainer/run_lock.h"
+#include "train/checkpoint_saver.h"
+#include "train/run_lock.h"
 
 using namespace trainer;
 using Catch::Matchers::Contains;

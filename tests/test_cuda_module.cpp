@@ -26,7 +26,7 @@
 #include "runtime/device_select.h"
 #include "tests/e2e_util.h"
 #include "tests/temp_dir.h"
-#include "trainer/engine.h"
+#include "train/engine.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

@@ -21,7 +21,7 @@
 #include "checkpoint/checkpoint.h"
 #include "e2e_util.h"
 #include "config/config.h"
-#include "trainer/plan.h"
+#include "planner/memory_plan.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

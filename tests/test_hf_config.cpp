@@ -1,4 +1,4 @@
-// config.json key by key (checkpoint/hf_config_check.h): our own exports
+// config.json key by key (interop/hf_config_check.h): our own exports
 // read back clean, every refused key and an unknown one are named, no-op
 // values of refused keys pass, differences name both keys; the Qwen2 and
 // Llama bias tensors map both ways; router_aux_loss_coef fills the MoE
@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/hf_config_check.h"
-#include "checkpoint/hf_format.h"
+#include "interop/hf_config_check.h"
+#include "interop/hf_format.h"
 #include "model/dims.h"
 #include "model/params.h"
 #include "temp_dir.h"
-#include "trainer/hf_import.h"
+#include "interop/hf_import.h"
 
 using namespace trainer;
 

@@ -1,4 +1,4 @@
-// `trainer export`'s tokenizer files (trainer/hf_tokenizer_export.h) from
+// `trainer export`'s tokenizer files (interop/hf_tokenizer_export.h) from
 // SentencePiece models written here in the protocol-buffer wire format
 // (data/sentencepiece_model.h reads them): the fields read and the proto2
 // defaults, the BPE merges and their order, the normalizers and decoders per
@@ -12,8 +12,8 @@
 
 #include "data/sentencepiece_model.h"
 #include "temp_dir.h"
-#include "trainer/hf_tokenizer_export.h"
-#include "trainer/proto_wire.h"
+#include "interop/hf_tokenizer_export.h"
+#include "observe/proto_wire.h"
 
 using namespace trainer;
 using Catch::Contains;

@@ -1,5 +1,5 @@
 // The key/value-cache decoder (model/kv_cache.h) against the no-cache
-// reference (trainer/generate.h: the whole context re-run per token): for
+// reference (infer/generate.h: the whole context re-run per token): for
 // llama with grouped-query attention, gpt2 (learned positions) and a llama
 // MoE, the logits after every token agree within 1e-4 of their largest
 // magnitude (only the matmuls' summation order differs: one row instead of
@@ -21,7 +21,7 @@
 #include "model/kv_cache.h"
 #include "model/sharding.h"
 #include "model/transformer.h"
-#include "trainer/generate.h"
+#include "infer/generate.h"
 
 using namespace trainer;
 

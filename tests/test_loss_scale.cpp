@@ -15,7 +15,7 @@
 
 #include "optim/loss_scale.h"
 #include "config/config.h"
-#include "trainer/engine.h"
+#include "train/engine.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

@@ -13,7 +13,7 @@
 #include "config/config.h"
 #include "e2e_util.h"
 #include "pipeline/simulate.h"
-#include "trainer/plan.h"
+#include "planner/memory_plan.h"
 
 using namespace trainer;
 

@@ -1,4 +1,4 @@
-// `trainer plan` (trainer/plan_command.h): the hardware table, the long
+// `trainer plan` (app/plan_command.h): the hardware table, the long
 // pipeline simulation the search relies on, the worked 7B example against
 // its golden output, and the messages for layouts that do not fit, GPUs the
 // table does not know and a bad --world. The plan's bytes against real runs:
@@ -20,8 +20,8 @@
 #include "pipeline/long_simulation.h"
 #include "pipeline/pipeline_plan.h"
 #include "pipeline/stage_split.h"
-#include "trainer/hardware.h"
-#include "trainer/step_time.h"
+#include "planner/hardware.h"
+#include "observe/step_time.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

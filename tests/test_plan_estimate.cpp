@@ -16,12 +16,12 @@
 #include "model/flops.h"
 #include "model/params.h"
 #include "pipeline/stage_split.h"
-#include "trainer/engine.h"
-#include "trainer/hardware.h"
-#include "trainer/layout_search.h"
-#include "trainer/plan_command.h"
-#include "trainer/smoke.h"
-#include "trainer/step_estimate.h"
+#include "train/engine.h"
+#include "planner/hardware.h"
+#include "planner/layout_search.h"
+#include "app/plan_command.h"
+#include "verify/smoke.h"
+#include "planner/step_estimate.h"
 
 using namespace trainer;
 
@@ -138,7 +138,7 @@ TEST_CASE("step estimate: every part >= 0, the parts add up to the step, MFU <= 
 }
 
 TEST_CASE("memory: fits within 90% of the device as the smoke test requires, tight up to 100%", "[plan][memory]") {
-  PlanMemory m;
+  GpuMemory m;
   m.device = 80.0 * (1 << 30);
   auto at = [&](double share) {
     m.ledger = MemoryPlan{};

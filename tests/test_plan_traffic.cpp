@@ -1,4 +1,4 @@
-// The plan's communication per step (trainer/comm_plan.h) against what real
+// The plan's communication per step (planner/comm_plan.h) against what real
 // multi-process runs move (comm/timed_communicator.h counts every group's
 // payload; the run prints it per step at its end): tp with sp, dp at ZeRO
 // 0-3, pp (1F1B and interleaved), cp and ep, on tiny models. Equal to the
@@ -24,8 +24,8 @@
 #include "config/config.h"
 #include "e2e_util.h"
 #include "pipeline/pipeline_plan.h"
-#include "trainer/comm_plan.h"
-#include "trainer/plan.h"
+#include "planner/comm_plan.h"
+#include "planner/memory_plan.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "model/activations.h"
 #include "model/transformer.h"
-#include "trainer/plan.h"
+#include "planner/memory_plan.h"
 
 using namespace trainer;
 

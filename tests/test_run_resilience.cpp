@@ -9,7 +9,7 @@
 // ends bit for bit on the uninterrupted run; a rank slowed on purpose is
 // named by the straggler alert, and nobody is without the delay; the time
 // breakdown's named parts explain the step. Faults come from the test-only
-// TRAINER_TEST_HOOKS (trainer/test_hooks.h).
+// TRAINER_TEST_HOOKS (train/test_hooks.h).
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "e2e_util.h"
-#include "trainer/preemption.h"
-#include "trainer/step_policy.h"
+#include "train/preemption.h"
+#include "train/step_policy.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "e2e_util.h"
-#include "trainer/run_lock.h"
+#include "train/run_lock.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

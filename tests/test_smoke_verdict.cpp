@@ -1,4 +1,4 @@
-// The smoke test's verdict (trainer/smoke.h judge_smoke) on synthetic runs:
+// The smoke test's verdict (verify/smoke.h judge_smoke) on synthetic runs:
 // the throughput check tells a real slowdown from a few ms of OS jitter.
 #include <catch2/catch.hpp>
 
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/engine.h"
-#include "trainer/smoke.h"
+#include "train/engine.h"
+#include "verify/smoke.h"
 
 using namespace trainer;
 

@@ -1,4 +1,4 @@
-// TensorBoard event files (trainer/tensorboard.h, log.tensorboard): read
+// TensorBoard event files (observe/tensorboard.h, log.tensorboard): read
 // back with a reader written here from the format's description (TFRecord
 // framing with masked CRC32C, Event and Summary protobufs), independent of
 // the writer's code: its own bitwise CRC32C and a generic protobuf decoder.
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "e2e_util.h"
-#include "trainer/tensorboard.h"
+#include "observe/tensorboard.h"
 
 using namespace trainer;
 namespace fs = std::filesystem;

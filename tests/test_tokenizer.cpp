@@ -1,4 +1,4 @@
-// The data's tokenizer (data/tokenizer.h, trainer/run_tokenizer.h): finding
+// The data's tokenizer (data/tokenizer.h, interop/run_tokenizer.h): finding
 // it next to the data, the start-up checks against the configuration, the
 // copy into the run directory, the byte and id fallbacks, a Hugging Face
 // tokenizer.json's vocabulary; and SentencePiece through libsentencepiece on
@@ -15,7 +15,7 @@
 #include "data/tokenizer.h"
 #include "e2e_util.h"
 #include "temp_dir.h"
-#include "trainer/run_tokenizer.h"
+#include "interop/run_tokenizer.h"
 
 using namespace trainer;
 using Catch::Contains;

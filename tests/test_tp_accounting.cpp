@@ -21,7 +21,7 @@
 #include "model/tp_traffic.h"
 #include "model/transformer.h"
 #include "optim/zero.h"
-#include "trainer/plan.h"
+#include "planner/memory_plan.h"
 
 using namespace trainer;
 

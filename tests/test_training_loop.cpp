@@ -21,7 +21,7 @@
 #include "optim/lr_schedule.h"
 #include "data/batch_sampler.h"
 #include "config/config.h"
-#include "trainer/plan.h"
+#include "planner/memory_plan.h"
 
 using namespace trainer;
 namespace fs = std::filesystem;

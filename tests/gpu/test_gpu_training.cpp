@@ -20,7 +20,7 @@
 #include "model/sharding.h"
 #include "model/transformer.h"
 #include "optim/zero.h"
-#include "trainer/engine.h"
+#include "train/engine.h"
 
 namespace fs = std::filesystem;
 using namespace trainer;

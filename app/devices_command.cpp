@@ -1,0 +1,53 @@
+#include "app/devices_command.h"
+
+#include <cstdio>
+
+#include "core/cuda_module.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device_select.h"
+
+namespace trainer {
+
+namespace {
+std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+}  // namespace
+
+std::string describe_devices(bool* ok) {
+  *ok = true;
+  std::string out;
+  if (!cuda_module_built()) {
+    out += "cuda module: none (this build has no CUDA backend: configure with nvcc and TRAINER_CUDA=AUTO or ON)\n";
+  } else {
+    const CudaDriverProbe& d = probe_cuda_driver();
+    if (d.devices >= 0)
+      out += "cuda driver: " + version_text(d.version) + ", " + std::to_string(d.devices) + " device(s)\n";
+    else
+      out += "cuda driver: none (" + d.why + ")\n";
+    std::string why;
+    if (const CudaBackend* cuda = cuda_backend(&why)) {
+      char sig[24];
+      std::snprintf(sig, sizeof sig, "%016llx", static_cast<unsigned long long>(cuda->signature));
+      out += "cuda module: " + cuda_module_path() + " (ABI " + std::to_string(cuda->abi_version) + ", signature " +
+             sig + "): " + cuda->describe() + "\n";
+      const int n = cuda->device_count(&why);
+      if (n > 0) {
+        for (int i = 0; i < n; ++i) {
+          const CudaDeviceInfo p = cuda->device_info(i);
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "cuda:%d: %s, %.1f GiB, sm_%d%d, %d SMs\n", i, p.name.c_str(),
+                        double(p.memory_bytes) / (1 << 30), p.major, p.minor, p.multiprocessors);
+          out += buf;
+        }
+      } else {
+        out += "cuda devices: none (" + (n == 0 ? std::string("no devices visible") : why) + ")\n";
+      }
+    } else {
+      *ok = false;
+      out += "cuda module: not loaded: " + why + "\n";
+    }
+  }
+  out += "train.device=auto: " + select_device("auto", 0).line + "\n";
+  return out;
+}
+
+}  // namespace trainer

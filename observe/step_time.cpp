@@ -1,0 +1,95 @@
+#include "observe/step_time.h"
+
+#include <cstdio>
+
+#include "planner/hardware.h"
+
+namespace trainer {
+
+double StepTime::comm_total() const {
+  double s = 0;
+  for (const auto& [g, t] : comm) s += t;
+  return s;
+}
+
+double StepTime::named() const { return data + forward + backward + optimizer + checkpoint + eval + comm_total(); }
+
+void StepTime::add_comm(const std::string& group, double seconds) {
+  for (auto& [g, t] : comm)
+    if (g == group) {
+      t += seconds;
+      return;
+    }
+  comm.emplace_back(group, seconds);
+}
+
+StepTime& StepTime::operator+=(const StepTime& o) {
+  data += o.data;
+  forward += o.forward;
+  backward += o.backward;
+  optimizer += o.optimizer;
+  checkpoint += o.checkpoint;
+  eval += o.eval;
+  other += o.other;
+  for (const auto& [g, t] : o.comm) add_comm(g, t);
+  return *this;
+}
+
+StepTime per_step(StepTime w, double wall, int64_t steps) {
+  w.other = wall - w.named();
+  const double k = steps > 0 ? 1.0 / double(steps) : 0;
+  for (double* x : {&w.data, &w.forward, &w.backward, &w.optimizer, &w.checkpoint, &w.eval, &w.other}) *x *= k;
+  for (auto& [g, t] : w.comm) t *= k;
+  return w;
+}
+
+std::string step_time_json(const StepTime& t) {
+  char buf[64];
+  std::string s = "\"time_ms\": {";
+  auto put = [&](const std::string& name, double v, bool first = false) {
+    std::snprintf(buf, sizeof buf, "%.4f", 1e3 * v);
+    s += (first ? "\"" : ", \"") + name + "\": " + buf;
+  };
+  put("data", t.data, true);
+  put("forward", t.forward);
+  put("backward", t.backward);
+  put("optimizer", t.optimizer);
+  put("checkpoint", t.checkpoint);
+  put("eval", t.eval);
+  for (const auto& [g, v] : t.comm) put("comm_" + g, v);
+  put("other", t.other);
+  return s + "}";
+}
+
+std::string format_step_time(const StepTime& total, double wall, int64_t steps) {
+  const StepTime t = per_step(total, wall, steps);
+  const double step = wall / double(steps > 0 ? steps : 1);
+  std::string out = "where the time went (rank 0, " + std::to_string(steps) + " steps, ms per step):\n";
+  char buf[160];
+  auto row = [&](const std::string& name, double v) {
+    std::snprintf(buf, sizeof buf, "  %-26s %9.2f  %5.1f%%\n", name.c_str(), 1e3 * v, step > 0 ? 100 * v / step : 0);
+    out += buf;
+  };
+  row("forward (compute)", t.forward);
+  row("backward (compute)", t.backward);
+  row("optimizer", t.optimizer);
+  row("data wait", t.data);
+  for (const auto& [g, v] : t.comm)
+    if (v > 0) row(g == "pp" ? "pipeline idle (pp)" : "communication " + g, v);
+  row("checkpoint stall", t.checkpoint);
+  row("evaluation", t.eval);
+  row("other", t.other);
+  row("step", step);
+  return out;
+}
+
+double peak_tflops(const std::string& line, bool low_precision, double configured) {
+  if (configured > 0) return configured;
+  // The dense tensor-core peaks of planner/hardware.cpp's table (bf16/fp16;
+  // fp32 runs on TF32 at half that).
+  const Hardware* g = gpu_of_device_line(line);
+  if (!g) return 0;
+  return low_precision ? g->bf16_tflops : g->bf16_tflops / 2;
+}
+
+}  // namespace trainer
