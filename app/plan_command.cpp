@@ -71,7 +71,7 @@ std::string describe_layout(const Config& c, const MeshShape& mesh, const Hardwa
   // 1. Memory: the ledger every run prints at start-up.
   const GpuMemory mem = gpu_memory_of(c, mesh, hw);
   out += format_memory_plan(mem.ledger, hw.name + (mesh.pp > 1 ? ", pipeline stage " + std::to_string(mem.stage) + " (the fullest)" : ""),
-                     kPlanStorage);
+                     kGpuStorage);
   if (mem.comm_buffers > 0) {
     std::snprintf(buf, sizeof buf, "  comm buffers %12s  (allocated on first use: kv-head gradient gather, tied-embedding exchange)\n",
                   format_bytes(double(mem.comm_buffers)).c_str());
@@ -80,7 +80,7 @@ std::string describe_layout(const Config& c, const MeshShape& mesh, const Hardwa
   out += memory_verdict(c, mesh, hw, mem);
 
   // 2. Communication per step and group, and 4. the time model.
-  const StepEstimate e = estimate_step(c, mesh, hw, kPlanStorage);
+  const StepEstimate e = estimate_step(c, mesh, hw, kGpuStorage);
   out += "communication per step on " +
          (mesh.pp > 1 ? "pipeline stage " + std::to_string(e.critical_stage) + " (the critical one)"
                       : std::string("rank 0")) +

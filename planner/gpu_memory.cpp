@@ -11,7 +11,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }
 
 GpuMemory gpu_memory_of(const Config& c, const MeshShape& mesh, const Hardware& hw) {
-  return gpu_memory_of(mesh, hw, layout_shardings(c, mesh, kPlanStorage), c.parallel.zero_stage);
+  return gpu_memory_of(mesh, hw, layout_shardings(c, mesh, kGpuStorage), c.parallel.zero_stage);
 }
 
 GpuMemory gpu_memory_of(const MeshShape& mesh, const Hardware& hw, const LayoutShardings& lp, int zero_stage) {

@@ -33,7 +33,7 @@ GpuMemory gpu_memory_of(const Config& c, const MeshShape& mesh, const Hardware& 
 GpuMemory gpu_memory_of(const MeshShape& mesh, const Hardware& hw, const LayoutShardings& plans, int zero_stage);
 
 // The GPU's storage type: bf16 with fp32 masters, as the CUDA backend runs.
-inline constexpr DType kPlanStorage = DType::BF16;
+inline constexpr DType kGpuStorage = DType::BF16;
 
 // One-key changes that make a layout fit, for the "does not fit" line:
 // "parallel.zero_stage=3 (61.2 GiB), train.recompute=full (55.0 GiB)"; ""

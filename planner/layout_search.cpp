@@ -45,16 +45,16 @@ std::string ms(double s) {
 // Memory, and for a layout that fits the time estimate; for one that does
 // not (or only tightly), only its compute time (what it would take at best).
 void cost(LayoutResult& r, const Hardware& hw) {
-  const LayoutShardings plans = layout_shardings(r.cfg, r.mesh, kPlanStorage);
+  const LayoutShardings plans = layout_shardings(r.cfg, r.mesh, kGpuStorage);
   const GpuMemory mem = gpu_memory_of(r.mesh, hw, plans, r.cfg.parallel.zero_stage);
   r.memory = double(mem.total());
   r.fits = mem.fits();
   r.tight = mem.tight();
   if (!r.fits) {
-    r.step_s = r.compute_s = compute_seconds(r.cfg, r.mesh, hw, kPlanStorage);
+    r.step_s = r.compute_s = compute_seconds(r.cfg, r.mesh, hw, kGpuStorage);
     return;
   }
-  const StepEstimate e = estimate_step(r.cfg, r.mesh, hw, kPlanStorage, plans);
+  const StepEstimate e = estimate_step(r.cfg, r.mesh, hw, kGpuStorage, plans);
   r.step_s = e.step_s;
   r.tokens_per_s = e.tokens_per_s;
   r.mfu = e.mfu;

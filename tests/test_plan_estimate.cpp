@@ -118,8 +118,8 @@ TEST_CASE("step estimate: every part >= 0, the parts add up to the step, MFU <= 
   // times the step exceeds the idle time of the busiest rank.
   Config p = small_7b({"parallel.pp=4", "parallel.dp=2", "train.micro_batch_size=1"}, 8);
   const MeshShape mesh = resolve_mesh(p.parallel, 8, 8);
-  const StepEstimate e = estimate_step(p, mesh, hw, kPlanStorage);
-  const double old_formula = e.step_s - compute_seconds(p, mesh, hw, kPlanStorage) - e.bubble * e.pipeline_s;
+  const StepEstimate e = estimate_step(p, mesh, hw, kGpuStorage);
+  const double old_formula = e.step_s - compute_seconds(p, mesh, hw, kGpuStorage) - e.bubble * e.pipeline_s;
   std::printf("[estimate] pp 4 x dp 2, head on the last stage: compute %.3f s + exposed comm %.3f s + idle %.3f s + "
               "optimizer %.4f s = step %.3f s (stage %d); the old step - compute - bubble x schedule: %.3f s\n",
               e.compute_s, e.exposed_comm_s, e.idle_s, e.optimizer_s, e.step_s, e.critical_stage, old_formula);
