@@ -8,27 +8,6 @@
 
 namespace trainer {
 
-std::array<int64_t, 2> zigzag_chunks(int cp, int rank) { return {int64_t(rank), int64_t(2 * cp - 1 - rank)}; }
-
-std::vector<int32_t> zigzag_positions(int64_t T, int cp, int rank) {
-  if (cp < 1 || T % (2 * int64_t(cp)) != 0 || rank < 0 || rank >= cp)
-    throw std::invalid_argument("zigzag_positions: " + std::to_string(T) + " tokens do not split into 2 x " +
-                                std::to_string(cp) + " chunks (rank " + std::to_string(rank) + ")");
-  const int64_t c = T / (2 * cp);
-  std::vector<int32_t> pos;
-  pos.reserve(size_t(2 * c));
-  for (const int64_t chunk : zigzag_chunks(cp, rank))
-    for (int64_t t = 0; t < c; ++t) pos.push_back(int32_t(chunk * c + t));
-  return pos;
-}
-
-void zigzag_tokens(const int32_t* full, int64_t B, int64_t T, int cp, int rank, int32_t* out) {
-  const std::vector<int32_t> pos = zigzag_positions(T, cp, rank);
-  const int64_t Tl = int64_t(pos.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < Tl; ++t) out[b * Tl + t] = full[b * T + pos[size_t(t)]];
-}
-
 Tensor ContextParallel::positions_of(int r) const {
   const int64_t Tl = positions.dim(1);
   return positions.slice0(r, r + 1).view({Tl});

@@ -17,22 +17,13 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "data/batch_share.h"
 #include "model/dims.h"
 
 namespace trainer {
 
-// The two chunks (of 2 cp) of every sequence that rank `rank` holds, in
-// local order: chunk rank, then chunk 2 cp - 1 - rank.
-std::array<int64_t, 2> zigzag_chunks(int cp, int rank);
-
-// The global positions of rank `rank`'s local tokens of a sequence of T
-// (2 cp chunks of T / (2 cp); T must be a multiple of 2 cp): its first
-// chunk, then its second.
-std::vector<int32_t> zigzag_positions(int64_t T, int cp, int rank);
-
-// The local token rows of a micro-batch of B whole sequences of T tokens:
-// out[b T/cp + t] = full[b T + positions[t]].
-void zigzag_tokens(const int32_t* full, int64_t B, int64_t T, int cp, int rank, int32_t* out);
+// The zigzag split of a sequence (zigzag_chunks, zigzag_positions,
+// zigzag_tokens) is the batch's: data/batch_share.h.
 
 // What attention needs for the ring: the group, every rank's positions
 // [cp, T_local] (I32), and its transfer and partial-result buffers.

@@ -8,7 +8,7 @@
 
 namespace trainer {
 
-std::string format_context_plan(const ShardingPlan& plan, int64_t microbatches) {
+std::string format_context_report(const ShardingPlan& plan, int64_t microbatches) {
   const ModelDims& d = plan.local;
   const RingTraffic t = ring_traffic(d);
   const double acts = double(arena_bytes(activation_specs(d)));

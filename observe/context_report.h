@@ -8,6 +8,6 @@
 
 namespace trainer {
 
-std::string format_context_plan(const ShardingPlan& plan, int64_t microbatches);
+std::string format_context_report(const ShardingPlan& plan, int64_t microbatches);
 
 }  // namespace trainer

@@ -6,8 +6,8 @@
 
 namespace trainer {
 
-ExpertPlan expert_plan(const std::vector<ShardingPlan>& chunks) {
-  ExpertPlan p;
+ExpertLayout expert_layout(const std::vector<ShardingPlan>& chunks) {
+  ExpertLayout p;
   for (const ShardingPlan& c : chunks) {
     const ModelDims& d = c.local;
     p.ep = c.mesh.ep;
@@ -22,7 +22,7 @@ ExpertPlan expert_plan(const std::vector<ShardingPlan>& chunks) {
   return p;
 }
 
-std::string format_expert_plan(const ExpertPlan& p, int64_t microbatches) {
+std::string format_expert_layout(const ExpertLayout& p, int64_t microbatches) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "expert parallel %d: %lld of %lld experts per rank, their gradients summed over expert data parallel "

@@ -10,7 +10,7 @@
 
 namespace trainer {
 
-struct ExpertPlan {
+struct ExpertLayout {
   int ep = 1, edp = 1;
   int64_t experts = 0, experts_here = 0, moe_layers = 0;  // moe_layers: this rank's (all chunks)
   size_t expert_bytes = 0, dense_bytes = 0;               // this rank's weights
@@ -19,8 +19,8 @@ struct ExpertPlan {
   // combine in the forward, the same two in the backward.
   double all_to_all_bytes = 0;
 };
-ExpertPlan expert_plan(const std::vector<ShardingPlan>& chunks);
-std::string format_expert_plan(const ExpertPlan& p, int64_t microbatches);
+ExpertLayout expert_layout(const std::vector<ShardingPlan>& chunks);
+std::string format_expert_layout(const ExpertLayout& p, int64_t microbatches);
 
 // The start-up line of every MoE run: what the capacity and the
 // load-balancing statistics are counted over (a micro-batch's whole

@@ -1,0 +1,117 @@
+#include "observe/step_window.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "observe/pipeline_report.h"
+
+namespace trainer {
+
+StepWindow::StepWindow(const Setup& s, const LogConfig& log_cfg)
+    : s_(s), monitor_(*s.host, s.local_rank, log_cfg, s.lead ? s.run_dir : "", s.resumed) {
+  throughput_start_ = clock_type::now();
+  window_comm0_ = run_comm0_ = comm_now();
+  // Bytes each group moves in the steps of this run (observe/comm_measured.h).
+  run_bytes0_ = comm_bytes_now(*s_.timed);
+  window_wall0_ = run_wall0_ = clock_type::now();
+}
+
+void StepWindow::begin_iteration() {
+  ++window_iterations_;
+  ++run_iterations_;
+}
+
+ExpertLoad* StepWindow::expert_load_of_step(bool log_step) {
+  if (s_.dims.E == 0) return nullptr;
+  expert_load_.reset(s_.dims.L, s_.dims.E);
+  return log_step ? &expert_load_ : nullptr;
+}
+
+StepTime StepWindow::comm_now() const {
+  StepTime t;
+  for (const auto& g : *s_.timed) t.add_comm(g->label(), g->blocked_seconds());
+  return t;
+}
+
+StepTime StepWindow::comm_delta(const StepTime& from) const {
+  StepTime d;
+  const StepTime now = comm_now();
+  for (size_t i = 0; i < now.comm.size(); ++i) d.add_comm(now.comm[i].first, now.comm[i].second - from.comm[i].second);
+  return d;
+}
+
+void StepWindow::applied_step(StepMetrics sm, int64_t step_tokens, bool log_step, double rank_grad_norm) {
+  window_tokens_ += step_tokens;
+  window_steps_ += 1;
+  const double secs = seconds_since(throughput_start_);
+  sm.tokens_per_s = double(window_tokens_) / secs;
+  sm.ms_per_step = 1e3 * secs / double(window_steps_);
+  sm.tflops = s_.model_flops * sm.tokens_per_s / double(s_.world_size) / 1e12;
+  sm.mfu = s_.peak > 0 ? sm.tflops / s_.peak : -1;
+  if (log_step) {
+    s_.log->step(sm, !s_.quiet);
+    close_window(sm, secs, rank_grad_norm);
+  } else if (!s_.quiet) {
+    s_.log->progress(sm);
+  }
+}
+
+// The window's parts per step, every rank's report to rank 0, the experts'
+// load and the pipeline's idle time; then the next window starts.
+void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_grad_norm) {
+  StepTime w = window_parts_;
+  for (const auto& [g, t] : comm_delta(window_comm0_).comm) w.add_comm(g, t);
+  const StepTime per = per_step(w, seconds_since(window_wall0_), window_iterations_);
+  run_parts_ += window_parts_;
+  if (s_.lead) s_.log->record("{\"step\": " + std::to_string(sm.step) + ", " + step_time_json(per) + "}");
+  RankReport rr;
+  rr.tokens_per_s = sm.tokens_per_s / double(s_.world_size);
+  rr.step_ms = 1e3 * seconds_since(window_wall0_) / double(window_iterations_);
+  rr.grad_norm = rank_grad_norm;
+  rr.time = per;
+  const std::string alerts = monitor_.report(sm.step, rr);
+  if (s_.lead && !alerts.empty()) std::printf("%s", alerts.c_str());
+  window_parts_ = StepTime{};
+  window_comm0_ = comm_now();
+  window_wall0_ = clock_type::now();
+  window_iterations_ = 0;
+  if (s_.dims.E > 0) {
+    sum_expert_load(expert_load_, *s_.host, s_.mesh.tp);
+    const std::vector<LayerLoad> loads = layer_loads(expert_load_);
+    if (s_.lead && !s_.quiet) std::printf("%s", format_expert_load(loads).c_str());
+    if (s_.lead) s_.log->record(expert_load_json(sm.step, loads));
+  }
+  // Theory against reality: the share of the window each stage spent
+  // waiting for its neighbours, next to the simulator's bubble.
+  if (s_.mesh.pp > 1) {
+    const double mine = window_wait_s_ / secs;
+    std::vector<double> idle(size_t(s_.world_size), 0);
+    s_.host->all_gather(Tensor(idle.data(), DType::F64, {int64_t(idle.size())}),
+                        Tensor(const_cast<double*>(&mine), DType::F64, {1}));
+    if (s_.lead && !s_.quiet) std::printf("%s", format_pipeline_idle(s_.mesh, idle, *s_.simulated).c_str());
+  }
+  window_wait_s_ = 0;
+  throughput_start_ = clock_type::now();
+  window_tokens_ = window_steps_ = 0;
+}
+
+bool StepWindow::print_step_time() {
+  if (!s_.lead || s_.quiet || run_iterations_ == 0) return false;
+  StepTime all = run_parts_;
+  all += window_parts_;
+  for (const auto& [g, t] : comm_delta(run_comm0_).comm) all.add_comm(g, t);
+  std::printf("%s", format_step_time(all, seconds_since(run_wall0_), run_iterations_).c_str());
+  return true;
+}
+
+void StepWindow::report_traffic(bool preempted) {
+  if (run_iterations_ > 0 && !preempted) {
+    // Collective over the host group: every rank gets here after the same steps.
+    std::string json;
+    const std::string measured = comm_measured_report(*s_.timed, run_bytes0_, run_iterations_, *s_.host, &json);
+    if (s_.lead && !s_.quiet) std::printf("%s", measured.c_str());
+    if (s_.lead && !measured.empty()) s_.log->record(json);
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,94 @@
+// Everything a run sets up before its first step, in the order it happens:
+// the device and the process groups, the run lock, the layout (dims, the
+// pipeline schedule checked by the simulator, the memory plan checked
+// against the device), the data and this rank's share of it, the stage
+// models (checked against the plan to the byte), the run directory and the
+// data's tokenizer, the resume, the metrics log and the checkpoint saver.
+// The start-up lines (train/startup_report.h) are printed as each part is
+// known, so a failing check shows what led to it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "data/batch_sampler.h"
+#include "data/prefetch.h"
+#include "interop/reference_dump.h"
+#include "interop/run_tokenizer.h"
+#include "model/sharding.h"
+#include "observe/metrics.h"
+#include "pipeline/schedule.h"
+#include "pipeline/simulate.h"
+#include "planner/memory_plan.h"
+#include "runtime/device_select.h"
+#include "runtime/distributed_run.h"
+#include "train/engine.h"
+#include "train/run_lock.h"
+#include "train/run_saver.h"
+#include "train/stage_models.h"
+
+namespace trainer {
+
+class Session {
+ public:
+  Session(const Config& cfg, const RunOptions& opt);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const Config& cfg;
+  RunOptions opt;  // quiet on every rank but the lead
+  DeviceChoice dev;
+  std::optional<TokenizerFiles> data_tokenizer;
+  std::unique_ptr<DistributedRun> dist;
+  std::unique_ptr<RunLock> run_lock;  // one job per run directory, held until the session ends
+  bool lead = false;
+  int dp = 1, pp_stage = 0, zero_stage = 0;
+  bool counts_loss = true;  // every tp rank of a replica computes the same loss; one counts it
+  DType storage = DType::F32;
+
+  // The layout.
+  int64_t micro = 0, M = 0, T = 0;  // sequences per micro-batch, micro-batches per step, tokens
+  ModelDims dims;
+  std::vector<int64_t> stage_layers;
+  Schedule schedule;
+  Simulation simulated;
+  MemoryPlan plan;
+
+  // The data: training batches prefetched, the validation batches read once.
+  std::unique_ptr<BatchSampler> train_data;
+  std::unique_ptr<HostBatch> valid_batch;
+  std::unique_ptr<BatchPrefetcher> prefetch;
+
+  std::vector<ShardingPlan> plans;  // this rank's model chunks
+  std::unique_ptr<StageModels> models;
+
+  std::string run_dir, ckpt_root, metrics_path;
+  int64_t start_step = 0, end_step = 0;
+  int64_t tokens = 0;       // seen by the state the models hold
+  int64_t data_offset = 0;  // data steps skipped by rollbacks (checkpoint meta data_offset)
+  std::unique_ptr<MetricsLog> log;
+  std::unique_ptr<RunSaver> saver;
+  std::unique_ptr<ReferenceDump> dump;
+
+  int64_t tokens_per_step() const { return M * dims.N() * dp; }
+
+ private:
+  void open_run();
+  void plan_layout();
+  void open_data();
+  void build_models();
+  void open_run_dir();
+  void resume();
+  void open_outputs();
+};
+
+// After a resume or a rollback, rows logged past the checkpoint (by the run
+// that crashed, or the steps rolled back) would repeat steps: keep only what
+// the restored state has seen.
+void trim_metrics(const std::string& path, int64_t last_step);
+
+}  // namespace trainer
