@@ -51,145 +51,184 @@ void ensure_passive_omp_wait(char** argv) {
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: run as we are
 }
-}  // namespace
 
-int main(int argc, char** argv) {
-  ensure_passive_omp_wait(argv);
-  CLI::App app{"trainer: train Transformer and MoE language models from one YAML file"};
+// Everything the command line sets: the run's options and each subcommand's.
+struct CommandLine {
   std::string config_path;
   std::vector<std::string> overrides;
   bool print_config = false;
   trainer::RunOptions opt;
-  app.add_option("-c,--config", config_path, "YAML run configuration");
-  app.add_option("--set", overrides, "override one key, e.g. --set optim.lr=1e-3 (repeatable)")
-      ->take_all();
-  app.add_flag("--print-config", print_config, "print the resolved configuration as YAML and exit");
-  app.add_option("--dump-reference", opt.dump_reference_dir,
-                 "also write the PyTorch-reference dump (docs/MODEL_MATH.md) into this directory");
   bool smoke = false;
   int64_t smoke_steps = 0;
   std::string resume;
-  app.add_flag("--smoke-test", smoke,
-               "run a short proof of this configuration (temporary checkpoints) and print a verdict");
-  app.add_option("--steps", smoke_steps, "steps of the smoke test (default smoke.steps)");
-  app.add_option("--resume", resume, "resume from this checkpoint directory (same as --set checkpoint.resume=PATH)");
-  app.add_option("--stop-after", opt.stop_after,
-                 "stop after this step; the LR schedule still spans train.steps");
   std::string inspect_dir;
-  CLI::App* inspect = app.add_subcommand("inspect", "print what a checkpoint directory holds");
-  inspect->add_option("dir", inspect_dir, "checkpoint directory (step_XXXXXXXX)")->required();
   trainer::ExportOptions export_opt;
   std::string export_dtype = "fp32", export_shard = "5GB";
-  CLI::App* exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
-  exporter->add_option("--checkpoint", export_opt.checkpoint, "checkpoint step directory (or a root with `latest`)")
-      ->required();
-  exporter->add_option("--out", export_opt.out, "new directory to write (config.json, model.safetensors)")->required();
-  exporter->add_option("--dtype", export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  exporter->add_option("--max-shard-size", export_shard, "largest safetensors file before sharding (e.g. 5GB, 200MB)");
   int schedule_world = 0;
-  CLI::App* schedule = app.add_subcommand(
-      "schedule", "print the pipeline schedule of --config: per-rank timeline, bubble, activation memory");
-  schedule->add_option("--world", schedule_world,
-                       "processes of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
-  schedule->fallthrough();  // --config and --set belong to the main command
   trainer::PlanOptions plan_opt;
-  CLI::App* plan = app.add_subcommand(
+  trainer::GenerateOptions gen;
+  CLI::App *inspect = nullptr, *exporter = nullptr, *schedule = nullptr, *plan = nullptr, *generate = nullptr,
+           *devices = nullptr;
+};
+
+void add_run_options(CLI::App& app, CommandLine& cl) {
+  app.add_option("-c,--config", cl.config_path, "YAML run configuration");
+  app.add_option("--set", cl.overrides, "override one key, e.g. --set optim.lr=1e-3 (repeatable)")->take_all();
+  app.add_flag("--print-config", cl.print_config, "print the resolved configuration as YAML and exit");
+  app.add_option("--dump-reference", cl.opt.dump_reference_dir,
+                 "also write the PyTorch-reference dump (docs/MODEL_MATH.md) into this directory");
+  app.add_flag("--smoke-test", cl.smoke,
+               "run a short proof of this configuration (temporary checkpoints) and print a verdict");
+  app.add_option("--steps", cl.smoke_steps, "steps of the smoke test (default smoke.steps)");
+  app.add_option("--resume", cl.resume, "resume from this checkpoint directory (same as --set checkpoint.resume=PATH)");
+  app.add_option("--stop-after", cl.opt.stop_after, "stop after this step; the LR schedule still spans train.steps");
+}
+
+void add_checkpoint_commands(CLI::App& app, CommandLine& cl) {
+  cl.inspect = app.add_subcommand("inspect", "print what a checkpoint directory holds");
+  cl.inspect->add_option("dir", cl.inspect_dir, "checkpoint directory (step_XXXXXXXX)")->required();
+  cl.exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  cl.exporter->add_option("--checkpoint", cl.export_opt.checkpoint, "checkpoint step directory (or a root with `latest`)")
+      ->required();
+  cl.exporter->add_option("--out", cl.export_opt.out, "new directory to write (config.json, model.safetensors)")
+      ->required();
+  cl.exporter->add_option("--dtype", cl.export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  cl.exporter->add_option("--max-shard-size", cl.export_shard,
+                          "largest safetensors file before sharding (e.g. 5GB, 200MB)");
+}
+
+void add_planning_commands(CLI::App& app, CommandLine& cl) {
+  cl.schedule = app.add_subcommand(
+      "schedule", "print the pipeline schedule of --config: per-rank timeline, bubble, activation memory");
+  cl.schedule->add_option("--world", cl.schedule_world,
+                          "processes of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
+  cl.schedule->fallthrough();  // --config and --set belong to the main command
+  trainer::PlanOptions& po = cl.plan_opt;
+  cl.plan = app.add_subcommand(
       "plan", "print the memory, communication, bubble and estimated step time of --config on a GPU, launching "
               "nothing; --search ranks every layout of the world size");
-  plan->add_option("--world", plan_opt.world, "GPUs of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
-  plan->add_option("--gpus-per-node", plan_opt.gpus_per_node, "GPUs per node (default hardware.gpus_per_node, else 8)");
-  plan->add_option("--gpu", plan_opt.gpu, "GPU of the hardware table (default hardware.gpu): " + trainer::known_gpu_names());
-  plan->add_flag("--search", plan_opt.search, "rank every layout of the world size that keeps the global batch");
-  plan->add_option("--top", plan_opt.top, "layouts the search prints (default 10)");
-  plan->fallthrough();
-  trainer::GenerateOptions gen;
-  CLI::App* generate = app.add_subcommand("generate", "continue a prompt with the model of a checkpoint (key/value cache)");
-  generate->add_option("--checkpoint", gen.checkpoint, "checkpoint step directory (or a root with `latest`)")->required();
-  generate->add_option("--prompt", gen.prompt, "text to continue, encoded with the data's tokenizer")->required();
-  generate->add_option("--tokens", gen.tokens, "tokens to generate (default 200)");
-  generate->add_option("--temperature", gen.temperature, "sampling temperature; 0: greedy (default 0.8)");
-  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (default 0: all)");
-  generate->add_option("--seed", gen.seed, "seed of the sampling (default 1234)");
-  generate->add_option("--device", gen.device, "cpu, cuda or auto (default auto)");
-  generate->add_option("--tokenizer", gen.tokenizer,
-                       "tokenizer file or directory (default: the run's, see README \"Generating text\")");
-  generate->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
-  CLI::App* devices = app.add_subcommand(
-      "devices", "say what CUDA this machine and build offer (driver, CUDA module, devices) and what device: auto picks");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "error: %s (see trainer --help)\n", e.what());
-    return 2;
-  }
+  cl.plan->add_option("--world", po.world, "GPUs of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
+  cl.plan->add_option("--gpus-per-node", po.gpus_per_node, "GPUs per node (default hardware.gpus_per_node, else 8)");
+  cl.plan->add_option("--gpu", po.gpu, "GPU of the hardware table (default hardware.gpu): " + trainer::known_gpu_names());
+  cl.plan->add_flag("--search", po.search, "rank every layout of the world size that keeps the global batch");
+  cl.plan->add_option("--top", po.top, "layouts the search prints (default 10)");
+  cl.plan->fallthrough();
+}
 
+void add_model_commands(CLI::App& app, CommandLine& cl) {
+  trainer::GenerateOptions& gen = cl.gen;
+  CLI::App* g = cl.generate =
+      app.add_subcommand("generate", "continue a prompt with the model of a checkpoint (key/value cache)");
+  g->add_option("--checkpoint", gen.checkpoint, "checkpoint step directory (or a root with `latest`)")->required();
+  g->add_option("--prompt", gen.prompt, "text to continue, encoded with the data's tokenizer")->required();
+  g->add_option("--tokens", gen.tokens, "tokens to generate (default 200)");
+  g->add_option("--temperature", gen.temperature, "sampling temperature; 0: greedy (default 0.8)");
+  g->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (default 0: all)");
+  g->add_option("--seed", gen.seed, "seed of the sampling (default 1234)");
+  g->add_option("--device", gen.device, "cpu, cuda or auto (default auto)");
+  g->add_option("--tokenizer", gen.tokenizer, "tokenizer file or directory (default: the run's, see README \"Generating text\")");
+  g->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
+  cl.devices = app.add_subcommand(
+      "devices", "say what CUDA this machine and build offer (driver, CUDA module, devices) and what device: auto picks");
+}
+
+// The subcommands that need no configuration; -1 when none was given.
+int run_tool_command(CommandLine& cl) {
+  if (*cl.devices) {
+    bool ok = true;
+    std::fputs(trainer::describe_devices(&ok).c_str(), stdout);
+    return ok ? 0 : 1;
+  }
+  if (*cl.inspect) {
+    const std::string report = trainer::describe_checkpoint(cl.inspect_dir);
+    std::fputs(report.c_str(), stdout);
+    // Scripts check the exit code before they trust a checkpoint.
+    return report.find("status: CORRUPT") == std::string::npos ? 0 : 1;
+  }
+  if (*cl.exporter) {
+    cl.export_opt.dtype = cl.export_dtype == "bf16" ? trainer::DType::BF16 : trainer::DType::F32;
+    cl.export_opt.max_shard_bytes = trainer::parse_size(cl.export_shard, "--max-shard-size");
+    std::fputs(trainer::export_to_hf(cl.export_opt).c_str(), stdout);
+    return 0;
+  }
+  if (*cl.generate) return trainer::run_generate(cl.gen);
+  return -1;
+}
+
+// `trainer plan` and `trainer schedule`, which read --config but launch nothing; -1 when neither.
+int run_planning_command(CommandLine& cl) {
+  trainer::PlanOptions& po = cl.plan_opt;
+  if (*cl.plan) {
+    if (po.world < 0 || (cl.plan->count("--world") && po.world == 0))
+      throw trainer::ConfigError("--world " + std::to_string(po.world) + ": the number of GPUs must be >= 1");
+    if (cl.plan->count("--gpus-per-node") && po.gpus_per_node < 1)
+      throw trainer::ConfigError("--gpus-per-node " + std::to_string(po.gpus_per_node) + " must be >= 1");
+    const trainer::Config cfg = trainer::load_plan_config(cl.config_path, cl.overrides, po);
+    std::fputs(trainer::describe_plan(cfg, po).c_str(), stdout);
+    return 0;
+  }
+  if (*cl.schedule) {
+    if (cl.config_path.empty()) throw trainer::ConfigError("trainer schedule needs --config FILE");
+    const trainer::Config cfg =
+        trainer::load_config_file(cl.config_path, cl.overrides, std::max(cl.schedule_world, 0));
+    int world = cl.schedule_world;
+    if (world <= 0) {
+      const auto& p = cfg.parallel;
+      world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
+    }
+    std::fputs(trainer::describe_schedule(cfg, world).c_str(), stdout);
+    return 0;
+  }
+  return -1;
+}
+
+// The run's opening lines on rank 0: the configuration, the launch, what
+// the HF import adopted, how the store checks its clients.
+void print_run_header(const trainer::Config& cfg, const trainer::LaunchInfo& launch,
+                      const std::vector<std::string>& adopted) {
+  if (launch.rank != 0) return;
+  std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
+  for (const std::string& line : adopted) std::printf("%s\n", line.c_str());
+  if (launch.launched())
+    std::printf("%s\n", trainer::store_secret_from_env().empty()
+                             ? "store: no TRAINER_STORE_SECRET: the job token turns away other jobs, not other users "
+                               "who can reach the port (README, Distributed runs)"
+                             : "store: every rank must prove it holds TRAINER_STORE_SECRET");
+}
+
+// Training, or its smoke test, under whatever launched this process.
+int run_training_command(CommandLine& cl) {
+  const trainer::LaunchInfo launch = trainer::detect_launch();
+  trainer::Config cfg = trainer::load_config_file(cl.config_path, cl.overrides, launch.world_size);
+  // Before --print-config, so that it shows what the run would use.
+  const std::vector<std::string> adopted = trainer::adopt_init_from_settings(cfg);
+  // Once per job, on stderr so that --print-config's YAML stays clean.
+  if (launch.rank == 0)
+    for (const std::string& w : trainer::config_warnings(cfg)) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (cl.print_config) {
+    std::fputs(trainer::config_to_yaml(cfg).c_str(), stdout);
+    return 0;
+  }
+  print_run_header(cfg, launch, adopted);
+  cl.opt.launch = launch;
+  if (cl.smoke) return trainer::run_smoke_test(cfg, cl.smoke_steps > 0 ? cl.smoke_steps : cfg.smoke.steps, launch);
+  if (cl.smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
+  const trainer::TrainSummary summary = trainer::run_training(cfg, cl.opt);
+  return summary.preempted ? trainer::kPreemptedExitCode : 0;
+}
+
+int run_command(CommandLine& cl) {
+  if (const int rc = run_tool_command(cl); rc >= 0) return rc;
+  if (!cl.resume.empty()) cl.overrides.push_back("checkpoint.resume=" + cl.resume);
+  if (cl.config_path.empty()) throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
+  if (const int rc = run_planning_command(cl); rc >= 0) return rc;
+  return run_training_command(cl);
+}
+
+// The exit code of each kind of failure (the header above).
+int exit_code_of(std::exception_ptr failure) {
   try {
-    if (*devices) {
-      bool ok = true;
-      std::fputs(trainer::describe_devices(&ok).c_str(), stdout);
-      return ok ? 0 : 1;
-    }
-    if (*inspect) {
-      const std::string report = trainer::describe_checkpoint(inspect_dir);
-      std::fputs(report.c_str(), stdout);
-      // Scripts check the exit code before they trust a checkpoint.
-      return report.find("status: CORRUPT") == std::string::npos ? 0 : 1;
-    }
-    if (*exporter) {
-      export_opt.dtype = export_dtype == "bf16" ? trainer::DType::BF16 : trainer::DType::F32;
-      export_opt.max_shard_bytes = trainer::parse_size(export_shard, "--max-shard-size");
-      std::fputs(trainer::export_to_hf(export_opt).c_str(), stdout);
-      return 0;
-    }
-    if (*generate) return trainer::run_generate(gen);
-    if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
-    if (config_path.empty())
-      throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
-    if (*plan) {
-      if (plan_opt.world < 0 || (plan->count("--world") && plan_opt.world == 0))
-        throw trainer::ConfigError("--world " + std::to_string(plan_opt.world) + ": the number of GPUs must be >= 1");
-      if (plan->count("--gpus-per-node") && plan_opt.gpus_per_node < 1)
-        throw trainer::ConfigError("--gpus-per-node " + std::to_string(plan_opt.gpus_per_node) + " must be >= 1");
-      const trainer::Config cfg = trainer::load_plan_config(config_path, overrides, plan_opt);
-      std::fputs(trainer::describe_plan(cfg, plan_opt).c_str(), stdout);
-      return 0;
-    }
-    if (*schedule) {
-      if (config_path.empty()) throw trainer::ConfigError("trainer schedule needs --config FILE");
-      const trainer::Config cfg = trainer::load_config_file(config_path, overrides, std::max(schedule_world, 0));
-      if (schedule_world <= 0) {
-        const auto& p = cfg.parallel;
-        schedule_world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
-      }
-      std::fputs(trainer::describe_schedule(cfg, schedule_world).c_str(), stdout);
-      return 0;
-    }
-    const trainer::LaunchInfo launch = trainer::detect_launch();
-    trainer::Config cfg = trainer::load_config_file(config_path, overrides, launch.world_size);
-    // Before --print-config, so that it shows what the run would use.
-    const std::vector<std::string> adopted = trainer::adopt_init_from_settings(cfg);
-    // Once per job, on stderr so that --print-config's YAML stays clean.
-    if (launch.rank == 0)
-      for (const std::string& w : trainer::config_warnings(cfg)) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    if (print_config) {
-      std::fputs(trainer::config_to_yaml(cfg).c_str(), stdout);
-      return 0;
-    }
-    if (launch.rank == 0) std::printf("config: %s\n%s\n", cfg.source.c_str(), launch.describe().c_str());
-    if (launch.rank == 0)
-      for (const std::string& line : adopted) std::printf("%s\n", line.c_str());
-    if (launch.rank == 0 && launch.launched())
-      std::printf("%s\n", trainer::store_secret_from_env().empty()
-                               ? "store: no TRAINER_STORE_SECRET: the job token turns away other jobs, not other users "
-                                 "who can reach the port (README, Distributed runs)"
-                               : "store: every rank must prove it holds TRAINER_STORE_SECRET");
-    opt.launch = launch;
-    if (smoke) return trainer::run_smoke_test(cfg, smoke_steps > 0 ? smoke_steps : cfg.smoke.steps, launch);
-    if (smoke_steps > 0) throw trainer::ConfigError("--steps applies to --smoke-test only");
-    const trainer::TrainSummary summary = trainer::run_training(cfg, opt);
-    return summary.preempted ? trainer::kPreemptedExitCode : 0;
+    std::rethrow_exception(failure);
   } catch (const trainer::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -207,5 +246,30 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_passive_omp_wait(argv);
+  CLI::App app{"trainer: train Transformer and MoE language models from one YAML file"};
+  CommandLine cl;
+  add_run_options(app, cl);
+  add_checkpoint_commands(app, cl);
+  add_planning_commands(app, cl);
+  add_model_commands(app, cl);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s (see trainer --help)\n", e.what());
+    return 2;
+  }
+  try {
+    return run_command(cl);
+  } catch (...) {
+    return exit_code_of(std::current_exception());
   }
 }
