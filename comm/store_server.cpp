@@ -417,60 +417,86 @@ struct StoreServer::Impl {
     r.u8(&op_byte);
     const Op op = static_cast<Op>(op_byte);
     if (!c.authed && c.challenged) return handle_auth(c, op, r, why);
-    if (!c.authed) {
-      uint32_t magic = 0, version = 0;
-      std::string tok, nonce;
-      if (op != Op::Hello || !r.u32(&magic) || !r.u32(&version) || magic != kMagic) {
-        *why = "the first message is not a store handshake";
+    if (!c.authed) return handle_hello(c, op, r, why);
+    switch (op) {
+      case Op::Set:
+      case Op::Get:
+      case Op::Wait:
+      case Op::Add:
+      case Op::Check:
+      case Op::Del:
+      case Op::MultiGet:
+        if (handle_request(c, op, r, body.size())) return true;
+        *why = "malformed request (op " + std::to_string(op_byte) + ", " + std::to_string(body.size()) +
+               " bytes)";
         return false;
-      }
-      if (version != kVersion) {
-        reply_error(c, "protocol version " + std::to_string(version) + " is not " +
-                           std::to_string(kVersion) +
-                           ": every rank must run the same trainer build");
-        c.close_after_flush = true;
-        return true;
-      }
-      if (!r.str(&tok, kMaxTokenBytes) || !r.str(&nonce, kStoreNonceBytes) || !r.done() ||
-          (!nonce.empty() && nonce.size() != kStoreNonceBytes)) {
-        *why = "malformed handshake";
+      case Op::Hello:
+        *why = "a second handshake on one connection";
         return false;
-      }
-      if (tok != token) {
-        ++st.rejected;
-        log("token", "store: rejected a connection from " + c.peer +
-                         ": wrong job token (is another job using port " + std::to_string(port) +
-                         "?)");
-        reply_status(c, Status::Rejected);
-        c.close_after_flush = true;
-        return true;
-      }
-      if (secret.empty()) {
-        // Nothing to check here; a client that holds a secret refuses this
-        // OK itself (it cannot tell this server from a stray one).
-        c.authed = true;
-        reply_status(c, Status::Ok);
-        return true;
-      }
-      if (nonce.empty()) {
-        refuse(c, "presented no secret (" + std::string(kStoreSecretEnv) + " is not set there)",
-               "this store requires the job's secret and this process presented none: " +
-                   std::string(kStoreSecretEnv) + " is not set here (every rank needs rank 0's value)");
-        return true;
-      }
-      c.challenged = true;
-      c.client_nonce = std::move(nonce);
-      c.server_nonce = random_nonce();
-      reply(c, std::move(Writer().u8(uint8_t(Status::Challenge)).str(c.server_nonce)).frame());
+      default:
+        *why = "unknown request " + std::to_string(op_byte);
+        return false;
+    }
+  }
+
+  // The first message of a connection: the handshake (magic, version, job
+  // token, and the client's nonce when it holds a secret).
+  bool handle_hello(Conn& c, Op op, Reader& r, std::string* why) {
+    uint32_t magic = 0, version = 0;
+    std::string tok, nonce;
+    if (op != Op::Hello || !r.u32(&magic) || !r.u32(&version) || magic != kMagic) {
+      *why = "the first message is not a store handshake";
+      return false;
+    }
+    if (version != kVersion) {
+      reply_error(c, "protocol version " + std::to_string(version) + " is not " +
+                         std::to_string(kVersion) +
+                         ": every rank must run the same trainer build");
+      c.close_after_flush = true;
       return true;
     }
+    if (!r.str(&tok, kMaxTokenBytes) || !r.str(&nonce, kStoreNonceBytes) || !r.done() ||
+        (!nonce.empty() && nonce.size() != kStoreNonceBytes)) {
+      *why = "malformed handshake";
+      return false;
+    }
+    if (tok != token) {
+      ++st.rejected;
+      log("token", "store: rejected a connection from " + c.peer +
+                       ": wrong job token (is another job using port " + std::to_string(port) +
+                       "?)");
+      reply_status(c, Status::Rejected);
+      c.close_after_flush = true;
+      return true;
+    }
+    if (secret.empty()) {
+      // Nothing to check here; a client that holds a secret refuses this
+      // OK itself (it cannot tell this server from a stray one).
+      c.authed = true;
+      reply_status(c, Status::Ok);
+      return true;
+    }
+    if (nonce.empty()) {
+      refuse(c, "presented no secret (" + std::string(kStoreSecretEnv) + " is not set there)",
+             "this store requires the job's secret and this process presented none: " +
+                 std::string(kStoreSecretEnv) + " is not set here (every rank needs rank 0's value)");
+      return true;
+    }
+    c.challenged = true;
+    c.client_nonce = std::move(nonce);
+    c.server_nonce = random_nonce();
+    reply(c, std::move(Writer().u8(uint8_t(Status::Challenge)).str(c.server_nonce)).frame());
+    return true;
+  }
 
+  // A request of an authenticated connection; false when it is malformed.
+  bool handle_request(Conn& c, Op op, Reader& r, size_t body_bytes) {
     std::string key, value;
     std::vector<std::string> keys;
     int64_t num = 0;
     switch (op) {
       case Op::Set:
-        if (!r.key(&key) || !r.str(&value, kMaxValueBytes) || !r.done()) break;
+        if (!r.key(&key) || !r.str(&value, kMaxValueBytes) || !r.done()) return false;
         ++st.requests;
         if (store(key, std::move(value))) {
           reply_status(c, Status::Ok);
@@ -479,41 +505,24 @@ struct StoreServer::Impl {
         }
         return true;
       case Op::Get:
-      case Op::Wait: {
+      case Op::Wait:
         if (op == Op::Get) {
-          if (!r.key(&key)) break;
+          if (!r.key(&key)) return false;
           keys.push_back(key);
-        } else if (!r.keys(&keys, body.size())) {
-          break;
+        } else if (!r.keys(&keys, body_bytes)) {
+          return false;
         }
-        if (!r.i64(&num) || !r.done()) break;
+        if (!r.i64(&num) || !r.done()) return false;
         ++st.requests;
         park(c, op, std::move(keys), num);
         return true;
-      }
-      case Op::Add: {
-        if (!r.key(&key) || !r.i64(&num) || !r.done()) break;
+      case Op::Add:
+        if (!r.key(&key) || !r.i64(&num) || !r.done()) return false;
         ++st.requests;
-        int64_t cur = 0;
-        auto it = data.find(key);
-        if (it != data.end() && !parse_counter(it->second.value, &cur)) {
-          reply_error(c, "add on key " + quote_key(key) + ", which holds a value that is not a counter");
-          return true;
-        }
-        int64_t next = 0;
-        if (__builtin_add_overflow(cur, num, &next)) {
-          reply_error(c, "add on key " + quote_key(key) + " overflows int64");
-          return true;
-        }
-        if (!store(key, std::to_string(next))) {
-          reply_full(c, key);
-          return true;
-        }
-        reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).i64(next)).frame());
+        add(c, key, num);
         return true;
-      }
       case Op::Check: {
-        if (!r.keys(&keys, body.size()) || !r.done()) break;
+        if (!r.keys(&keys, body_bytes) || !r.done()) return false;
         ++st.requests;
         bool all = true;
         for (const auto& k : keys) all = all && data.count(k) > 0;
@@ -521,7 +530,7 @@ struct StoreServer::Impl {
         return true;
       }
       case Op::Del: {
-        if (!r.key(&key) || !r.done()) break;
+        if (!r.key(&key) || !r.done()) return false;
         ++st.requests;
         auto it = data.find(key);
         const bool existed = it != data.end();
@@ -532,47 +541,64 @@ struct StoreServer::Impl {
         reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).u8(existed ? 1 : 0)).frame());
         return true;
       }
-      case Op::MultiGet: {
-        if (!r.keys(&keys, body.size()) || !r.done()) break;
+      case Op::MultiGet:
+        if (!r.keys(&keys, body_bytes) || !r.done()) return false;
         ++st.requests;
-        // Check the reply size first: many keys naming big values must not
-        // make a reply larger than any client would accept.
-        size_t total = 16;
-        for (const auto& k : keys) {
-          auto it = data.find(k);
-          total += 1 + (it == data.end() ? 0 : 12 + it->second.value.size());
-        }
-        if (total > kMaxFrameBytes) {
-          reply_error(c, "multi_get of " + std::to_string(keys.size()) +
-                             " keys would return " + std::to_string(total) +
-                             " bytes, over the frame limit");
-          return true;
-        }
-        const auto now = Clock::now();
-        Writer w;
-        w.u8(uint8_t(Status::Ok)).u32(static_cast<uint32_t>(keys.size()));
-        for (const auto& k : keys) {
-          auto it = data.find(k);
-          if (it == data.end()) {
-            w.u8(0);
-            continue;
-          }
-          const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.modified);
-          w.u8(1).str(it->second.value).i64(age.count());
-        }
-        reply(c, std::move(w).frame());
+        multi_get(c, keys);
         return true;
-      }
-      case Op::Hello:
-        *why = "a second handshake on one connection";
-        return false;
       default:
-        *why = "unknown request " + std::to_string(op_byte);
         return false;
     }
-    *why = "malformed request (op " + std::to_string(op_byte) + ", " + std::to_string(body.size()) +
-           " bytes)";
-    return false;
+  }
+
+  // ADD: a counter key, created at 0.
+  void add(Conn& c, const std::string& key, int64_t num) {
+    int64_t cur = 0;
+    auto it = data.find(key);
+    if (it != data.end() && !parse_counter(it->second.value, &cur)) {
+      reply_error(c, "add on key " + quote_key(key) + ", which holds a value that is not a counter");
+      return;
+    }
+    int64_t next = 0;
+    if (__builtin_add_overflow(cur, num, &next)) {
+      reply_error(c, "add on key " + quote_key(key) + " overflows int64");
+      return;
+    }
+    if (!store(key, std::to_string(next))) {
+      reply_full(c, key);
+      return;
+    }
+    reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).i64(next)).frame());
+  }
+
+  void multi_get(Conn& c, const std::vector<std::string>& keys) {
+    // Check the reply size first: many keys naming big values must not
+    // make a reply larger than any client would accept.
+    size_t total = 16;
+    for (const auto& k : keys) {
+      auto it = data.find(k);
+      total += 1 + (it == data.end() ? 0 : 12 + it->second.value.size());
+    }
+    if (total > kMaxFrameBytes) {
+      reply_error(c, "multi_get of " + std::to_string(keys.size()) +
+                         " keys would return " + std::to_string(total) +
+                         " bytes, over the frame limit");
+      return;
+    }
+    const auto now = Clock::now();
+    Writer w;
+    w.u8(uint8_t(Status::Ok)).u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& k : keys) {
+      auto it = data.find(k);
+      if (it == data.end()) {
+        w.u8(0);
+        continue;
+      }
+      const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.modified);
+      w.u8(1).str(it->second.value).i64(age.count());
+    }
+    reply(c, std::move(w).frame());
+    return;
   }
 
   void reply_full(Conn& c, const std::string& key) {

@@ -124,21 +124,10 @@ struct Op {
   size_t index;
 };
 
-}  // namespace
-
-Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
-  Simulation sim;
+// Pairs every send with its receive: the k-th message from a to b meets
+// b's k-th receive from a. Fills partner[rank][action]; "" or what is wrong.
+std::string pair_messages(const Schedule& s, std::vector<std::vector<Op>>& partner) {
   const int p = s.stages;
-  auto fail = [&](std::string why) {
-    sim.ok = false;
-    sim.error = std::move(why);
-    return sim;
-  };
-  if (int(s.ranks.size()) != p) return fail("the schedule has " + std::to_string(s.ranks.size()) + " ranks, " + std::to_string(p) + " stages");
-  for (int r = 0; r < p; ++r)
-    if (std::string e = check_rank(s, r); !e.empty()) return fail(e);
-
-  // The k-th message from a to b meets b's k-th receive from a.
   std::map<std::pair<int, int>, std::vector<Op>> sends, recvs;
   for (int r = 0; r < p; ++r)
     for (size_t i = 0; i < s.ranks[size_t(r)].size(); ++i) {
@@ -146,20 +135,20 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
       if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) sends[{r, a.peer}].push_back({r, i});
       if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) recvs[{a.peer, r}].push_back({r, i});
     }
-  std::vector<std::vector<Op>> partner{size_t(p)};
+  partner.assign(size_t(p), {});
   for (int r = 0; r < p; ++r) partner[size_t(r)].assign(s.ranks[size_t(r)].size(), Op{-1, 0});
   for (auto& [link, list] : sends) {
     const auto& rl = recvs[link];
     for (size_t k = 0; k < list.size(); ++k) {
       const Action& sa = s.ranks[size_t(list[k].rank)][list[k].index];
       if (k >= rl.size())
-        return fail(at(list[k].rank, list[k].index, sa) + ": rank " + std::to_string(link.second) +
+        return (at(list[k].rank, list[k].index, sa) + ": rank " + std::to_string(link.second) +
                     " never receives it");
       const Action& ra = s.ranks[size_t(rl[k].rank)][rl[k].index];
       const int to_vs = sa.kind == ActionKind::SendActivation ? sa.chunk * p + link.first + 1 : sa.chunk * p + link.first - 1;
       const bool kind_ok = (sa.kind == ActionKind::SendActivation) == (ra.kind == ActionKind::RecvActivation);
       if (!kind_ok || ra.mb != sa.mb || ra.chunk * p + link.second != to_vs)
-        return fail(at(list[k].rank, list[k].index, sa) + " meets " + at(rl[k].rank, rl[k].index, ra) +
+        return (at(list[k].rank, list[k].index, sa) + " meets " + at(rl[k].rank, rl[k].index, ra) +
                     ": messages between two ranks pair up in order");
       partner[size_t(list[k].rank)][list[k].index] = rl[k];
       partner[size_t(rl[k].rank)][rl[k].index] = list[k];
@@ -168,18 +157,18 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
   for (auto& [link, list] : recvs)
     if (list.size() > sends[link].size()) {
       const Op& o = list[sends[link].size()];
-      return fail(at(o.rank, o.index, s.ranks[size_t(o.rank)][o.index]) + ": rank " + std::to_string(link.first) +
+      return (at(o.rank, o.index, s.ranks[size_t(o.rank)][o.index]) + ": rank " + std::to_string(link.first) +
                   " never sends it");
     }
+  return "";
+}
 
-  // Run it: compute actions take their cost; a batch of consecutive
-  // transfers posts its messages and finishes once every receive's sender
-  // has posted (sends do not wait); after the action that releases a slot
-  // the rank waits until the receivers of that slot's sends have posted.
-  auto cost = [&](int r) -> const ActionCosts& { return costs.size() == 1 ? costs[0] : costs[size_t(r)]; };
-  if (costs.size() != 1 && int(costs.size()) != p) return fail("simulate: one cost entry per rank, or one for all");
-  std::vector<std::vector<std::vector<SlotRef>>> releases;
-  std::vector<std::vector<std::vector<size_t>>> release_sends{size_t(p)};  // per rank and action: send indices to complete
+// Per rank and action: the slots released after it, and the sends out of
+// those slots that must have been received before the rank goes on.
+void slot_release_sends(const Schedule& s, std::vector<std::vector<std::vector<SlotRef>>>& releases,
+                        std::vector<std::vector<std::vector<size_t>>>& release_sends) {
+  const int p = s.stages;
+  release_sends.assign(size_t(p), {});
   for (int r = 0; r < p; ++r) {
     const auto& acts = s.ranks[size_t(r)];
     releases.push_back(slot_releases(acts, r, p));
@@ -191,6 +180,18 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
               acts[j].mb == ref.mb && acts[j].chunk == ref.chunk)
             release_sends[size_t(r)][i].push_back(j);
   }
+}
+
+// Runs the schedule: compute actions take their cost; a batch of
+// consecutive transfers posts its messages and finishes once every
+// receive's sender has posted (sends do not wait); after the action that
+// releases a slot the rank waits until the receivers of that slot's sends
+// have posted. Fills the timeline, busy time and step time; "" or the deadlock.
+std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs,
+                       const std::vector<std::vector<Op>>& partner,
+                       const std::vector<std::vector<std::vector<size_t>>>& release_sends, Simulation& sim) {
+  const int p = s.stages;
+  auto cost = [&](int r) -> const ActionCosts& { return costs.size() == 1 ? costs[0] : costs[size_t(r)]; };
   std::vector<size_t> pos(size_t(p), 0);
   std::vector<double> t(size_t(p), 0);
   std::vector<std::vector<double>> posted{size_t(p)};
@@ -272,10 +273,17 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
           why += " " + at(r, pos[size_t(r)], s.ranks[size_t(r)][pos[size_t(r)]]) + " waits;";
       }
       why.pop_back();
-      return fail(why);
+      return (why);
     }
   }
   sim.step_time = *std::max_element(t.begin(), t.end());
+  return "";
+}
+
+// The activation slots each rank holds at its peak, in all and per chunk,
+// and the micro-batches in flight between forward and backward.
+void count_slots(const Schedule& s, const std::vector<std::vector<std::vector<SlotRef>>>& releases, Simulation& sim) {
+  const int p = s.stages;
   sim.peak_in_flight.assign(size_t(p), 0);
   sim.peak_slots.assign(size_t(p), 0);
   sim.peak_chunk_slots.assign(size_t(p), std::vector<int>(size_t(s.chunks), 0));
@@ -312,6 +320,29 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
       for (const SlotRef& ref : releases[size_t(r)][i]) give(ref);
     }
   }
+}
+
+}  // namespace
+
+Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
+  Simulation sim;
+  const int p = s.stages;
+  auto fail = [&](std::string why) {
+    sim.ok = false;
+    sim.error = std::move(why);
+    return sim;
+  };
+  if (int(s.ranks.size()) != p) return fail("the schedule has " + std::to_string(s.ranks.size()) + " ranks, " + std::to_string(p) + " stages");
+  for (int r = 0; r < p; ++r)
+    if (std::string e = check_rank(s, r); !e.empty()) return fail(e);
+  std::vector<std::vector<Op>> partner;
+  if (std::string e = pair_messages(s, partner); !e.empty()) return fail(e);
+  if (costs.size() != 1 && int(costs.size()) != p) return fail("simulate: one cost entry per rank, or one for all");
+  std::vector<std::vector<std::vector<SlotRef>>> releases;
+  std::vector<std::vector<std::vector<size_t>>> release_sends;
+  slot_release_sends(s, releases, release_sends);
+  if (std::string e = run_events(s, costs, partner, release_sends, sim); !e.empty()) return fail(e);
+  count_slots(s, releases, sim);
   sim.ok = true;
   return sim;
 }
