@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "comm/nccl_table.h"
 #include "core/cuda_module.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_select.h"
@@ -24,11 +25,13 @@ std::string describe_devices(bool* ok) {
     else
       out += "cuda driver: none (" + d.why + ")\n";
     std::string why;
-    if (const CudaBackend* cuda = cuda_backend(&why)) {
+    if (const CudaBackend* cuda = usable_cuda_module(&why)) {
       char sig[24];
       std::snprintf(sig, sizeof sig, "%016llx", static_cast<unsigned long long>(cuda->signature));
+      // The device runtime's ABI and signature; the ops and NCCL tables
+      // matched theirs. NCCL's version is the NCCL table's.
       out += "cuda module: " + cuda_module_path() + " (ABI " + std::to_string(cuda->abi_version) + ", signature " +
-             sig + "): " + cuda->describe() + "\n";
+             sig + "): " + cuda->describe() + ", " + nccl_table(nullptr)->version() + "\n";
       const int n = cuda->device_count(&why);
       if (n > 0) {
         for (int i = 0; i < n; ++i) {

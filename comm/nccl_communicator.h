@@ -1,7 +1,7 @@
 // The GPU backend: every collective of comm/communicator.h on CUDA tensors,
 // with NCCL. Part of the CUDA module, and only when NCCL was found
-// (TRAINER_HAVE_NCCL); the trainer reaches it through the module's table
-// (core/cuda_backend.h: nccl_world, nccl_split), from comm/process_group.cpp.
+// (TRAINER_HAVE_NCCL); the trainer reaches it through the module's NCCL
+// table (comm/nccl_table.h: nccl_world, nccl_split), from comm/process_group.cpp.
 //
 // The world communicator comes from one NCCL unique id that rank 0 creates
 // and publishes in the rendezvous store (key nccl/world/<generation>); every

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "comm/gloo_communicator.h"
+#include "comm/nccl_table.h"
 #include "comm/store_secret.h"
-#include "core/cuda_module.h"
 #include "kernels/ops.h"
 
 namespace trainer {
@@ -27,11 +27,11 @@ void move_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_
   ops::copy(flat(d, dst.dtype, n, dst.device), flat(s, src.dtype, n, src.device));
 }
 
-// The NCCL half of the CUDA module (core/cuda_backend.h), or why there is
-// none. A CUDA run loaded the module when it chose its device.
-const CudaBackend& cuda_for_groups() {
+// The CUDA module's NCCL table (comm/nccl_table.h), or why there is none. A
+// CUDA run loaded the module when it chose its device.
+const NcclTable& cuda_for_groups() {
   std::string why;
-  if (const CudaBackend* b = cuda_backend(&why)) return *b;
+  if (const NcclTable* t = nccl_table(&why)) return *t;
   throw std::runtime_error("process groups on CUDA: " + why);
 }
 
@@ -186,11 +186,11 @@ void ProcessGroups::connect_all(const LaunchInfo& launch, int generation) {
   } else if (world == 1) {
     // One GPU under a launcher: the world is still an NCCL communicator, so
     // that the single-GPU run exercises the same collective path as many.
-    const CudaBackend& cuda = cuda_for_groups();
+    const NcclTable& cuda = cuda_for_groups();
     world_ = cuda.nccl_world ? cuda.nccl_world(*store_, rank_, 1, timeout, generation) : single("world");
     for (Axis a : kAllAxes) groups_[size_t(a)] = single(group_name(mesh, a, rank_));
   } else {
-    const CudaBackend& cuda = cuda_for_groups();
+    const NcclTable& cuda = cuda_for_groups();
     if (!cuda.nccl_world)
       throw std::runtime_error("process groups: " + std::to_string(world) +
                                " ranks on CUDA need NCCL, and this build has none "

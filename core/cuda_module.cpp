@@ -51,8 +51,8 @@ std::string hex(uint64_t v) {
 }
 
 struct Loaded {
-  const CudaBackend* backend = nullptr;
-  std::string path, why;
+  void* handle = nullptr;
+  std::string path, module, why;  // module: "the CUDA module PATH", for messages
 };
 
 Loaded load() {
@@ -63,34 +63,19 @@ Loaded load() {
   }
   r.path = chosen_path();
   const std::string from_env = std::getenv("TRAINER_CUDA_MODULE") ? " (from TRAINER_CUDA_MODULE)" : "";
-  const std::string module = "the CUDA module " + r.path + from_env;
+  r.module = "the CUDA module " + r.path + from_env;
   // Never dlclose'd: the CUDA runtime keeps threads and atexit handlers in it.
-  void* h = ::dlopen(r.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
+  r.handle = ::dlopen(r.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!r.handle) {
     const char* e = ::dlerror();
-    r.why = module + " cannot be loaded (" + (e ? e : "dlopen failed") + ")";
-    return r;
+    r.why = r.module + " cannot be loaded (" + (e ? e : "dlopen failed") + ")";
   }
-  ::dlerror();
-  auto entry = reinterpret_cast<CudaBackendEntry>(::dlsym(h, kCudaBackendEntry));
-  if (!entry) {
-    r.why = module + " has no " + kCudaBackendEntry + "(): it is not a trainer CUDA module";
-    return r;
-  }
-  const CudaBackend* b = entry();
-  if (!b || b->abi_version != kCudaBackendAbi || b->signature != kCudaBackendSignature ||
-      b->table_bytes != sizeof(CudaBackend)) {
-    r.why = module + " was built from other sources (" +
-            (b ? "ABI " + std::to_string(b->abi_version) + ", signature " + hex(b->signature) + ", " +
-                     std::to_string(b->table_bytes) + "-byte table"
-               : std::string("no table")) +
-            "; this trainer needs ABI " + std::to_string(kCudaBackendAbi) + ", signature " +
-            hex(kCudaBackendSignature) + ", " + std::to_string(sizeof(CudaBackend)) +
-            " bytes): rebuild both from one checkout";
-    return r;
-  }
-  r.backend = b;
   return r;
+}
+
+std::string table_text(int abi, uint64_t signature, size_t bytes) {
+  return "ABI " + std::to_string(abi) + ", signature " + hex(signature) + ", " + std::to_string(bytes) +
+         "-byte table";
 }
 
 // Set once load() has run: what the queries below may read without loading.
@@ -101,7 +86,7 @@ const Loaded& loaded() {
   static std::once_flag once;
   std::call_once(once, [] {
     r = load();
-    g_loaded.store(r.backend != nullptr);
+    g_loaded.store(r.handle != nullptr);
     g_tried.store(true);
   });
   return r;
@@ -117,10 +102,29 @@ bool cuda_module_built() {
 #endif
 }
 
-const CudaBackend* cuda_backend(std::string* why) {
+const CudaTable* cuda_module_table(const CudaTableSpec& want, std::string* why) {
   const Loaded& r = loaded();
-  if (!r.backend && why) *why = r.why;
-  return r.backend;
+  std::string reason;
+  const CudaTable* t = nullptr;
+  if (r.handle) {
+    // dlsym is safe from any thread; the entry returns a static table.
+    auto entry = reinterpret_cast<CudaTableEntry>(::dlsym(r.handle, want.entry));
+    if (!entry) {
+      reason = r.module + " has no " + want.entry + "(): it is not a trainer CUDA module (its " + want.name +
+               " table is missing)";
+    } else if (t = entry(); !t || t->abi_version != want.abi_version || t->signature != want.signature ||
+                            t->table_bytes != want.table_bytes) {
+      reason = r.module + " was built from other sources (its " + want.name + " table: " +
+               (t ? table_text(t->abi_version, t->signature, t->table_bytes) : std::string("none")) +
+               "; this trainer needs " + table_text(want.abi_version, want.signature, want.table_bytes) +
+               "): rebuild both from one checkout";
+      t = nullptr;
+    }
+  } else {
+    reason = r.why;
+  }
+  if (!t && why) *why = reason;
+  return t;
 }
 
 bool cuda_backend_loaded() { return g_loaded.load(); }

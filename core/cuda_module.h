@@ -1,6 +1,8 @@
-// Loading libtrainer_cuda.so (the CUDA backend, core/cuda_backend.h) the
-// first time a run needs CUDA, and never otherwise: a CPU run of the same
-// binary maps none of the CUDA libraries.
+// Loading libtrainer_cuda.so (the CUDA backend) the first time a run needs
+// CUDA, and never otherwise: a CPU run of the same binary maps none of the
+// CUDA libraries. The module exports one table per layer (core/cuda_table.h);
+// this loader opens the file and hands out a table by its entry's name,
+// after checking its header, without knowing what the table holds.
 //
 // Where the module is looked for, first match wins:
 //   1. $TRAINER_CUDA_MODULE, a path (tests, an installed module elsewhere);
@@ -15,18 +17,23 @@
 
 #include <string>
 
-#include "core/cuda_backend.h"
+#include "core/cuda_table.h"
 
 namespace trainer {
 
+inline constexpr const char* kCudaModuleFile = "libtrainer_cuda.so";
+
 // Whether this build has a CUDA module at all (TRAINER_HAVE_CUDA).
 bool cuda_module_built();
-// The backend, loaded on the first call (thread-safe; later calls return the
-// same answer). nullptr when it cannot be had, with the reason in *why,
-// phrased to follow "but ": "this build has no CUDA backend", "the CUDA
-// module /p/libtrainer_cuda.so cannot be loaded (dlerror's text)".
-const CudaBackend* cuda_backend(std::string* why);
-// Whether a call to cuda_backend() has loaded it; loads nothing.
+// The table `want` names, the module loaded on the first call of any
+// (thread-safe; the file is opened once). nullptr when it cannot be had,
+// with the reason in *why, phrased to follow "but ": "this build has no CUDA
+// backend", "the CUDA module /p/libtrainer_cuda.so cannot be loaded
+// (dlerror's text)", "... has no trainer_cuda_ops(): ...", "... was built
+// from other sources (its ops table: ...)". Callers keep the answer: each
+// layer fetches its table once (cuda_backend, cuda_ops_table, nccl_table).
+const CudaTable* cuda_module_table(const CudaTableSpec& want, std::string* why);
+// Whether the module has been loaded (by any table's fetch); loads nothing.
 bool cuda_backend_loaded();
 // The file the loader opened, or would open (rule 2 gives the linked file).
 std::string cuda_module_path();

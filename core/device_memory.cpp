@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/cuda_backend.h"
 #include "core/cuda_module.h"
 
 namespace trainer {

@@ -6,8 +6,8 @@
 //   kernels/ops.h              the public declarations, trainer::ops
 //   kernels/cpu/cpu_ops.h      the CPU backend's, trainer::cpu
 //   kernels/cuda/cuda_ops.h    the CUDA backend's, trainer::cuda
-//   core/cuda_backend.h        the CUDA module's table (a pointer per op) and
-//                              the signature hash a stale module is refused by
+//   kernels/cuda_ops_table.h   the CUDA module's ops table (a pointer per op)
+//                              and the signature hash a stale module is refused by
 //   kernels/checks/op_checks.h the shared argument checks, trainer::op_checks
 //   kernels/ops.cpp            the router: ops::name = checks, then backend
 // so a signature cannot differ between them. Adding an op means one entry

@@ -1,27 +1,29 @@
 // The router: one function per entry of kernels/op_list.h, generated below,
 // that sends the call to the backend owning its tensors: kernels/cpu for host
 // tensors, kernels/cuda for device tensors (when the CUDA backend is built),
-// through the CUDA module's table (core/cuda_backend.h), loaded on first use.
+// through the CUDA module's ops table (kernels/cuda_ops_table.h), fetched on
+// first use.
 #include "kernels/ops.h"
 
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "core/cuda_module.h"
 #include "core/device_memory.h"
 #include "kernels/checks/op_checks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda_ops_table.h"
 
 namespace trainer::ops {
 namespace {
 
 #ifdef TRAINER_HAVE_CUDA
-// A CUDA tensor exists only once device memory loaded the module, so this
+// A CUDA tensor exists only once device memory loaded the module, and the
+// device choice checked this table too (runtime/device_select.cpp), so this
 // fails only for tensors made by hand (and then says why).
-const CudaBackend::Ops& cuda_ops(const char* op) {
+const CudaOpsTable& cuda_ops(const char* op) {
   std::string why;
-  if (const CudaBackend* b = cuda_backend(&why)) return b->ops;
+  if (const CudaOpsTable* t = cuda_ops_table(&why)) return *t;
   throw std::runtime_error(std::string(op) + ": a CUDA tensor reached an op, but " + why);
 }
 #else

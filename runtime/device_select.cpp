@@ -2,11 +2,20 @@
 
 #include <cstdio>
 
+#include "comm/nccl_table.h"
 #include "config/config.h"
+#include "core/cuda_backend.h"
 #include "core/cuda_module.h"
+#include "kernels/cuda_ops_table.h"
 #include "runtime/cuda_driver.h"
 
 namespace trainer {
+
+const CudaBackend* usable_cuda_module(std::string* why) {
+  const CudaBackend* cuda = cuda_backend(why);
+  if (!cuda || !cuda_ops_table(why) || !nccl_table(why)) return nullptr;
+  return cuda;
+}
 
 int cuda_device_count(std::string* why) {
   std::string reason;
@@ -17,7 +26,7 @@ int cuda_device_count(std::string* why) {
     // No driver, or no device: the module (and libcublasLt with it) stays unloaded.
     n = d.devices;
     reason = d.why;
-  } else if (const CudaBackend* cuda = cuda_backend(&reason)) {
+  } else if (const CudaBackend* cuda = usable_cuda_module(&reason)) {
     // The runtime's count, which CUDA_VISIBLE_DEVICES and a driver too old
     // for the runtime can still bring to nothing.
     n = cuda->device_count(&reason);

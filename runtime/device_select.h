@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "core/cuda_backend.h"
 #include "core/tensor.h"
 
 namespace trainer {
@@ -19,6 +20,12 @@ struct DeviceChoice {
 
 // Throws ConfigError when train.device=cuda cannot be honoured.
 DeviceChoice select_device(const std::string& requested, int local_rank = 0);
+// The CUDA module's device runtime once all three of its tables (device
+// runtime, ops: kernels/cuda_ops_table.h, NCCL: comm/nccl_table.h) have been
+// fetched and checked, so that a stale module is refused when a device is
+// chosen, naming the table, rather than at the first op or process group.
+// Loads the module; nullptr with the reason in *why.
+const CudaBackend* usable_cuda_module(std::string* why);
 // Number of visible CUDA devices, or -1 with the reason in *why. Asks the
 // driver first (runtime/cuda_driver.h) and loads the CUDA module only when it
 // has devices.

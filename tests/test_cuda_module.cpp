@@ -20,8 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/nccl_table.h"
 #include "config/config.h"
+#include "core/cuda_backend.h"
 #include "core/cuda_module.h"
+#include "kernels/cuda_ops_table.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_select.h"
 #include "tests/e2e_util.h"
@@ -235,10 +238,28 @@ TEST_CASE("the CUDA module loads without a driver and reports its ABI", "[cuda_m
   CHECK(cuda->abi_version == kCudaBackendAbi);
   CHECK(cuda->signature == kCudaBackendSignature);
   CHECK(cuda->table_bytes == sizeof(CudaBackend));
-  CHECK(cuda->ops.linear_forward != nullptr);
-  CHECK(cuda->ops.adamw_update_master_multi != nullptr);
+  // The ops and NCCL tables, each fetched by its own layer.
+  const CudaOpsTable* ops = cuda_ops_table(&why);
+  INFO("ops table: " << why);
+  REQUIRE(ops != nullptr);
+  CHECK(ops->abi_version == kCudaOpsAbi);
+  CHECK(ops->signature == kCudaOpsSignature);
+  CHECK(ops->table_bytes == sizeof(CudaOpsTable));
+  CHECK(ops->linear_forward != nullptr);
+  CHECK(ops->adamw_update_master_multi != nullptr);
+  const NcclTable* nccl = nccl_table(&why);
+  INFO("NCCL table: " << why);
+  REQUIRE(nccl != nullptr);
+  CHECK(nccl->abi_version == kNcclTableAbi);
+  CHECK(nccl->signature == kNcclTableSignature);
+  CHECK(nccl->table_bytes == sizeof(NcclTable));
+  const std::string nccl_about = nccl->version();
+  // "NCCL 2.x.y" with the communicators, "no NCCL" without them.
+  CHECK((nccl_about.rfind("NCCL ", 0) == 0 || nccl_about == "no NCCL"));
+  CHECK((nccl->nccl_world != nullptr) == (nccl_about != "no NCCL"));
+  CHECK((nccl->nccl_split != nullptr) == (nccl->nccl_world != nullptr));
   const std::string about = cuda->describe();
-  std::printf("[cuda_module] %s: %s\n", cuda_module_path().c_str(), about.c_str());
+  std::printf("[cuda_module] %s: %s, %s\n", cuda_module_path().c_str(), about.c_str(), nccl_about.c_str());
   CHECK_THAT(about, Catch::Contains("CUDA runtime ") && Catch::Contains("cuBLASLt"));
   // The module is the only thing that brought the CUDA runtime in.
   const std::set<std::string> files = mapped_files("/proc/self/maps");
@@ -294,6 +315,61 @@ TEST_CASE("a module that cannot be loaded is named with the loader's reason", "[
   INFO(out);
   CHECK(rc == 1);
   CHECK_THAT(out, Catch::Contains("has no trainer_cuda_backend(): it is not a trainer CUDA module"));
+}
+
+TEST_CASE("every table of the loaded module is checked against what its layer expects", "[cuda_module]") {
+  // The real module's tables, asked for with one field of the expectation
+  // changed: each is refused, the table named, both sides' numbers given.
+  for (const CudaTableSpec& real : {kCudaBackendSpec, kCudaOpsSpec, kNcclTableSpec}) {
+    std::string why;
+    REQUIRE(cuda_module_table(real, &why) != nullptr);
+    CudaTableSpec other_abi = real, other_signature = real, other_size = real;
+    other_abi.abi_version += 1;
+    other_signature.signature ^= 1;
+    other_size.table_bytes += sizeof(void*);
+    for (const CudaTableSpec& want : {other_abi, other_signature, other_size}) {
+      why.clear();
+      CHECK(cuda_module_table(want, &why) == nullptr);
+      INFO(why);
+      CHECK_THAT(why, Catch::Contains("was built from other sources (its " + std::string(real.name) + " table: ABI " +
+                                      std::to_string(real.abi_version)));
+      CHECK_THAT(why, Catch::Contains("; this trainer needs ABI " + std::to_string(want.abi_version)));
+      CHECK_THAT(why, Catch::Contains(std::to_string(want.table_bytes) + "-byte table): rebuild both from one checkout"));
+    }
+  }
+  // One table's entry answering for another: the signatures differ.
+  CudaTableSpec swapped = kCudaOpsSpec;
+  swapped.entry = kNcclTableEntry;
+  std::string why;
+  CHECK(cuda_module_table(swapped, &why) == nullptr);
+  CHECK_THAT(why, Catch::Contains("its ops table"));
+}
+
+TEST_CASE("trainer devices refuses a module with a stale table, naming the table", "[cuda_module]") {
+  const std::string devices = "TRAINER_CUDA_MODULE=" + std::string(STAND_IN_CUDA_MODULE_FILE) + " " + TRAINER_BIN + " devices";
+  std::string out;
+  // Every table matching: the stand-in is described like the real module.
+  int rc = e2e::run(devices, &out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("(ABI " + std::to_string(kCudaBackendAbi) + ", signature ") &&
+                      Catch::Contains("): stand-in runtime, stand-in NCCL\n"));
+  CHECK_THAT(out, Catch::Contains("cuda devices: none (a stand-in module has no devices)"));
+  const std::string refused = "cuda module: not loaded: the CUDA module " + std::string(STAND_IN_CUDA_MODULE_FILE) +
+                              " (from TRAINER_CUDA_MODULE) was built from other sources (its ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"runtime", "device runtime table: ABI " + std::to_string(kCudaBackendAbi)},
+      {"old-runtime", "device runtime table: ABI 1"},
+      {"ops", "ops table: ABI " + std::to_string(kCudaOpsAbi)},
+      {"no-ops", "ops table: none"},
+      {"nccl", "NCCL table: ABI " + std::to_string(kNcclTableAbi)}};
+  for (const auto& [table, named] : cases) {
+    out.clear();
+    rc = e2e::run("STAND_IN_STALE_TABLE=" + table + " " + devices, &out);
+    INFO("STAND_IN_STALE_TABLE=" << table << ": " << out);
+    CHECK(rc == 1);
+    CHECK_THAT(out, Catch::Contains(refused + named) && Catch::Contains("): rebuild both from one checkout\n"));
+  }
 }
 
 TEST_CASE("train.device auto with a driver that has no device leaves the module unloaded", "[cuda_module]") {

@@ -1,5 +1,5 @@
 // The CUDA module's functions behind core's device memory and device choice
-// (the non-op entries of core/cuda_backend.h): kernels/cuda/device_memory.cpp
+// (the device runtime table, core/cuda_backend.h): kernels/cuda/device_memory.cpp
 // and kernels/cuda/device_info.cpp.
 #pragma once
 

@@ -6,9 +6,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_api.h"
-#ifdef TRAINER_HAVE_NCCL
-#include "comm/nccl_communicator.h"
-#endif
 
 namespace trainer::cuda {
 
@@ -16,18 +13,14 @@ namespace {
 std::string major_minor(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 }  // namespace
 
-// Nothing here needs a driver: `trainer devices` describes the module on any machine.
+// Nothing here needs a driver: `trainer devices` describes the module on any
+// machine. NCCL's version is the NCCL table's (comm/nccl_table.h), which
+// `trainer devices` appends.
 std::string describe() {
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
-  std::string s = "CUDA runtime " + major_minor(runtime) + " (built with " + major_minor(CUDART_VERSION) +
-                  "), cuBLASLt " + std::to_string(cublasLtGetVersion());
-#ifdef TRAINER_HAVE_NCCL
-  s += ", " + nccl_version();
-#else
-  s += ", no NCCL";
-#endif
-  return s;
+  return "CUDA runtime " + major_minor(runtime) + " (built with " + major_minor(CUDART_VERSION) + "), cuBLASLt " +
+         std::to_string(cublasLtGetVersion());
 }
 
 int device_count(std::string* why) {
