@@ -29,7 +29,11 @@ MetricsLog::MetricsLog(const std::string& path, bool append, const std::string& 
   bar_ = progress == "bar" || (progress == "auto" && ::isatty(STDOUT_FILENO));
   if (!tensorboard_dir.empty()) tb_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (path.empty()) return;
-  jsonl_ = std::fopen(path.c_str(), append ? "a" : "w");
+  // Always appending: a rollback trims the file under the open log
+  // (train/session.h trim_metrics), and rows must go on at its new end.
+  if (!append)
+    if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+  jsonl_ = std::fopen(path.c_str(), "a");
   if (!jsonl_) throw std::runtime_error(path + ": cannot open for writing: " + std::strerror(errno));
 }
 

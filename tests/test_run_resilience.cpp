@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -122,6 +123,24 @@ TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback a
   CHECK(out.find("rolled back to " + rb + "/ckpt/step_00000005 (step 5); the data of steps 6-7 is skipped") !=
         std::string::npos);
   CHECK(read_file(fs::path(rb) / "ckpt/step_00000020/manifest.json").find("\"data_offset\": 2") != std::string::npos);
+  // metrics.jsonl after the rollback: the rows past step 5 were trimmed
+  // under the open log, which goes on at the file's new end (no hole of NUL
+  // bytes), each step's loss row once and in order.
+  const std::string metrics = read_file(fs::path(rb) / "metrics.jsonl");
+  REQUIRE(!metrics.empty());
+  CHECK(metrics.find('\0') == std::string::npos);
+  std::vector<long long> loss_steps;
+  std::istringstream rows(metrics);
+  for (std::string row; std::getline(rows, row);)
+    if (row.find("\"loss\": ") != std::string::npos && row.find("\"step\": ") != std::string::npos)
+      loss_steps.push_back(std::stoll(row.substr(row.find("\"step\": ") + 8)));
+  std::string listed;
+  for (long long v : loss_steps) listed += std::to_string(v) + " ";
+  INFO("loss rows at steps " << listed);
+  REQUIRE(!loss_steps.empty());
+  CHECK(std::is_sorted(loss_steps.begin(), loss_steps.end()));
+  CHECK(std::adjacent_find(loss_steps.begin(), loss_steps.end()) == loss_steps.end());
+  CHECK(loss_steps.back() == 20);
   fs::remove_all(s.dir);
 }
 
