@@ -417,152 +417,30 @@ struct StoreServer::Impl {
     r.u8(&op_byte);
     const Op op = static_cast<Op>(op_byte);
     if (!c.authed && c.challenged) return handle_auth(c, op, r, why);
-    if (!c.authed) {
-      uint32_t magic = 0, version = 0;
-      std::string tok, nonce;
-      if (op != Op::Hello || !r.u32(&magic) || !r.u32(&version) || magic != kMagic) {
-        *why = "the first message is not a store handshake";
-        return false;
-      }
-      if (version != kVersion) {
-        reply_error(c, "protocol version " + std::to_string(version) + " is not " +
-                           std::to_string(kVersion) +
-                           ": every rank must run the same trainer build");
-        c.close_after_flush = true;
-        return true;
-      }
-      if (!r.str(&tok, kMaxTokenBytes) || !r.str(&nonce, kStoreNonceBytes) || !r.done() ||
-          (!nonce.empty() && nonce.size() != kStoreNonceBytes)) {
-        *why = "malformed handshake";
-        return false;
-      }
-      if (tok != token) {
-        ++st.rejected;
-        log("token", "store: rejected a connection from " + c.peer +
-                         ": wrong job token (is another job using port " + std::to_string(port) +
-                         "?)");
-        reply_status(c, Status::Rejected);
-        c.close_after_flush = true;
-        return true;
-      }
-      if (secret.empty()) {
-        // Nothing to check here; a client that holds a secret refuses this
-        // OK itself (it cannot tell this server from a stray one).
-        c.authed = true;
-        reply_status(c, Status::Ok);
-        return true;
-      }
-      if (nonce.empty()) {
-        refuse(c, "presented no secret (" + std::string(kStoreSecretEnv) + " is not set there)",
-               "this store requires the job's secret and this process presented none: " +
-                   std::string(kStoreSecretEnv) + " is not set here (every rank needs rank 0's value)");
-        return true;
-      }
-      c.challenged = true;
-      c.client_nonce = std::move(nonce);
-      c.server_nonce = random_nonce();
-      reply(c, std::move(Writer().u8(uint8_t(Status::Challenge)).str(c.server_nonce)).frame());
-      return true;
-    }
+    if (!c.authed) return handle_hello(c, op, r, why);
 
-    std::string key, value;
-    std::vector<std::string> keys;
-    int64_t num = 0;
+    // Each request returns false when its body does not parse.
+    bool parsed = false;
     switch (op) {
       case Op::Set:
-        if (!r.key(&key) || !r.str(&value, kMaxValueBytes) || !r.done()) break;
-        ++st.requests;
-        if (store(key, std::move(value))) {
-          reply_status(c, Status::Ok);
-        } else {
-          reply_full(c, key);
-        }
-        return true;
+        parsed = request_set(c, r);
+        break;
       case Op::Get:
-      case Op::Wait: {
-        if (op == Op::Get) {
-          if (!r.key(&key)) break;
-          keys.push_back(key);
-        } else if (!r.keys(&keys, body.size())) {
-          break;
-        }
-        if (!r.i64(&num) || !r.done()) break;
-        ++st.requests;
-        park(c, op, std::move(keys), num);
-        return true;
-      }
-      case Op::Add: {
-        if (!r.key(&key) || !r.i64(&num) || !r.done()) break;
-        ++st.requests;
-        int64_t cur = 0;
-        auto it = data.find(key);
-        if (it != data.end() && !parse_counter(it->second.value, &cur)) {
-          reply_error(c, "add on key " + quote_key(key) + ", which holds a value that is not a counter");
-          return true;
-        }
-        int64_t next = 0;
-        if (__builtin_add_overflow(cur, num, &next)) {
-          reply_error(c, "add on key " + quote_key(key) + " overflows int64");
-          return true;
-        }
-        if (!store(key, std::to_string(next))) {
-          reply_full(c, key);
-          return true;
-        }
-        reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).i64(next)).frame());
-        return true;
-      }
-      case Op::Check: {
-        if (!r.keys(&keys, body.size()) || !r.done()) break;
-        ++st.requests;
-        bool all = true;
-        for (const auto& k : keys) all = all && data.count(k) > 0;
-        reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).u8(all ? 1 : 0)).frame());
-        return true;
-      }
-      case Op::Del: {
-        if (!r.key(&key) || !r.done()) break;
-        ++st.requests;
-        auto it = data.find(key);
-        const bool existed = it != data.end();
-        if (existed) {
-          stored_bytes -= kEntryOverhead + key.size() + it->second.value.size();
-          data.erase(it);
-        }
-        reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).u8(existed ? 1 : 0)).frame());
-        return true;
-      }
-      case Op::MultiGet: {
-        if (!r.keys(&keys, body.size()) || !r.done()) break;
-        ++st.requests;
-        // Check the reply size first: many keys naming big values must not
-        // make a reply larger than any client would accept.
-        size_t total = 16;
-        for (const auto& k : keys) {
-          auto it = data.find(k);
-          total += 1 + (it == data.end() ? 0 : 12 + it->second.value.size());
-        }
-        if (total > kMaxFrameBytes) {
-          reply_error(c, "multi_get of " + std::to_string(keys.size()) +
-                             " keys would return " + std::to_string(total) +
-                             " bytes, over the frame limit");
-          return true;
-        }
-        const auto now = Clock::now();
-        Writer w;
-        w.u8(uint8_t(Status::Ok)).u32(static_cast<uint32_t>(keys.size()));
-        for (const auto& k : keys) {
-          auto it = data.find(k);
-          if (it == data.end()) {
-            w.u8(0);
-            continue;
-          }
-          const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.modified);
-          w.u8(1).str(it->second.value).i64(age.count());
-        }
-        reply(c, std::move(w).frame());
-        return true;
-      }
+      case Op::Wait:
+        parsed = request_wait(c, op, r, body.size());
+        break;
+      case Op::Add:
+        parsed = request_add(c, r);
+        break;
+      case Op::Check:
+        parsed = request_check(c, r, body.size());
+        break;
+      case Op::Del:
+        parsed = request_del(c, r);
+        break;
+      case Op::MultiGet:
+        parsed = request_multi_get(c, r, body.size());
+        break;
       case Op::Hello:
         *why = "a second handshake on one connection";
         return false;
@@ -570,9 +448,173 @@ struct StoreServer::Impl {
         *why = "unknown request " + std::to_string(op_byte);
         return false;
     }
+    if (parsed) return true;
     *why = "malformed request (op " + std::to_string(op_byte) + ", " + std::to_string(body.size()) +
            " bytes)";
     return false;
+  }
+
+  // The first message of a connection: HELLO with the job token (and, when
+  // the client holds a secret, its nonce).
+  bool handle_hello(Conn& c, Op op, Reader& r, std::string* why) {
+    uint32_t magic = 0, version = 0;
+    std::string tok, nonce;
+    if (op != Op::Hello || !r.u32(&magic) || !r.u32(&version) || magic != kMagic) {
+      *why = "the first message is not a store handshake";
+      return false;
+    }
+    if (version != kVersion) {
+      reply_error(c, "protocol version " + std::to_string(version) + " is not " +
+                         std::to_string(kVersion) +
+                         ": every rank must run the same trainer build");
+      c.close_after_flush = true;
+      return true;
+    }
+    if (!r.str(&tok, kMaxTokenBytes) || !r.str(&nonce, kStoreNonceBytes) || !r.done() ||
+        (!nonce.empty() && nonce.size() != kStoreNonceBytes)) {
+      *why = "malformed handshake";
+      return false;
+    }
+    if (tok != token) {
+      ++st.rejected;
+      log("token", "store: rejected a connection from " + c.peer +
+                       ": wrong job token (is another job using port " + std::to_string(port) +
+                       "?)");
+      reply_status(c, Status::Rejected);
+      c.close_after_flush = true;
+      return true;
+    }
+    if (secret.empty()) {
+      // Nothing to check here; a client that holds a secret refuses this
+      // OK itself (it cannot tell this server from a stray one).
+      c.authed = true;
+      reply_status(c, Status::Ok);
+      return true;
+    }
+    if (nonce.empty()) {
+      refuse(c, "presented no secret (" + std::string(kStoreSecretEnv) + " is not set there)",
+             "this store requires the job's secret and this process presented none: " +
+                 std::string(kStoreSecretEnv) + " is not set here (every rank needs rank 0's value)");
+      return true;
+    }
+    c.challenged = true;
+    c.client_nonce = std::move(nonce);
+    c.server_nonce = random_nonce();
+    reply(c, std::move(Writer().u8(uint8_t(Status::Challenge)).str(c.server_nonce)).frame());
+    return true;
+  }
+
+  // The requests of an authenticated connection. A key list holds at most
+  // body_size keys (no more than its body has bytes).
+
+  bool request_set(Conn& c, Reader& r) {
+    std::string key, value;
+    if (!r.key(&key) || !r.str(&value, kMaxValueBytes) || !r.done()) return false;
+    ++st.requests;
+    if (store(key, std::move(value))) {
+      reply_status(c, Status::Ok);
+    } else {
+      reply_full(c, key);
+    }
+    return true;
+  }
+
+  // GET (one key) and WAIT (a list): parked until the keys exist.
+  bool request_wait(Conn& c, Op op, Reader& r, size_t body_size) {
+    std::string key;
+    std::vector<std::string> keys;
+    int64_t num = 0;
+    if (op == Op::Get) {
+      if (!r.key(&key)) return false;
+      keys.push_back(key);
+    } else if (!r.keys(&keys, body_size)) {
+      return false;
+    }
+    if (!r.i64(&num) || !r.done()) return false;
+    ++st.requests;
+    park(c, op, std::move(keys), num);
+    return true;
+  }
+
+  bool request_add(Conn& c, Reader& r) {
+    std::string key;
+    int64_t num = 0;
+    if (!r.key(&key) || !r.i64(&num) || !r.done()) return false;
+    ++st.requests;
+    int64_t cur = 0;
+    auto it = data.find(key);
+    if (it != data.end() && !parse_counter(it->second.value, &cur)) {
+      reply_error(c, "add on key " + quote_key(key) + ", which holds a value that is not a counter");
+      return true;
+    }
+    int64_t next = 0;
+    if (__builtin_add_overflow(cur, num, &next)) {
+      reply_error(c, "add on key " + quote_key(key) + " overflows int64");
+      return true;
+    }
+    if (!store(key, std::to_string(next))) {
+      reply_full(c, key);
+      return true;
+    }
+    reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).i64(next)).frame());
+    return true;
+  }
+
+  bool request_check(Conn& c, Reader& r, size_t body_size) {
+    std::vector<std::string> keys;
+    if (!r.keys(&keys, body_size) || !r.done()) return false;
+    ++st.requests;
+    bool all = true;
+    for (const auto& k : keys) all = all && data.count(k) > 0;
+    reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).u8(all ? 1 : 0)).frame());
+    return true;
+  }
+
+  bool request_del(Conn& c, Reader& r) {
+    std::string key;
+    if (!r.key(&key) || !r.done()) return false;
+    ++st.requests;
+    auto it = data.find(key);
+    const bool existed = it != data.end();
+    if (existed) {
+      stored_bytes -= kEntryOverhead + key.size() + it->second.value.size();
+      data.erase(it);
+    }
+    reply(c, std::move(Writer().u8(uint8_t(Status::Ok)).u8(existed ? 1 : 0)).frame());
+    return true;
+  }
+
+  bool request_multi_get(Conn& c, Reader& r, size_t body_size) {
+    std::vector<std::string> keys;
+    if (!r.keys(&keys, body_size) || !r.done()) return false;
+    ++st.requests;
+    // Check the reply size first: many keys naming big values must not
+    // make a reply larger than any client would accept.
+    size_t total = 16;
+    for (const auto& k : keys) {
+      auto it = data.find(k);
+      total += 1 + (it == data.end() ? 0 : 12 + it->second.value.size());
+    }
+    if (total > kMaxFrameBytes) {
+      reply_error(c, "multi_get of " + std::to_string(keys.size()) +
+                         " keys would return " + std::to_string(total) +
+                         " bytes, over the frame limit");
+      return true;
+    }
+    const auto now = Clock::now();
+    Writer w;
+    w.u8(uint8_t(Status::Ok)).u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& k : keys) {
+      auto it = data.find(k);
+      if (it == data.end()) {
+        w.u8(0);
+        continue;
+      }
+      const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.modified);
+      w.u8(1).str(it->second.value).i64(age.count());
+    }
+    reply(c, std::move(w).frame());
+    return true;
   }
 
   void reply_full(Conn& c, const std::string& key) {

@@ -124,43 +124,40 @@ struct Op {
   size_t index;
 };
 
-}  // namespace
+// Per rank and action: the action at the other end of a transfer ({-1, 0}
+// for a compute action).
+using Partners = std::vector<std::vector<Op>>;
+// Per rank and action: the slots given back after it (slot_releases).
+using Releases = std::vector<std::vector<std::vector<SlotRef>>>;
 
-Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
-  Simulation sim;
+bool is_send(ActionKind k) { return k == ActionKind::SendActivation || k == ActionKind::SendGradient; }
+bool is_recv(ActionKind k) { return k == ActionKind::RecvActivation || k == ActionKind::RecvGradient; }
+
+// The k-th message from a to b meets b's k-th receive from a. Fills partner;
+// returns "" or the first message that does not pair up.
+std::string pair_messages(const Schedule& s, Partners& partner) {
   const int p = s.stages;
-  auto fail = [&](std::string why) {
-    sim.ok = false;
-    sim.error = std::move(why);
-    return sim;
-  };
-  if (int(s.ranks.size()) != p) return fail("the schedule has " + std::to_string(s.ranks.size()) + " ranks, " + std::to_string(p) + " stages");
-  for (int r = 0; r < p; ++r)
-    if (std::string e = check_rank(s, r); !e.empty()) return fail(e);
-
-  // The k-th message from a to b meets b's k-th receive from a.
   std::map<std::pair<int, int>, std::vector<Op>> sends, recvs;
   for (int r = 0; r < p; ++r)
     for (size_t i = 0; i < s.ranks[size_t(r)].size(); ++i) {
       const Action& a = s.ranks[size_t(r)][i];
-      if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient) sends[{r, a.peer}].push_back({r, i});
-      if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGradient) recvs[{a.peer, r}].push_back({r, i});
+      if (is_send(a.kind)) sends[{r, a.peer}].push_back({r, i});
+      if (is_recv(a.kind)) recvs[{a.peer, r}].push_back({r, i});
     }
-  std::vector<std::vector<Op>> partner{size_t(p)};
+  partner.assign(size_t(p), {});
   for (int r = 0; r < p; ++r) partner[size_t(r)].assign(s.ranks[size_t(r)].size(), Op{-1, 0});
   for (auto& [link, list] : sends) {
     const auto& rl = recvs[link];
     for (size_t k = 0; k < list.size(); ++k) {
       const Action& sa = s.ranks[size_t(list[k].rank)][list[k].index];
       if (k >= rl.size())
-        return fail(at(list[k].rank, list[k].index, sa) + ": rank " + std::to_string(link.second) +
-                    " never receives it");
+        return at(list[k].rank, list[k].index, sa) + ": rank " + std::to_string(link.second) + " never receives it";
       const Action& ra = s.ranks[size_t(rl[k].rank)][rl[k].index];
       const int to_vs = sa.kind == ActionKind::SendActivation ? sa.chunk * p + link.first + 1 : sa.chunk * p + link.first - 1;
       const bool kind_ok = (sa.kind == ActionKind::SendActivation) == (ra.kind == ActionKind::RecvActivation);
       if (!kind_ok || ra.mb != sa.mb || ra.chunk * p + link.second != to_vs)
-        return fail(at(list[k].rank, list[k].index, sa) + " meets " + at(rl[k].rank, rl[k].index, ra) +
-                    ": messages between two ranks pair up in order");
+        return at(list[k].rank, list[k].index, sa) + " meets " + at(rl[k].rank, rl[k].index, ra) +
+               ": messages between two ranks pair up in order";
       partner[size_t(list[k].rank)][list[k].index] = rl[k];
       partner[size_t(rl[k].rank)][rl[k].index] = list[k];
     }
@@ -168,44 +165,58 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
   for (auto& [link, list] : recvs)
     if (list.size() > sends[link].size()) {
       const Op& o = list[sends[link].size()];
-      return fail(at(o.rank, o.index, s.ranks[size_t(o.rank)][o.index]) + ": rank " + std::to_string(link.first) +
-                  " never sends it");
+      return at(o.rank, o.index, s.ranks[size_t(o.rank)][o.index]) + ": rank " + std::to_string(link.first) +
+             " never sends it";
     }
+  return "";
+}
 
-  // Run it: compute actions take their cost; a batch of consecutive
-  // transfers posts its messages and finishes once every receive's sender
-  // has posted (sends do not wait); after the action that releases a slot
-  // the rank waits until the receivers of that slot's sends have posted.
-  auto cost = [&](int r) -> const ActionCosts& { return costs.size() == 1 ? costs[0] : costs[size_t(r)]; };
-  if (costs.size() != 1 && int(costs.size()) != p) return fail("simulate: one cost entry per rank, or one for all");
-  std::vector<std::vector<std::vector<SlotRef>>> releases;
-  std::vector<std::vector<std::vector<size_t>>> release_sends{size_t(p)};  // per rank and action: send indices to complete
-  for (int r = 0; r < p; ++r) {
-    const auto& acts = s.ranks[size_t(r)];
-    releases.push_back(slot_releases(acts, r, p));
-    release_sends[size_t(r)].assign(acts.size(), {});
-    for (size_t i = 0; i < acts.size(); ++i)
-      for (const SlotRef& ref : releases.back()[i])
-        for (size_t j = 0; j < acts.size(); ++j)
-          if ((acts[j].kind == ActionKind::SendActivation || acts[j].kind == ActionKind::SendGradient) &&
-              acts[j].mb == ref.mb && acts[j].chunk == ref.chunk)
-            release_sends[size_t(r)][i].push_back(j);
-  }
-  std::vector<size_t> pos(size_t(p), 0);
-  std::vector<double> t(size_t(p), 0);
-  std::vector<std::vector<double>> posted{size_t(p)};
-  for (int r = 0; r < p; ++r) posted[size_t(r)].assign(s.ranks[size_t(r)].size(), -1);
+// Runs the schedule in time: compute actions take their cost; a batch of
+// consecutive transfers posts its messages and finishes once every
+// receive's sender has posted (sends do not wait); after the action that
+// releases a slot the rank waits until the receivers of that slot's sends
+// have posted. Fills sim's busy times and timeline as it goes.
+struct Runner {
+  const Schedule& s;
+  const std::vector<ActionCosts>& costs;
+  const Partners& partner;
+  Simulation& sim;
+  const int p;
+  std::vector<std::vector<std::vector<size_t>>> release_sends;  // per rank and action: send indices to complete
+  std::vector<size_t> pos;
+  std::vector<double> t;
+  std::vector<std::vector<double>> posted;
   // A rank past action i - 1 that still waits for the sends released there.
-  std::vector<long> waiting(size_t(p), -1);
-  sim.busy.assign(size_t(p), 0);
-  sim.timeline.assign(size_t(p), {});
-  auto batch_end = [&](int r) {
+  std::vector<long> waiting;
+
+  Runner(const Schedule& s_, const std::vector<ActionCosts>& costs_, const Partners& partner_,
+         const Releases& releases, Simulation& sim_)
+      : s(s_), costs(costs_), partner(partner_), sim(sim_), p(s_.stages), release_sends(size_t(p)),
+        pos(size_t(p), 0), t(size_t(p), 0), posted(size_t(p)), waiting(size_t(p), -1) {
+    for (int r = 0; r < p; ++r) {
+      const auto& acts = s.ranks[size_t(r)];
+      release_sends[size_t(r)].assign(acts.size(), {});
+      for (size_t i = 0; i < acts.size(); ++i)
+        for (const SlotRef& ref : releases[size_t(r)][i])
+          for (size_t j = 0; j < acts.size(); ++j)
+            if (is_send(acts[j].kind) && acts[j].mb == ref.mb && acts[j].chunk == ref.chunk)
+              release_sends[size_t(r)][i].push_back(j);
+    }
+    for (int r = 0; r < p; ++r) posted[size_t(r)].assign(s.ranks[size_t(r)].size(), -1);
+    sim.busy.assign(size_t(p), 0);
+    sim.timeline.assign(size_t(p), {});
+  }
+
+  const ActionCosts& cost(int r) const { return costs.size() == 1 ? costs[0] : costs[size_t(r)]; }
+
+  size_t batch_end(int r) const {
     size_t e = pos[size_t(r)];
     while (e < s.ranks[size_t(r)].size() && is_transfer(s.ranks[size_t(r)][e].kind)) ++e;
     return e;
-  };
+  }
+
   // Whether rank r may go on past the releases after action i; moves its time.
-  auto released = [&](int r, size_t i) {
+  bool released(int r, size_t i) {
     double finish = t[size_t(r)];
     for (size_t j : release_sends[size_t(r)][i]) {
       const Op& o = partner[size_t(r)][j];
@@ -215,67 +226,95 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
     }
     t[size_t(r)] = finish;
     return true;
-  };
-  for (;;) {
-    bool progressed = false, done = true;
-    for (int r = 0; r < p; ++r) {
-      const auto& acts = s.ranks[size_t(r)];
-      for (;;) {
-        if (waiting[size_t(r)] >= 0) {
-          if (!released(r, size_t(waiting[size_t(r)]))) break;
-          waiting[size_t(r)] = -1;
-          progressed = true;
-        }
-        if (pos[size_t(r)] >= acts.size() || is_transfer(acts[pos[size_t(r)]].kind)) break;
-        const Action& a = acts[pos[size_t(r)]];
-        const double c = cost(r).of(a.kind);
-        sim.timeline[size_t(r)].push_back({a, t[size_t(r)], t[size_t(r)] + c});
-        t[size_t(r)] += c;
-        sim.busy[size_t(r)] += c;
-        waiting[size_t(r)] = long(pos[size_t(r)]);
-        ++pos[size_t(r)];
+  }
+
+  // Rank r's compute actions up to its next transfer batch or wait;
+  // whether it moved.
+  bool run_computes(int r) {
+    const auto& acts = s.ranks[size_t(r)];
+    bool progressed = false;
+    for (;;) {
+      if (waiting[size_t(r)] >= 0) {
+        if (!released(r, size_t(waiting[size_t(r)]))) break;
+        waiting[size_t(r)] = -1;
         progressed = true;
       }
-      if (pos[size_t(r)] < acts.size() || waiting[size_t(r)] >= 0) done = false;
-      if (pos[size_t(r)] < acts.size() && waiting[size_t(r)] < 0)
-        for (size_t i = pos[size_t(r)]; i < batch_end(r); ++i)
-          if (posted[size_t(r)][i] < 0) posted[size_t(r)][i] = t[size_t(r)];
-    }
-    if (done) break;
-    for (int r = 0; r < p; ++r) {
-      if (pos[size_t(r)] >= s.ranks[size_t(r)].size() || waiting[size_t(r)] >= 0) continue;
-      const auto& acts = s.ranks[size_t(r)];
-      const size_t e = batch_end(r);
-      if (e == pos[size_t(r)]) continue;
-      double finish = t[size_t(r)];
-      bool ready = true;
-      for (size_t i = pos[size_t(r)]; i < e && ready; ++i) {
-        if (acts[i].kind == ActionKind::SendActivation || acts[i].kind == ActionKind::SendGradient) continue;
-        const Op& o = partner[size_t(r)][i];
-        const double pt = posted[size_t(o.rank)][o.index];
-        ready = pt >= 0;
-        finish = std::max(finish, pt);
-      }
-      if (!ready) continue;
-      t[size_t(r)] = finish;
-      pos[size_t(r)] = e;
-      waiting[size_t(r)] = long(e - 1);
+      if (pos[size_t(r)] >= acts.size() || is_transfer(acts[pos[size_t(r)]].kind)) break;
+      const Action& a = acts[pos[size_t(r)]];
+      const double c = cost(r).of(a.kind);
+      sim.timeline[size_t(r)].push_back({a, t[size_t(r)], t[size_t(r)] + c});
+      t[size_t(r)] += c;
+      sim.busy[size_t(r)] += c;
+      waiting[size_t(r)] = long(pos[size_t(r)]);
+      ++pos[size_t(r)];
       progressed = true;
     }
-    if (!progressed) {
-      std::string why = "the schedule deadlocks:";
-      for (int r = 0; r < p; ++r) {
-        if (waiting[size_t(r)] >= 0)
-          why += " rank " + std::to_string(r) + " waits for the sends of the slot it released after " +
-                 at(r, size_t(waiting[size_t(r)]), s.ranks[size_t(r)][size_t(waiting[size_t(r)])]) + ";";
-        else if (pos[size_t(r)] < s.ranks[size_t(r)].size())
-          why += " " + at(r, pos[size_t(r)], s.ranks[size_t(r)][pos[size_t(r)]]) + " waits;";
+    return progressed;
+  }
+
+  // Rank r's transfer batch, once every receive's sender has posted;
+  // whether it finished.
+  bool finish_batch(int r) {
+    if (pos[size_t(r)] >= s.ranks[size_t(r)].size() || waiting[size_t(r)] >= 0) return false;
+    const auto& acts = s.ranks[size_t(r)];
+    const size_t e = batch_end(r);
+    if (e == pos[size_t(r)]) return false;
+    double finish = t[size_t(r)];
+    bool ready = true;
+    for (size_t i = pos[size_t(r)]; i < e && ready; ++i) {
+      if (is_send(acts[i].kind)) continue;
+      const Op& o = partner[size_t(r)][i];
+      const double pt = posted[size_t(o.rank)][o.index];
+      ready = pt >= 0;
+      finish = std::max(finish, pt);
+    }
+    if (!ready) return false;
+    t[size_t(r)] = finish;
+    pos[size_t(r)] = e;
+    waiting[size_t(r)] = long(e - 1);
+    return true;
+  }
+
+  std::string deadlock() const {
+    std::string why = "the schedule deadlocks:";
+    for (int r = 0; r < p; ++r) {
+      if (waiting[size_t(r)] >= 0)
+        why += " rank " + std::to_string(r) + " waits for the sends of the slot it released after " +
+               at(r, size_t(waiting[size_t(r)]), s.ranks[size_t(r)][size_t(waiting[size_t(r)])]) + ";";
+      else if (pos[size_t(r)] < s.ranks[size_t(r)].size()) {
+        // Appended piecewise: GCC 12 misreports " " + string here as an overlapping memcpy (-Wrestrict).
+        why += ' ';
+        why += at(r, pos[size_t(r)], s.ranks[size_t(r)][pos[size_t(r)]]);
+        why += " waits;";
       }
-      why.pop_back();
-      return fail(why);
+    }
+    why.pop_back();
+    return why;
+  }
+
+  // "" once every rank is through, else the deadlock.
+  std::string run() {
+    for (;;) {
+      bool progressed = false, done = true;
+      for (int r = 0; r < p; ++r) {
+        const auto& acts = s.ranks[size_t(r)];
+        progressed |= run_computes(r);
+        if (pos[size_t(r)] < acts.size() || waiting[size_t(r)] >= 0) done = false;
+        if (pos[size_t(r)] < acts.size() && waiting[size_t(r)] < 0)
+          for (size_t i = pos[size_t(r)]; i < batch_end(r); ++i)
+            if (posted[size_t(r)][i] < 0) posted[size_t(r)][i] = t[size_t(r)];
+      }
+      if (done) return "";
+      for (int r = 0; r < p; ++r) progressed |= finish_batch(r);
+      if (!progressed) return deadlock();
     }
   }
-  sim.step_time = *std::max_element(t.begin(), t.end());
+};
+
+// Each rank's peak micro-batches in flight and activation slots held, from
+// its action order alone.
+void count_peaks(const Schedule& s, const Releases& releases, Simulation& sim) {
+  const int p = s.stages;
   sim.peak_in_flight.assign(size_t(p), 0);
   sim.peak_slots.assign(size_t(p), 0);
   sim.peak_chunk_slots.assign(size_t(p), std::vector<int>(size_t(s.chunks), 0));
@@ -312,6 +351,31 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
       for (const SlotRef& ref : releases[size_t(r)][i]) give(ref);
     }
   }
+}
+
+}  // namespace
+
+Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
+  Simulation sim;
+  const int p = s.stages;
+  auto fail = [&](std::string why) {
+    sim.ok = false;
+    sim.error = std::move(why);
+    return sim;
+  };
+  if (int(s.ranks.size()) != p) return fail("the schedule has " + std::to_string(s.ranks.size()) + " ranks, " + std::to_string(p) + " stages");
+  for (int r = 0; r < p; ++r)
+    if (std::string e = check_rank(s, r); !e.empty()) return fail(e);
+  Partners partner;
+  if (std::string e = pair_messages(s, partner); !e.empty()) return fail(e);
+  if (costs.size() != 1 && int(costs.size()) != p) return fail("simulate: one cost entry per rank, or one for all");
+
+  Releases releases;
+  for (int r = 0; r < p; ++r) releases.push_back(slot_releases(s.ranks[size_t(r)], r, p));
+  Runner runner(s, costs, partner, releases, sim);
+  if (std::string e = runner.run(); !e.empty()) return fail(e);
+  sim.step_time = *std::max_element(runner.t.begin(), runner.t.end());
+  count_peaks(s, releases, sim);
   sim.ok = true;
   return sim;
 }
