@@ -225,10 +225,11 @@ void require_all_passed(const std::vector<ChildResult>& results) {
 
 // --- the collectives of one communicator ------------------------------------
 
-void check_collectives(Communicator& c) {
+// all_reduce: sums (F32 over several of Gloo's segments, I32, F64), max, and
+// the refused bf16.
+void check_all_reduce(Communicator& c) {
   const int r = c.rank(), n = c.size();
   const float tri = float(n * (n - 1) / 2);  // sum of the ranks
-
   {  // all_reduce, sum: large enough to need several of Gloo's 1 MiB segments
     std::vector<float> a(300001);
     for (size_t i = 0; i < a.size(); ++i) a[i] = float(r) + float(i % 1000);
@@ -259,6 +260,11 @@ void check_collectives(Communicator& c) {
     const std::string e = error_of([&] { c.all_reduce(view(b, DType::BF16)); });
     CHILD_CHECK(contains(e, "not supported on the CPU backend") && contains(e, c.name()), "bf16 all_reduce: " + e);
   }
+}
+
+// reduce_scatter, all_gather and broadcast, out of place and in place.
+void check_scatter_gather(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   {  // reduce_scatter: chunk size 1000 (not a power of two)
     const size_t m = 1000;
     std::vector<float> in(m * n), out(m, -1.f);
@@ -303,6 +309,10 @@ void check_collectives(Communicator& c) {
     expect_all<float>(a, [&](size_t i) { return 7.f + float(i); }, "broadcast F32");
     expect_all<uint16_t>(h, [&](size_t i) { return uint16_t(0x3c00 + i); }, "broadcast F16");
   }
+}
+
+void check_all_to_all(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   {  // all_to_all: chunk p of rank r goes to rank p
     const size_t m = 5;
     std::vector<int32_t> in(m * n), out(m * n, -1);
@@ -330,6 +340,12 @@ void check_collectives(Communicator& c) {
     c.all_to_all_v(view(out, DType::F32), out_counts, view(in, DType::F32), in_counts);
     expect_all<float>(out, [&](size_t i) { return want[i]; }, "all_to_all_v");
   }
+}
+
+// batch_send_recv round a ring, and batch_send_recv_posted's sends that do
+// not wait for their receiver.
+void check_send_recv(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   {  // batch_send_recv: a ring, both directions at once, twice
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     for (int round = 0; round < 2; ++round) {
@@ -368,7 +384,12 @@ void check_collectives(Communicator& c) {
       expect_all<float>(got, [&](size_t k) { return float(k) + 0.5f; }, "posted: the posted send arrives");
     }
   }
-  c.barrier();
+}
+
+// Async collectives overlap compute and keep their order with later sync ones.
+void check_async(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  const float tri = float(n * (n - 1) / 2);  // sum of the ranks
   {  // async: overlaps with compute, keeps its order with later sync calls
     std::vector<float> big(1 << 20, float(r + 1)), small(10, float(r));
     std::vector<float> rs_in(64 * n), rs_out(64);
@@ -387,6 +408,15 @@ void check_collectives(Communicator& c) {
     expect_all<float>(rs_out, [&](size_t k) { return float(n) * float(r * 64 + int(k)); }, "async reduce_scatter");
     expect_all<float>(small, [&](size_t) { return tri; }, "sync all_reduce after async");
   }
+}
+
+void check_collectives(Communicator& c) {
+  check_all_reduce(c);
+  check_scatter_gather(c);
+  check_all_to_all(c);
+  check_send_recv(c);
+  c.barrier();
+  check_async(c);
 }
 
 // --- async all-gather (ZeRO-3 prefetch) ---------------------------------------

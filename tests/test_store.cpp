@@ -642,38 +642,35 @@ TEST_CASE("store: prefix stores, heartbeats, and the job token from the environm
   for (const auto& [n, v] : saved) ::setenv(n.c_str(), v.c_str(), 1);
 }
 
-TEST_CASE("store: fuzzed connections neither crash the server nor grow it", "[store]") {
-  LogSink sink;
-  StoreServerOptions o = quiet(sink);
-  o.max_total_bytes = 2 << 20;  // small, so the fuzz reaches "full"
-  StoreServer server(kHost, 0, kToken, o);
-  const int port = server.port();
-  StoreClient legit(kHost, port, kToken, 10);
-  legit.set("canary", "alive");
+// The store fuzz's bytes: well-formed requests with arbitrary contents,
+// requests whose fields lie, and whole connections of ten kinds, all from
+// one seeded generator.
+struct StoreFuzz {
+  std::mt19937_64 rng{12345};
 
-  std::mt19937_64 rng(12345);
-  auto rnd = [&](uint64_t n) { return n == 0 ? 0 : rng() % n; };
-  auto random_bytes = [&](size_t n) {
+  uint64_t rnd(uint64_t n) { return n == 0 ? 0 : rng() % n; }
+  std::string random_bytes(size_t n) {
     std::string s(n, '\0');
     for (auto& ch : s) ch = static_cast<char>(rng());
     return s;
-  };
-  auto le32 = [](uint32_t v) {
+  }
+  static std::string le32(uint32_t v) {
     std::string s(4, '\0');
     for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
     return s;
-  };
-  auto random_key = [&]() -> std::string {
+  }
+  std::string random_key() {
     if (rnd(8) == 0) return random_bytes(1 + rnd(40));
     return "fuzz/k" + std::to_string(rnd(64));
-  };
-  auto random_keys = [&]() {
+  }
+  std::vector<std::string> random_keys() {
     std::vector<std::string> ks(rnd(6));
     for (auto& k : ks) k = random_key();
     return ks;
-  };
+  }
+
   // A well-formed request with plausible but arbitrary contents.
-  auto valid_op = [&]() -> std::string {
+  std::string valid_op() {
     using wire::Op;
     wire::Writer w;
     switch (rnd(7)) {
@@ -685,10 +682,11 @@ TEST_CASE("store: fuzzed connections neither crash the server nor grow it", "[st
       case 5: return std::move(w.u8(uint8_t(Op::Del)).str(random_key())).frame();
       default: return std::move(w.u8(uint8_t(Op::MultiGet)).keys(random_keys())).frame();
     }
-  };
+  }
+
   // A request whose fields lie: lengths and counts that do not match, huge
   // counts, unknown ops, trailing junk.
-  auto garbage_op = [&]() -> std::string {
+  std::string garbage_op() {
     std::string body(1, static_cast<char>(rnd(12)));
     const int fields = static_cast<int>(rnd(5));
     for (int f = 0; f < fields; ++f) {
@@ -701,21 +699,10 @@ TEST_CASE("store: fuzzed connections neither crash the server nor grow it", "[st
       }
     }
     return le32(static_cast<uint32_t>(body.size())) + body;
-  };
+  }
 
-  const char* names[] = {"random bytes",   "huge length prefix", "truncated handshake", "authed huge prefix",
-                         "truncated op",   "garbage fields",     "wrong token",         "valid ops",
-                         "empty/unknown frame", "bad magic/version"};
-  std::map<int, int> cases;
-  int closed_by_server = 0, replies = 0, legit_checks = 0;
-  const size_t rss0 = rss_bytes();
-  const auto t0 = Clock::now();
-  int iterations = 0;
-  for (; iterations < 2000 && seconds_since(t0) < 8; ++iterations) {
-    const int kind = static_cast<int>(rnd(10));
-    ++cases[kind];
-    Raw raw(port);
-    REQUIRE(raw.fd >= 0);
+  // The bytes of one connection of the given kind (see the names in the test).
+  std::string connection(int kind) {
     std::string bytes;
     switch (kind) {
       case 0: bytes = random_bytes(rnd(300)); break;
@@ -756,9 +743,38 @@ TEST_CASE("store: fuzzed connections neither crash the server nor grow it", "[st
         bytes = std::move(w).frame();
       }
     }
+    return bytes;
+  }
+};
+
+TEST_CASE("store: fuzzed connections neither crash the server nor grow it", "[store]") {
+  LogSink sink;
+  StoreServerOptions o = quiet(sink);
+  o.max_total_bytes = 2 << 20;  // small, so the fuzz reaches "full"
+  StoreServer server(kHost, 0, kToken, o);
+  const int port = server.port();
+  StoreClient legit(kHost, port, kToken, 10);
+  legit.set("canary", "alive");
+
+  StoreFuzz fz;
+
+  const char* names[] = {"random bytes",   "huge length prefix", "truncated handshake", "authed huge prefix",
+                         "truncated op",   "garbage fields",     "wrong token",         "valid ops",
+                         "empty/unknown frame", "bad magic/version"};
+  std::map<int, int> cases;
+  int closed_by_server = 0, replies = 0, legit_checks = 0;
+  const size_t rss0 = rss_bytes();
+  const auto t0 = Clock::now();
+  int iterations = 0;
+  for (; iterations < 2000 && seconds_since(t0) < 8; ++iterations) {
+    const int kind = static_cast<int>(fz.rnd(10));
+    ++cases[kind];
+    Raw raw(port);
+    REQUIRE(raw.fd >= 0);
+    const std::string bytes = fz.connection(kind);
     // Sometimes in pieces, to exercise reassembly of partial frames.
-    if (rnd(4) == 0 && bytes.size() > 2) {
-      const size_t cut = 1 + rnd(bytes.size() - 1);
+    if (fz.rnd(4) == 0 && bytes.size() > 2) {
+      const size_t cut = 1 + fz.rnd(bytes.size() - 1);
       raw.send(bytes.substr(0, cut));
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       raw.send(bytes.substr(cut));
@@ -768,7 +784,7 @@ TEST_CASE("store: fuzzed connections neither crash the server nor grow it", "[st
     std::string got;
     if (raw.drain(kind == 7 ? 20 : 3, &got)) ++closed_by_server;
     if (!got.empty()) ++replies;
-    raw.close(rnd(2) == 0);
+    raw.close(fz.rnd(2) == 0);
 
     if (iterations % 100 == 0) {
       ++legit_checks;

@@ -243,13 +243,9 @@ TEST_CASE("watchdog: no progress for timeout + grace fires and names the stale p
 
 namespace {
 
-// Four ranks train (dp 4, or tp 2 x dp 2); `victim` is stopped with SIGSTOP
-// past step 5; every other rank must exit with kDistributedFailureExitCode in
-// time, saying why.
-void stop_one_rank(int victim, int tp = 1, int pp = 1) {
-  const fs::path dir = fs::temp_directory_path() / ("trainer_watchdog_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+// stop_one_rank's run in dir: its tokens (the GPL's bytes) and its config.
+// Returns the config's path.
+std::string write_watchdog_run(const fs::path& dir, double timeout, int tp, int pp) {
   {
     std::vector<uint16_t> toks;
     const std::string text = read_file("/usr/share/common-licenses/GPL-3");
@@ -257,8 +253,6 @@ void stop_one_rank(int victim, int tp = 1, int pp = 1) {
     std::ofstream(dir / "tokens.bin", std::ios::binary)
         .write(reinterpret_cast<const char*>(toks.data()), std::streamsize(toks.size() * 2));
   }
-  const double timeout = 4;
-  const int world = 4;
   const std::string cfg = (dir / "cfg.yaml").string();
   // Milliseconds a step: 100000 steps would run for many minutes.
   std::ofstream(cfg) << "run: {name: watchdog}\n"
@@ -269,10 +263,13 @@ void stop_one_rank(int victim, int tp = 1, int pp = 1) {
                      << "checkpoint: {interval: 0}\n"
                      << "log: {interval: 1, progress: lines, jsonl: false}\n"
                      << "parallel: {timeout_s: " << timeout << ", tp: " << tp << ", pp: " << pp << "}\n";
-  const int port = free_port();  // the store: MASTER_PORT + 1 under torchrun's variables
-  const std::string token = "watchdog-e2e-" + std::to_string(::getpid());
+  return cfg;
+}
 
-  Children kids;
+// `world` trainer processes on cfg under torchrun's variables (the store on
+// `port`), each logging to dir/rank<r>.log; their pids go to kids.
+void launch_ranks(Children& kids, int world, const std::string& cfg, const fs::path& dir, int port,
+                  const std::string& token) {
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
@@ -302,8 +299,11 @@ void stop_one_rank(int victim, int tp = 1, int pp = 1) {
     }
     kids.pids.push_back(pid);
   }
+}
 
-  // Rank 2's own heartbeat says when it is past step 5.
+// The victim's step once its own heartbeat says it is past step 5; 0 when it
+// did not get there in 90 s or a rank died before (its log says why).
+int64_t wait_past_step_5(Children& kids, int world, int victim, int port, const std::string& token) {
   int64_t victim_step = 0;
   {
     StoreClient store(kHost, port, token, 60);
@@ -321,18 +321,14 @@ void stop_one_rank(int victim, int tp = 1, int pp = 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  if (victim_step <= 5)
-    for (int r = 0; r < world; ++r) UNSCOPED_INFO("rank " << r << " log:\n" << read_file(dir / ("rank" + std::to_string(r) + ".log")));
-  REQUIRE(victim_step > 5);
-  REQUIRE(::kill(kids.pids[victim], SIGSTOP) == 0);
-  const auto stopped = Clock::now();
+  return victim_step;
+}
 
-  // Every other rank must exit, non-zero, within timeout + 6 s. Stopping
-  // rank 0 also freezes the store, so nobody can ask who is missing: the
-  // watchdog thread ends those ranks at timeout + grace.
-  const double window = victim == 0 ? timeout + default_watchdog_grace_s(timeout) + 3 : timeout + 6;
-  std::vector<double> delay(world, -1);
-  std::vector<int> code(world, -1);
+// Waits until every rank but the victim has exited, or window + 20 s after
+// `stopped`: per rank the delay after `stopped` and the exit code (-1: still
+// running).
+void wait_for_exits(Children& kids, int world, int victim, double window, Clock::time_point stopped,
+                    std::vector<double>& delay, std::vector<int>& code) {
   for (;;) {
     bool all = true;
     for (int r = 0; r < world; ++r) {
@@ -349,13 +345,15 @@ void stop_one_rank(int victim, int tp = 1, int pp = 1) {
     if (all || since(stopped) > window + 20) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ::kill(kids.pids[victim], SIGKILL);
-  ::waitpid(kids.pids[victim], nullptr, 0);
-  kids.pids[victim] = 0;
+}
 
-  std::printf("[watchdog] tp %d: SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.1f s\n", tp,
-              victim, (long long)victim_step, timeout, window);
-  int named_tp = 0, named_pp = 0;
+// Every rank but the victim exited in time with kDistributedFailureExitCode,
+// its last error line naming the collective, the group, the step and the
+// stopped rank. Counts the ranks that named a tp collective and a pipeline
+// transfer.
+void check_exit_lines(const fs::path& dir, int world, int victim, int tp, int pp, double window,
+                      const std::vector<double>& delay, const std::vector<int>& code, int& named_tp,
+                      int& named_pp) {
   for (int r = 0; r < world; ++r) {
     if (r == victim) continue;
     const std::string out = read_file(dir / ("rank" + std::to_string(r) + ".log"));
@@ -403,6 +401,47 @@ void stop_one_rank(int victim, int tp = 1, int pp = 1) {
       CHECK(contains(line, "(stale)"));
     }
   }
+}
+
+// Four ranks train (dp 4, or tp 2 x dp 2); `victim` is stopped with SIGSTOP
+// past step 5; every other rank must exit with kDistributedFailureExitCode in
+// time, saying why.
+void stop_one_rank(int victim, int tp = 1, int pp = 1) {
+  const fs::path dir = fs::temp_directory_path() / ("trainer_watchdog_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const double timeout = 4;
+  const int world = 4;
+  const std::string cfg = write_watchdog_run(dir, timeout, tp, pp);
+  const int port = free_port();  // the store: MASTER_PORT + 1 under torchrun's variables
+  const std::string token = "watchdog-e2e-" + std::to_string(::getpid());
+
+  Children kids;
+  launch_ranks(kids, world, cfg, dir, port, token);
+
+  // Rank 2's own heartbeat says when it is past step 5.
+  const int64_t victim_step = wait_past_step_5(kids, world, victim, port, token);
+  if (victim_step <= 5)
+    for (int r = 0; r < world; ++r) UNSCOPED_INFO("rank " << r << " log:\n" << read_file(dir / ("rank" + std::to_string(r) + ".log")));
+  REQUIRE(victim_step > 5);
+  REQUIRE(::kill(kids.pids[victim], SIGSTOP) == 0);
+  const auto stopped = Clock::now();
+
+  // Every other rank must exit, non-zero, within timeout + 6 s. Stopping
+  // rank 0 also freezes the store, so nobody can ask who is missing: the
+  // watchdog thread ends those ranks at timeout + grace.
+  const double window = victim == 0 ? timeout + default_watchdog_grace_s(timeout) + 3 : timeout + 6;
+  std::vector<double> delay(world, -1);
+  std::vector<int> code(world, -1);
+  wait_for_exits(kids, world, victim, window, stopped, delay, code);
+  ::kill(kids.pids[victim], SIGKILL);
+  ::waitpid(kids.pids[victim], nullptr, 0);
+  kids.pids[victim] = 0;
+
+  std::printf("[watchdog] tp %d: SIGSTOP rank %d at its step %lld; parallel.timeout_s %.0f, window %.1f s\n", tp,
+              victim, (long long)victim_step, timeout, window);
+  int named_tp = 0, named_pp = 0;
+  check_exit_lines(dir, world, victim, tp, pp, window, delay, code, named_tp, named_pp);
   // The stopped rank's tensor-parallel peer usually waits on it inside the
   // model (most collectives of a step are tp ones); when the victim stopped
   // between the model and the step's norm all-reduce, everyone waits in

@@ -10,19 +10,14 @@
 // identity positions, so the two give the same bits.
 // Backward recomputes the probabilities from the saved log-sum-exp, as flash
 // attention does, instead of keeping a [B, H, T, T] tensor alive.
-#include <cblas.h>
-#include <omp.h>
-
 #include <algorithm>
-#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
-#include <vector>
 
 #include "kernels/cpu/attention_math.h"
+#include "kernels/cpu/attention_threads.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 
@@ -30,6 +25,7 @@ namespace trainer::cpu {
 namespace {
 
 using namespace attention_math;
+using namespace attention_threads;
 
 struct Dims {
   int64_t B, T, Hq, Hkv, D;
@@ -64,40 +60,24 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
   float *op_ = out.f32(), *lp = lse.f32();
 
   const int64_t pairs = B * Hq;
-  const int threads = threads_for(pairs, pairs * T * keys_per_row(T, window) * D);
-  const int64_t scratch = kBlock * T;
-  std::vector<float> S(size_t(threads * scratch));
-  SerialBlas serial(threads > 1);
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-  for (int64_t p = 0; p < pairs; ++p) {
+  for_each_pair(pairs, pairs * T * keys_per_row(T, window) * D, kBlock * T, [&](int64_t p, float* s) {
     const int64_t b = p / Hq, h = p % Hq, g = h / group;
     const float* Q = qp + b * T * ldq + h * D;
     const float* K = kp + b * T * ldk + g * D;
     const float* V = vp + b * T * ldk + g * D;
     float* O = op_ + b * T * ldq + h * D;
     float* L = lp + (b * Hq + h) * T;
-    float* s = S.data() + omp_get_thread_num() * scratch;
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, T - i0);
       const int64_t klo = first_key(i0, window), keys = end_key(i0 + rows - 1, T, causal) - klo;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale,
-                  Q + i0 * ldq, int(ldq), K + klo * ldk, int(ldk), 0.f, s, int(keys));
+      block_scores(rows, keys, D, scale, Q + i0 * ldq, ldq, K + klo * ldk, ldk, s);
       for (int64_t r = 0; r < rows; ++r) {
-        float* row = s + r * keys;
         const int64_t a = first_key(i0 + r, window) - klo, n = end_key(i0 + r, T, causal) - klo - a;
-        float* x = row + a;
-        const float mx = row_max(x, n);
-        const double sum = exp_sum_into(x, x, n, mx);
-        const float inv = float(1.0 / sum);
-        for (int64_t j = 0; j < n; ++j) x[j] *= inv;
-        std::fill(row, x, 0.f);
-        std::fill(x + n, row + keys, 0.f);
-        L[i0 + r] = float(double(mx) + std::log(sum));
+        L[i0 + r] = softmax_row(s + r * keys, keys, a, n);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), 1.f, s,
-                  int(keys), V + klo * ldk, int(ldk), 0.f, O + i0 * ldq, int(ldq));
+      block_times_keys(rows, D, keys, 1.f, s, V + klo * ldk, ldk, 0.f, O + i0 * ldq, ldq);
     }
-  }
+  });
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
@@ -122,12 +102,8 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   // One thread owns a kv head and every query head that reads it, so dk and dv
   // are summed over the group without atomics and in a fixed order.
   const int64_t pairs = B * Hkv;
-  const int threads = threads_for(pairs, B * Hq * T * keys_per_row(T, window) * D);
-  const int64_t scratch = 2 * kBlock * T + kBlock;
-  std::vector<float> S(size_t(threads * scratch));
-  SerialBlas serial(threads > 1);
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-  for (int64_t p = 0; p < pairs; ++p) {
+  const int64_t macs = B * Hq * T * keys_per_row(T, window) * D;
+  for_each_pair(pairs, macs, 2 * kBlock * T + kBlock, [&](int64_t p, float* P) {
     const int64_t b = p / Hkv, g = p % Hkv;
     const float* K = kp + b * T * ldk + g * D;
     const float* V = vp + b * T * ldk + g * D;
@@ -137,7 +113,6 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
       std::memset(dK + t * ldk, 0, size_t(D) * sizeof(float));
       std::memset(dV + t * ldk, 0, size_t(D) * sizeof(float));
     }
-    float* P = S.data() + omp_get_thread_num() * scratch;
     float* dS = P + kBlock * T;
     float* delta = dS + kBlock * T;
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -148,39 +123,21 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
         const int64_t klo = first_key(i0, window), keys = end_key(i0 + rows - 1, T, causal) - klo;
         const float* Q = qp + base + i0 * ldq;
         const float* dO = gp + base + i0 * ldq;
-        // delta_i = sum_j P_ij dP_ij = dO_i . O_i (the softmax Jacobian term).
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* o = outp + base + (i0 + r) * ldq;
-          const float* go = dO + r * ldq;
-          delta[r] = float(lane_sum(D, [=](int64_t d) { return double(go[d]) * o[d]; }));
-        }
+        row_deltas(delta, rows, dO, outp + base + i0 * ldq, ldq, D);
         const float* Kb = K + klo * ldk;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale, Q,
-                    int(ldq), Kb, int(ldk), 0.f, P, int(keys));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), 1.f, dO,
-                    int(ldq), V + klo * ldk, int(ldk), 0.f, dS, int(keys));
+        block_scores(rows, keys, D, scale, Q, ldq, Kb, ldk, P);
+        block_scores(rows, keys, D, 1.f, dO, ldq, V + klo * ldk, ldk, dS);
         for (int64_t r = 0; r < rows; ++r) {
-          float* pr = P + r * keys;
-          float* dr = dS + r * keys;
           const int64_t a = first_key(i0 + r, window) - klo, n = end_key(i0 + r, T, causal) - klo - a;
-          const float l = L[i0 + r];
-          const float dl = delta[r];
-          softmax_grad_row(pr + a, dr + a, n, l, dl);
-          std::fill(pr, pr + a, 0.f);
-          std::fill(pr + a + n, pr + keys, 0.f);
-          std::fill(dr, dr + a, 0.f);
-          std::fill(dr + a + n, dr + keys, 0.f);
+          softmax_grad_block_row(P + r * keys, dS + r * keys, keys, a, n, L[i0 + r], delta[r]);
         }
         // dQ = scale dS K (overwrite), dK += scale dS^T Q, dV += P^T dO (the block's keys).
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), scale,
-                    dS, int(keys), Kb, int(ldk), 0.f, dqp + base + i0 * ldq, int(ldq));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), scale,
-                    dS, int(keys), Q, int(ldq), 1.f, dK + klo * ldk, int(ldk));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), 1.f, P,
-                    int(keys), dO, int(ldq), 1.f, dV + klo * ldk, int(ldk));
+        block_times_keys(rows, D, keys, scale, dS, Kb, ldk, 0.f, dqp + base + i0 * ldq, ldq);
+        block_add_transposed(keys, D, rows, scale, dS, Q, ldq, dK + klo * ldk, ldk);
+        block_add_transposed(keys, D, rows, 1.f, P, dO, ldq, dV + klo * ldk, ldk);
       }
     }
-  }
+  });
 }
 
 }  // namespace trainer::cpu

@@ -4,8 +4,9 @@
 // merges the partial results by their log-sum-exp.
 //
 // The work is attention.cpp's (the same blocks of kBlock query rows through
-// sgemm, the same row softmax from attention_math.h), with the causal prefix
-// replaced by what the positions make visible. Per query row i the visible
+// sgemm and the same row softmax, attention_math.h; the same threads,
+// attention_threads.h), with the causal prefix replaced by what the
+// positions make visible. Per query row i the visible
 // keys {j : k_pos[j] <= q_pos[i], and q_pos[i] - k_pos[j] <= W under a window
 // W > 0} are described by their span [lo, hi) (first
 // and one past the last visible key) and whether the span has holes; a
@@ -16,9 +17,6 @@
 // without holes and a block covers keys [max(0, i0 - W), i0 + rows): exactly
 // attention.cpp's causal calls, so the results are the same bits. A window
 // also makes a block of keys that every row has left behind cost nothing.
-#include <cblas.h>
-#include <omp.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -28,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_math.h"
+#include "kernels/cpu/attention_threads.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 
@@ -35,6 +34,7 @@ namespace trainer::cpu {
 namespace {
 
 using namespace attention_math;
+using namespace attention_threads;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -111,28 +111,19 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
   const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk, window);
 
   const int64_t pairs = B * Hq;
-  const int threads = threads_for(pairs, pairs * Tq * Tk * D);
-  const int64_t scratch = kBlock * Tk;
-  std::vector<float> S(size_t(threads * scratch));
-  SerialBlas serial(threads > 1);
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-  for (int64_t p = 0; p < pairs; ++p) {
+  for_each_pair(pairs, pairs * Tq * Tk * D, kBlock * Tk, [&](int64_t p, float* s) {
     const int64_t b = p / Hq, h = p % Hq, g = h / group;
     const float* Q = qp + b * Tq * ldq + h * D;
     const float* K = kp + b * Tk * ldk + g * D;
     const float* V = vp + b * Tk * ldk + g * D;
     float* O = op_ + b * Tq * ldq + h * D;
     float* L = lp + (b * Hq + h) * Tq;
-    float* s = S.data() + omp_get_thread_num() * scratch;
     for (int64_t i0 = 0; i0 < Tq; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, Tq - i0);
       int64_t klo, khi;
       block_keys(sp, i0, rows, [](int64_t) { return false; }, klo, khi);
       const int64_t keys = khi - klo;
-      if (keys > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale,
-                    Q + i0 * ldq, int(ldq), K + klo * ldk, int(ldk), 0.f, s, int(keys));
-      }
+      if (keys > 0) block_scores(rows, keys, D, scale, Q + i0 * ldq, ldq, K + klo * ldk, ldk, s);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         const Span& span = sp[size_t(i)];
@@ -143,29 +134,19 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
         }
         float* row = s + r * keys;
         const int64_t a = span.lo - klo, n = span.hi - span.lo;
-        float* x = row + a;
         if (span.holes)
           for (int64_t j = 0; j < n; ++j)
-            if (!visible(qpos[i], kpos[span.lo + j], window)) x[j] = kNegInf;
-        const float mx = row_max(x, n);
-        const double sum = exp_sum_into(x, x, n, mx);
-        const float inv = float(1.0 / sum);
-        for (int64_t j = 0; j < n; ++j) x[j] *= inv;
-        std::fill(row, x, 0.f);
-        std::fill(x + n, row + keys, 0.f);
-        L[i] = float(double(mx) + std::log(sum));
+            if (!visible(qpos[i], kpos[span.lo + j], window)) row[a + j] = kNegInf;
+        L[i] = softmax_row(row, keys, a, n);
       }
-      if (keys > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), 1.f,
-                    s, int(keys), V + klo * ldk, int(ldk), 0.f, O + i0 * ldq, int(ldq));
-      }
+      if (keys > 0) block_times_keys(rows, D, keys, 1.f, s, V + klo * ldk, ldk, 0.f, O + i0 * ldq, ldq);
       // A row that sees no key is 0 whatever v holds (0 * inf would be NaN).
       for (int64_t r = 0; r < rows; ++r) {
         const Span& span = sp[size_t(i0 + r)];
         if (span.lo == span.hi) std::memset(O + (i0 + r) * ldq, 0, size_t(D) * sizeof(float));
       }
     }
-  }
+  });
 }
 
 void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
@@ -233,18 +214,12 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
   // that reads it, so dk, dv (and those heads' dq) are summed without atomics
   // and in a fixed order.
   const int64_t pairs = B * Hkv;
-  const int threads = threads_for(pairs, B * Hq * Tq * Tk * D);
-  const int64_t scratch = 2 * kBlock * Tk + kBlock;
-  std::vector<float> S(size_t(threads * scratch));
-  SerialBlas serial(threads > 1);
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-  for (int64_t p = 0; p < pairs; ++p) {
+  for_each_pair(pairs, B * Hq * Tq * Tk * D, 2 * kBlock * Tk + kBlock, [&](int64_t p, float* P) {
     const int64_t b = p / Hkv, g = p % Hkv;
     const float* K = kp + b * Tk * ldk + g * D;
     const float* V = vp + b * Tk * ldk + g * D;
     float* dK = dkp + b * Tk * ldk + g * D;
     float* dV = dvp + b * Tk * ldk + g * D;
-    float* P = S.data() + omp_get_thread_num() * scratch;
     float* dS = P + kBlock * Tk;
     float* delta = dS + kBlock * Tk;
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -260,16 +235,9 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
         if (keys == 0) continue;
         const float* Q = qp + base + i0 * ldq;
         const float* dO = gp + base + i0 * ldq;
-        // delta_i = sum_j P_ij dP_ij = dO_i . O_i (the softmax Jacobian term).
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* o = outp + base + (i0 + r) * ldq;
-          const float* go = dO + r * ldq;
-          delta[r] = float(lane_sum(D, [=](int64_t d) { return double(go[d]) * o[d]; }));
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), scale, Q,
-                    int(ldq), K + klo * ldk, int(ldk), 0.f, P, int(keys));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(D), 1.f, dO,
-                    int(ldq), V + klo * ldk, int(ldk), 0.f, dS, int(keys));
+        row_deltas(delta, rows, dO, outp + base + i0 * ldq, ldq, D);
+        block_scores(rows, keys, D, scale, Q, ldq, K + klo * ldk, ldk, P);
+        block_scores(rows, keys, D, 1.f, dO, ldq, V + klo * ldk, ldk, dS);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
           float* pr = P + r * keys;
@@ -281,29 +249,20 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
             continue;
           }
           const int64_t a = span.lo - klo, n = span.hi - span.lo;
-          const float l = L[i];
-          const float dl = delta[r];
-          float* x = pr + a;
-          float* y = dr + a;
-          softmax_grad_row(x, y, n, l, dl);
+          softmax_grad_block_row(pr, dr, keys, a, n, L[i], delta[r]);
+          // softmax_grad_block_row zeroes the keys outside the span; the
+          // holes inside it the row does not see are zeroed here.
           if (span.holes)
             for (int64_t j = 0; j < n; ++j)
-              if (!visible(qpos[i], kpos[span.lo + j], window)) x[j] = y[j] = 0.f;
-          std::fill(pr, x, 0.f);
-          std::fill(x + n, pr + keys, 0.f);
-          std::fill(dr, y, 0.f);
-          std::fill(y + n, dr + keys, 0.f);
+              if (!visible(qpos[i], kpos[span.lo + j], window)) pr[a + j] = dr[a + j] = 0.f;
         }
         // dQ += scale dS K, dK += scale dS^T Q, dV += P^T dO (this block's keys).
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(D), int(keys), scale,
-                    dS, int(keys), K + klo * ldk, int(ldk), 1.f, dqp + base + i0 * ldq, int(ldq));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), scale,
-                    dS, int(keys), Q, int(ldq), 1.f, dK + klo * ldk, int(ldk));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys), int(D), int(rows), 1.f, P,
-                    int(keys), dO, int(ldq), 1.f, dV + klo * ldk, int(ldk));
+        block_times_keys(rows, D, keys, scale, dS, K + klo * ldk, ldk, 1.f, dqp + base + i0 * ldq, ldq);
+        block_add_transposed(keys, D, rows, scale, dS, Q, ldq, dK + klo * ldk, ldk);
+        block_add_transposed(keys, D, rows, 1.f, P, dO, ldq, dV + klo * ldk, ldk);
       }
     }
-  }
+  });
 }
 
 }  // namespace trainer::cpu

@@ -49,8 +49,10 @@
 //
 // F32 storage (train.precision=fp32) runs a simple path: the same blocking
 // with 32 x 32 tiles in fp32 shared memory and fp32 FMA, 256 threads (no
-// tensor cores; correct, not fast). Its smem: forward 29 / 53 KiB, dK/dV
-// 41 / 73 KiB, dQ 37 / 69 KiB (D = 64 / 128). Setting TRAINER_ATTENTION_SIMPLE=1 sends
+// tensor cores; correct, not fast), built from attention_tiles.cuh (tiles,
+// layouts and steps shared with attention_positions.cu; delta and its
+// scratch serve both paths). Its smem: forward 29 / 53 KiB, dK/dV 41 / 73
+// KiB, dQ 37 / 69 KiB (D = 64 / 128). Setting TRAINER_ATTENTION_SIMPLE=1 sends
 // BF16/F16 through that path too (a reference when debugging the MMA path).
 //
 // Cost. FLOPs (multiply-add = 2): forward 4 * B * Hq * T^2 * D (half of it
@@ -74,11 +76,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -86,6 +88,8 @@
 
 namespace trainer::cuda {
 namespace {
+
+using namespace attention_tiles;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -128,8 +132,7 @@ template <typename T, int D> constexpr size_t dkdv_smem_bytes() {
 template <typename T, int D> constexpr size_t dq_smem_bytes() {
   return size_t(2 * DqTiles<D>::Br + 4 * DqTiles<D>::Bc) * (D + kPad) * sizeof(T);
 }
-// Every configuration must fit the 99 KiB opt-in limit of sm_86/sm_89 too.
-constexpr size_t kMaxSmem = 99 * 1024;
+// Every configuration must fit attention_tiles.cuh's kMaxSmem.
 static_assert(fwd_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "forward smem");
 static_assert(dkdv_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dK/dV smem");
 static_assert(dq_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dQ smem");
@@ -426,29 +429,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- backward: delta = rowsum(dout * out) ----------------------------------
-
-// One warp per (b, t, h) row; any D, any float storage type.
-constexpr int kDeltaWarps = 8;
-
-template <typename T>
-__global__ void __launch_bounds__(kDeltaWarps * 32)
-    attn_delta_kernel(float* __restrict__ delta, const T* __restrict__ out,
-                      const T* __restrict__ dout, int64_t rows, int seq, int Hq, int D) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kDeltaWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;  // whole warps leave together
-  const T* o = out + row * D;
-  const T* go = dout + row * D;
-  float acc = 0.f;
-  for (int d = lane; d < D; d += 32) acc += to_float(o[d]) * to_float(go[d]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) {
-    const int64_t h = row % Hq, bt = row / Hq, tt = bt % seq, b = bt / seq;
-    delta[(b * Hq + h) * seq + tt] = acc;
-  }
-}
+// ---- backward: delta = rowsum(dout * out): attention_tiles.cuh -----------
 
 // ---- backward: dK, dV -------------------------------------------------------
 
@@ -742,303 +723,161 @@ __global__ void __launch_bounds__(kThreads)
 // Simple path: fp32 arithmetic in shared memory, any float storage type
 // ============================================================================
 //
-// 256 threads, 32 query rows x 32 keys per tile. Scores: thread (warp w,
-// lane c) computes rows w, w+8, w+16, w+24 against key c (K rows padded to
-// D+1 floats, so the 32 lanes hit 32 banks). Products with V/Q/dO/K: each
-// thread owns 32*D/256 output elements (row = e / D, column = e % D).
-
-constexpr int kSThreads = 256;
-constexpr int kSR = 32;  // query rows per tile
-constexpr int kSC = 32;  // keys per tile
-
-template <int D> constexpr size_t simple_fwd_smem() {
-  return (size_t(kSR + 2 * kSC) * (D + 1) + size_t(kSR) * (kSC + 1) + 3 * kSR) * sizeof(float);
-}
-template <int D> constexpr size_t simple_dkdv_smem() {
-  return (size_t(2 * kSR + 2 * kSC) * (D + 1) + size_t(2 * kSR) * (kSC + 1) + 2 * kSR) *
-         sizeof(float);
-}
-template <int D> constexpr size_t simple_dq_smem() {
-  return (size_t(2 * kSR + 2 * kSC) * (D + 1) + size_t(kSR) * (kSC + 1) + 2 * kSR) *
-         sizeof(float);
-}
-static_assert(simple_fwd_smem<128>() <= kMaxSmem && simple_dkdv_smem<128>() <= kMaxSmem &&
-                  simple_dq_smem<128>() <= kMaxSmem,
-              "simple path smem");
-
-// 32 x D rows of T -> fp32 smem rows of D + 1; rows >= valid_rows are zero.
-template <typename T, int D>
-__device__ __forceinline__ void load_rows_f32(float* s, const T* g, int64_t stride,
-                                              int valid_rows) {
-  for (int e = threadIdx.x; e < 32 * D; e += kSThreads) {
-    const int r = e / D, d = e % D;
-    s[r * (D + 1) + d] = r < valid_rows ? to_float(g[r * stride + d]) : 0.f;
-  }
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-
-template <int D>
-__device__ __forceinline__ float dot_rows(const float* a, const float* b) {
-  float acc = 0.f;
-#pragma unroll 8
-  for (int d = 0; d < D; ++d) acc = fmaf(a[d], b[d], acc);
-  return acc;
-}
+// The tiles, layouts and steps of attention_tiles.cuh (32 query rows x 32
+// keys, 256 threads); here the masks are causal / window / past T.
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kSThreads, 1)
+__global__ void __launch_bounds__(kTileThreads, 1)
     simple_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                       const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
                       float scale, bool causal, int win) {
-  constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSR * D / kSThreads;
+  constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kSR][LDF]
-  float* Ks = Qs + kSR * LDF;                       // [kSC][LDF]
-  float* Vs = Ks + kSC * LDF;                       // [kSC][LDF]
-  float* Ss = Vs + kSC * LDF;                       // [kSR][LDS] scores, then probabilities
-  float* Ms = Ss + kSR * LDS;                       // [kSR] running max
-  float* Ls = Ms + kSR;                             // [kSR] running sum
-  float* As = Ls + kSR;                             // [kSR] rescale factor of this tile
+  const FwdTileSmem<D> s(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
-  const int q0 = qt * kSR;
+  const int q0 = qt * kTileRows;
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const T* kg = k + int64_t(b) * seq * ldk + int64_t(kvh) * D;
   const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
 
-  load_rows_f32<T, D>(Qs, q + (int64_t(b) * seq + q0) * ldq + int64_t(h) * D, ldq, seq - q0);
-  if (tid < kSR) {
-    Ms[tid] = -INFINITY;
-    Ls[tid] = 0.f;
+  load_tile_f32<T, D>(s.Qs, q + (int64_t(b) * seq + q0) * ldq + int64_t(h) * D, ldq, seq - q0);
+  if (tid < kTileRows) {
+    s.Ms[tid] = -INFINITY;
+    s.Ls[tid] = 0.f;
   }
   float o[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) o[i] = 0.f;
 
-  const int n_kv_all = (seq + kSC - 1) / kSC;
-  const int n_kv = causal ? min(n_kv_all, (q0 + kSR - 1) / kSC + 1) : n_kv_all;
-  for (int j = first_kv_tile(q0, win, kSC); j < n_kv; ++j) {
-    const int k0 = j * kSC;
+  const int n_kv_all = (seq + kTileKeys - 1) / kTileKeys;
+  const int n_kv = causal ? min(n_kv_all, (q0 + kTileRows - 1) / kTileKeys + 1) : n_kv_all;
+  for (int j = first_kv_tile(q0, win, kTileKeys); j < n_kv; ++j) {
+    const int k0 = j * kTileKeys;
     __syncthreads();  // previous tile fully consumed (and Q / stats visible at the first)
-    load_rows_f32<T, D>(Ks, kg + k0 * ldk, ldk, seq - k0);
-    load_rows_f32<T, D>(Vs, vg + k0 * ldk, ldk, seq - k0);
+    load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, seq - k0);
+    load_tile_f32<T, D>(s.Vs, vg + k0 * ldk, ldk, seq - k0);
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kSR / 8; ++i) {
+    for (int i = 0; i < kTileRows / 8; ++i) {
       const int r = warp + 8 * i, key = k0 + lane, row = q0 + r;
-      float x = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF) * scale;
+      float x = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF) * scale;
       if (key >= seq || (causal && key > row) || key < row - win) x = -INFINITY;
-      Ss[r * LDS + lane] = x;
+      s.Ss[r * LDS + lane] = x;
     }
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kSR / 8; ++i) {
-      const int r = warp * (kSR / 8) + i;
-      const float x = Ss[r * LDS + lane];
-      const float m_old = Ms[r];
-      const float m_new = fmaxf(m_old, warp_max(x));
-      const float ref = m_new == -INFINITY ? 0.f : m_new;
-      const float p = expf(x - ref);
-      const float sum = warp_sum(p);
-      Ss[r * LDS + lane] = p;
-      __syncwarp();
-      if (lane == 0) {
-        const float alpha = expf(m_old - ref);
-        Ms[r] = m_new;
-        Ls[r] = Ls[r] * alpha + sum;
-        As[r] = alpha;
-      }
-    }
+    online_softmax_tile<D>(s);
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int e = tid + kSThreads * i, r = e / D, d = e % D;
-      float acc = o[i] * As[r];
-#pragma unroll 8
-      for (int c = 0; c < kSC; ++c) acc = fmaf(Ss[r * LDS + c], Vs[c * LDF + d], acc);
-      o[i] = acc;
-    }
+    accumulate_pv<D>(o, s);
   }
   __syncthreads();
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = tid + kSThreads * i, r = e / D, d = e % D, row = q0 + r;
-    if (row < seq) {
-      const float sum = Ls[r];
-      out[(int64_t(b) * seq + row) * ldq + int64_t(h) * D + d] =
-          from_float<T>(sum > 0.f ? o[i] / sum : 0.f);
-    }
-  }
-  if (tid < kSR && q0 + tid < seq)
-    lse[(int64_t(b) * Hq + h) * seq + q0 + tid] = Ms[tid] + logf(Ls[tid]);
+  store_out_tile<T, D>(out, o, s.Ls, q0, seq, b, h, ldq);
+  if (tid < kTileRows && q0 + tid < seq)
+    lse[(int64_t(b) * Hq + h) * seq + q0 + tid] = s.Ms[tid] + logf(s.Ls[tid]);
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kSThreads, 1)
+__global__ void __launch_bounds__(kTileThreads, 1)
     simple_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
                            const T* __restrict__ k, const T* __restrict__ v,
                            const T* __restrict__ dout, const float* __restrict__ lse,
                            const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
                            bool causal, int win) {
-  constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSC * D / kSThreads;
+  constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* Ks = reinterpret_cast<float*>(smem_raw);  // [kSC][LDF]
-  float* Vs = Ks + kSC * LDF;                       // [kSC][LDF]
-  float* Qs = Vs + kSC * LDF;                       // [kSR][LDF]
-  float* dOs = Qs + kSR * LDF;                      // [kSR][LDF]
-  float* Ps = dOs + kSR * LDF;                      // [kSR][LDS]
-  float* dSs = Ps + kSR * LDS;                      // [kSR][LDS]
-  float* Lr = dSs + kSR * LDS;                      // [kSR]
-  float* Dr = Lr + kSR;                             // [kSR]
+  const DkvTileSmem<D> s(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, group = Hq / Hkv;
-  const int k0 = kt * kSC;
+  const int k0 = kt * kTileKeys;
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const int64_t kv_off = (int64_t(b) * seq + k0) * ldk + int64_t(kvh) * D;
-  load_rows_f32<T, D>(Ks, k + kv_off, ldk, seq - k0);
-  load_rows_f32<T, D>(Vs, v + kv_off, ldk, seq - k0);
+  load_tile_f32<T, D>(s.Ks, k + kv_off, ldk, seq - k0);
+  load_tile_f32<T, D>(s.Vs, v + kv_off, ldk, seq - k0);
 
   float dka[PER], dva[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) dka[i] = dva[i] = 0.f;
 
-  const int n_qt = (seq + kSR - 1) / kSR;
-  const int qt_first = causal ? k0 / kSR : 0;
-  const int qt_end = end_q_tile(k0 + kSC - 1, win, kSR, n_qt);
+  const int n_qt = (seq + kTileRows - 1) / kTileRows;
+  const int qt_first = causal ? k0 / kTileRows : 0;
+  const int qt_end = end_q_tile(k0 + kTileKeys - 1, win, kTileRows, n_qt);
   for (int hh = 0; hh < group; ++hh) {
     const int h = kvh * group + hh;
     for (int qt = qt_first; qt < qt_end; ++qt) {
-      const int q0 = qt * kSR;
+      const int q0 = qt * kTileRows;
       const int64_t q_off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
       __syncthreads();  // previous tile fully consumed
-      load_rows_f32<T, D>(Qs, q + q_off, ldq, seq - q0);
-      load_rows_f32<T, D>(dOs, dout + q_off, ldq, seq - q0);
-      if (tid < kSR) {
-        const int row = q0 + tid;
-        const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
-        Lr[tid] = row < seq ? lse[idx] : 0.f;
-        Dr[tid] = row < seq ? delta[idx] : 0.f;
-      }
+      load_tile_f32<T, D>(s.Qs, q + q_off, ldq, seq - q0);
+      load_tile_f32<T, D>(s.dOs, dout + q_off, ldq, seq - q0);
+      load_row_stats(s.Lr, s.Dr, lse, delta, b, h, Hq, q0, seq, 0.f);
       __syncthreads();
 #pragma unroll
-      for (int i = 0; i < kSR / 8; ++i) {
+      for (int i = 0; i < kTileRows / 8; ++i) {
         const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
-        const float sc = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF);
-        const float gp = dot_rows<D>(dOs + r * LDF, Vs + lane * LDF);
+        const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF);
+        const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + lane * LDF);
         const bool masked = row >= seq || key >= seq || (causal && key > row) || key < row - win;
-        const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
-        Ps[r * LDS + lane] = p;
-        dSs[r * LDS + lane] = p * (gp - Dr[r]);
+        const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
+        s.Ps[r * LDS + lane] = p;
+        s.dSs[r * LDS + lane] = p * (gp - s.Dr[r]);
       }
       __syncthreads();
-#pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        const int e = tid + kSThreads * i, c = e / D, d = e % D;
-        float a = dva[i], bacc = dka[i];
-#pragma unroll 8
-        for (int r = 0; r < kSR; ++r) {
-          a = fmaf(Ps[r * LDS + c], dOs[r * LDF + d], a);
-          bacc = fmaf(dSs[r * LDS + c], Qs[r * LDF + d], bacc);
-        }
-        dva[i] = a;
-        dka[i] = bacc;
-      }
+      accumulate_dkdv<D>(dka, dva, s);
     }
   }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = tid + kSThreads * i, c = e / D, d = e % D, key = k0 + c;
-    if (key < seq) {
-      const int64_t idx = (int64_t(b) * seq + key) * ldk + int64_t(kvh) * D + d;
-      dk[idx] = from_float<T>(dka[i] * scale);
-      dv[idx] = from_float<T>(dva[i]);
-    }
-  }
+  store_dkdv_tile<false, T, D>(dk, dv, dka, dva, k0, seq, b, kvh, ldk, scale);
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kSThreads, 1)
+__global__ void __launch_bounds__(kTileThreads, 1)
     simple_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
                          const T* __restrict__ v, const T* __restrict__ dout,
                          const float* __restrict__ lse, const float* __restrict__ delta, int seq,
                          int Hq, int Hkv, float scale, bool causal, int win) {
-  constexpr int LDF = D + 1, LDS = kSC + 1, PER = kSR * D / kSThreads;
+  constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kSR][LDF]
-  float* dOs = Qs + kSR * LDF;                      // [kSR][LDF]
-  float* Ks = dOs + kSR * LDF;                      // [kSC][LDF]
-  float* Vs = Ks + kSC * LDF;                       // [kSC][LDF]
-  float* dSs = Vs + kSC * LDF;                      // [kSR][LDS]
-  float* Lr = dSs + kSR * LDS;                      // [kSR]
-  float* Dr = Lr + kSR;                             // [kSR]
+  const DqTileSmem<D> s(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qt = int(gridDim.x) - 1 - int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
-  const int q0 = qt * kSR;
+  const int q0 = qt * kTileRows;
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const int64_t q_off = (int64_t(b) * seq + q0) * ldq + int64_t(h) * D;
   const T* kg = k + int64_t(b) * seq * ldk + int64_t(kvh) * D;
   const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
 
-  load_rows_f32<T, D>(Qs, q + q_off, ldq, seq - q0);
-  load_rows_f32<T, D>(dOs, dout + q_off, ldq, seq - q0);
-  if (tid < kSR) {
-    const int row = q0 + tid;
-    const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
-    Lr[tid] = row < seq ? lse[idx] : 0.f;
-    Dr[tid] = row < seq ? delta[idx] : 0.f;
-  }
+  load_tile_f32<T, D>(s.Qs, q + q_off, ldq, seq - q0);
+  load_tile_f32<T, D>(s.dOs, dout + q_off, ldq, seq - q0);
+  load_row_stats(s.Lr, s.Dr, lse, delta, b, h, Hq, q0, seq, 0.f);
   float dqa[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) dqa[i] = 0.f;
 
-  const int n_kv_all = (seq + kSC - 1) / kSC;
-  const int n_kv = causal ? min(n_kv_all, (q0 + kSR - 1) / kSC + 1) : n_kv_all;
-  for (int j = first_kv_tile(q0, win, kSC); j < n_kv; ++j) {
-    const int k0 = j * kSC;
+  const int n_kv_all = (seq + kTileKeys - 1) / kTileKeys;
+  const int n_kv = causal ? min(n_kv_all, (q0 + kTileRows - 1) / kTileKeys + 1) : n_kv_all;
+  for (int j = first_kv_tile(q0, win, kTileKeys); j < n_kv; ++j) {
+    const int k0 = j * kTileKeys;
     __syncthreads();
-    load_rows_f32<T, D>(Ks, kg + k0 * ldk, ldk, seq - k0);
-    load_rows_f32<T, D>(Vs, vg + k0 * ldk, ldk, seq - k0);
+    load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, seq - k0);
+    load_tile_f32<T, D>(s.Vs, vg + k0 * ldk, ldk, seq - k0);
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kSR / 8; ++i) {
+    for (int i = 0; i < kTileRows / 8; ++i) {
       const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
-      const float sc = dot_rows<D>(Qs + r * LDF, Ks + lane * LDF);
-      const float gp = dot_rows<D>(dOs + r * LDF, Vs + lane * LDF);
+      const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF);
+      const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + lane * LDF);
       const bool masked = key >= seq || (causal && key > row) || key < row - win;
-      const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
-      dSs[r * LDS + lane] = p * (gp - Dr[r]);
+      const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
+      s.dSs[r * LDS + lane] = p * (gp - s.Dr[r]);
     }
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int e = tid + kSThreads * i, r = e / D, d = e % D;
-      float acc = dqa[i];
-#pragma unroll 8
-      for (int c = 0; c < kSC; ++c) acc = fmaf(dSs[r * LDS + c], Ks[c * LDF + d], acc);
-      dqa[i] = acc;
-    }
+    accumulate_dq<D>(dqa, s);
   }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = tid + kSThreads * i, r = e / D, d = e % D, row = q0 + r;
-    if (row < seq)
-      dq[(int64_t(b) * seq + row) * ldq + int64_t(h) * D + d] = from_float<T>(dqa[i] * scale);
-  }
+  store_dq_tile<false, T, D>(dq, dqa, q0, seq, b, h, ldq, scale);
 }
 
 // ============================================================================
@@ -1049,26 +888,15 @@ struct Dims {
   int64_t B, T, Hq, Hkv, D;
 };
 
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
 // Shapes arrive checked by the router (kernels/checks/attention.cpp). What
 // is CUDA's own: one storage type for every float tensor of a call (the
 // kernels are templated on it), the head dims the kernels are built for,
 // and grid limits.
-void same_dtype(const char* op, const char* name, const Tensor& t, const Tensor& q) {
-  if (t.dtype != q.dtype)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(q.dtype) + " like q");
-}
-
 Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  same_dtype(op, "k", k, q);
-  same_dtype(op, "v", v, q);
+  same_dtype(op, "k", k, "q", q);
+  same_dtype(op, "v", v, "q", q);
   const Dims d{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  if (d.D != 64 && d.D != 128)
-    fail(op, "head dim D=" + std::to_string(d.D) + " is not supported on CUDA (64 or 128)");
+  need_head_dim(op, d.D);
   if (d.T > INT_MAX / 2 || d.Hq > 65535 || d.B > 65535)
     fail(op, "q " + q.shape_str() + " is too large (T < 2^30, Hq and B <= 65535)");
   return d;
@@ -1098,51 +926,16 @@ bool force_simple() {
   return on;
 }
 
-// Opts a kernel into more than 48 KB of dynamic shared memory (needed once
-// per kernel and device; one device per process here).
-template <typename Kernel>
-bool allow_smem(Kernel kernel, size_t bytes, const char* name) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(bytes)),
-               std::string(name) + " (" + std::to_string(bytes) + " bytes of shared memory)");
-  return true;
-}
-
-// Scratch for delta [B, Hq, T] F32 (backward step 1). Grow-only: allocated on
-// first use and reallocated only when a larger shape arrives, so steady-state
-// training never calls cudaMalloc; a few MB (B*Hq*T*4 bytes), outside the
-// arenas. Kernels queued on cuda::stream() may still read the old buffer, so
-// the stream is drained before it is freed. One device per process.
-float* delta_scratch(size_t n) {
-  static std::mutex mu;
-  static float* buf = nullptr;
-  static size_t cap = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (n > cap) {
-    if (buf != nullptr) {
-      CUDA_CHECK(cudaStreamSynchronize(stream()), "attention delta scratch: growing");
-      CUDA_CHECK(cudaFree(buf), "attention delta scratch");
-      buf = nullptr;
-      cap = 0;
-    }
-    CUDA_CHECK(cudaMalloc(&buf, n * sizeof(float)),
-               "attention delta scratch: " + std::to_string(n) + " floats");
-    cap = n;
-  }
-  return buf;
-}
-
-float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }
+// delta [B, Hq, T] F32 for the backward (step 1), a few MB.
+DeltaScratch delta_scratch("attention delta scratch");
 
 template <typename T, int D>
 void forward_simple(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
                     bool causal, int win, const std::string& ctx) {
-  constexpr size_t smem = simple_fwd_smem<D>();
-  static const bool ready = allow_smem(simple_fwd_kernel<T, D>, smem, "simple_fwd_kernel");
-  (void)ready;
-  const dim3 grid(unsigned((d.T + kSR - 1) / kSR), unsigned(d.Hq), unsigned(d.B));
-  simple_fwd_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
+  constexpr size_t smem = FwdTileSmem<D>::bytes(false);
+  allow_smem_once<simple_fwd_kernel<T, D>>(smem, "simple_fwd_kernel");
+  const dim3 grid(unsigned((d.T + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
+  simple_fwd_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
       out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D), causal, win);
   KERNEL_CHECK("simple_fwd_kernel", ctx);
 }
@@ -1151,8 +944,7 @@ template <typename T, int D>
 void forward_mma(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
                  bool causal, int win, const std::string& ctx) {
   constexpr size_t smem = fwd_smem_bytes<T, D>();
-  static const bool ready = allow_smem(flash_fwd_kernel<T, D>, smem, "flash_fwd_kernel");
-  (void)ready;
+  allow_smem_once<flash_fwd_kernel<T, D>>(smem, "flash_fwd_kernel");
   constexpr int Br = FwdTiles<D>::Br;
   const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
   flash_fwd_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
@@ -1166,21 +958,18 @@ void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T*
                      const std::string& ctx) {
   const float scale = softmax_scale(D);
   {
-    constexpr size_t smem = simple_dkdv_smem<D>();
-    static const bool ready =
-        allow_smem(simple_bwd_dkdv_kernel<T, D>, smem, "simple_bwd_dkdv_kernel");
-    (void)ready;
-    const dim3 grid(unsigned((d.T + kSC - 1) / kSC), unsigned(d.Hkv), unsigned(d.B));
-    simple_bwd_dkdv_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
+    constexpr size_t smem = DkvTileSmem<D>::bytes(false);
+    allow_smem_once<simple_bwd_dkdv_kernel<T, D>>(smem, "simple_bwd_dkdv_kernel");
+    const dim3 grid(unsigned((d.T + kTileKeys - 1) / kTileKeys), unsigned(d.Hkv), unsigned(d.B));
+    simple_bwd_dkdv_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
         dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
     KERNEL_CHECK("simple_bwd_dkdv_kernel", ctx);
   }
   {
-    constexpr size_t smem = simple_dq_smem<D>();
-    static const bool ready = allow_smem(simple_bwd_dq_kernel<T, D>, smem, "simple_bwd_dq_kernel");
-    (void)ready;
-    const dim3 grid(unsigned((d.T + kSR - 1) / kSR), unsigned(d.Hq), unsigned(d.B));
-    simple_bwd_dq_kernel<T, D><<<grid, kSThreads, smem, stream()>>>(
+    constexpr size_t smem = DqTileSmem<D>::bytes(false);
+    allow_smem_once<simple_bwd_dq_kernel<T, D>>(smem, "simple_bwd_dq_kernel");
+    const dim3 grid(unsigned((d.T + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
+    simple_bwd_dq_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
         dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
     KERNEL_CHECK("simple_bwd_dq_kernel", ctx);
   }
@@ -1193,9 +982,7 @@ void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q,
   const float scale = softmax_scale(D);
   {
     constexpr size_t smem = dkdv_smem_bytes<T, D>();
-    static const bool ready =
-        allow_smem(flash_bwd_dkdv_kernel<T, D>, smem, "flash_bwd_dkdv_kernel");
-    (void)ready;
+    allow_smem_once<flash_bwd_dkdv_kernel<T, D>>(smem, "flash_bwd_dkdv_kernel");
     constexpr int Bc = DkvTiles<D>::Bc;
     const dim3 grid(unsigned((d.T + Bc - 1) / Bc), unsigned(d.Hkv), unsigned(d.B));
     flash_bwd_dkdv_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
@@ -1205,8 +992,7 @@ void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q,
   }
   {
     constexpr size_t smem = dq_smem_bytes<T, D>();
-    static const bool ready = allow_smem(flash_bwd_dq_kernel<T, D>, smem, "flash_bwd_dq_kernel");
-    (void)ready;
+    allow_smem_once<flash_bwd_dq_kernel<T, D>>(smem, "flash_bwd_dq_kernel");
     constexpr int Br = DqTiles<D>::Br;
     const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
     flash_bwd_dq_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
@@ -1257,10 +1043,8 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
 
   // (1) delta = rowsum(dout * out), [B, Hq, T].
   const int64_t rows = d.B * d.T * d.Hq;
-  float* delta = delta_scratch(size_t(rows));
-  attn_delta_kernel<T><<<unsigned((rows + kDeltaWarps - 1) / kDeltaWarps), kDeltaWarps * 32, 0,
-                         stream()>>>(delta, op_, gp, rows, int(d.T), int(d.Hq), int(d.D));
-  KERNEL_CHECK("attn_delta_kernel", ctx);
+  float* delta = delta_scratch.get(size_t(rows));
+  launch_delta<T>(delta, op_, gp, rows, d.T, d.Hq, d.D, ctx);
 
   // (2) dK, dV and (3) dQ.
   bool simple = true;
@@ -1289,7 +1073,7 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
 void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
   const char* op = "attention_forward";
   const Dims d = check_qkv(op, q, k, v);
-  same_dtype(op, "out", out, q);
+  same_dtype(op, "out", out, "q", q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
   const std::string ctx = context(q, k, causal, window);
   const int win = kernel_window(causal, window);
@@ -1300,11 +1084,11 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
                         Tensor out, Tensor lse, bool causal, int64_t window) {
   const char* op = "attention_backward";
   const Dims d = check_qkv(op, q, k, v);
-  same_dtype(op, "out", out, q);
-  same_dtype(op, "dout", dout, q);
-  same_dtype(op, "dq", dq, q);
-  same_dtype(op, "dk", dk, q);
-  same_dtype(op, "dv", dv, q);
+  same_dtype(op, "out", out, "q", q);
+  same_dtype(op, "dout", dout, "q", q);
+  same_dtype(op, "dq", dq, "q", q);
+  same_dtype(op, "dk", dk, "q", q);
+  same_dtype(op, "dv", dv, "q", q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
   const std::string ctx = context(q, k, causal, window);
   const int win = kernel_window(causal, window);

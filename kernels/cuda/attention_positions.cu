@@ -5,10 +5,11 @@
 // key j visible to query i iff k_pos[j] <= q_pos[i] (and, with a window
 // W > 0, q_pos[i] - k_pos[j] <= W), scale 1/sqrt(D), lse [B,Hq,Tq] F32.
 //
-// Kernels: fp32 arithmetic in shared memory, as attention.cu's simple path
-// (correct, not fast: no tensor cores), with the causal mask replaced by the
-// positions. 256 threads, tiles of 32 query rows x 32 keys; K rows padded to
-// D + 1 floats so the 32 lanes of a warp reading 32 keys hit 32 banks.
+// Kernels: fp32 arithmetic in shared memory, built like attention.cu's
+// simple path from attention_tiles.cuh (correct, not fast: no tensor cores),
+// with the causal mask replaced by the positions. 256 threads, tiles of 32
+// query rows x 32 keys; K rows padded to D + 1 floats so the 32 lanes of a
+// warp reading 32 keys hit 32 banks.
 //   forward   one block per (32-row Q tile, q head, b), looping over the K/V
 //             tiles with an online softmax; the rows' (max, sum) in smem.
 //   backward  (1) delta[b,h,t] = dout . out (fp32 scratch, grow-only);
@@ -46,10 +47,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -58,66 +59,17 @@
 namespace trainer::cuda {
 namespace {
 
-constexpr int kPThreads = 256;  // 8 warps
-constexpr int kPR = 32;         // query rows per tile
-constexpr int kPC = 32;         // keys per tile
-constexpr size_t kPosMaxSmem = 99 * 1024;
+using namespace attention_tiles;
 
-template <int D> constexpr size_t pos_fwd_smem() {
-  return (size_t(kPR + 2 * kPC) * (D + 1) + size_t(kPR) * (kPC + 1) + 3 * kPR) * sizeof(float) +
-         size_t(kPR + kPC) * sizeof(int);
-}
-template <int D> constexpr size_t pos_dkdv_smem() {
-  return (size_t(2 * kPR + 2 * kPC) * (D + 1) + size_t(2 * kPR) * (kPC + 1) + 2 * kPR) *
-             sizeof(float) +
-         size_t(kPR + kPC) * sizeof(int);
-}
-template <int D> constexpr size_t pos_dq_smem() {
-  return (size_t(2 * kPR + 2 * kPC) * (D + 1) + size_t(kPR) * (kPC + 1) + 2 * kPR) *
-             sizeof(float) +
-         size_t(kPR + kPC) * sizeof(int);
-}
-static_assert(pos_fwd_smem<128>() <= kPosMaxSmem && pos_dkdv_smem<128>() <= kPosMaxSmem &&
-                  pos_dq_smem<128>() <= kPosMaxSmem,
-              "attention_positions smem");
-static_assert(kPR == 32 && kPC == 32, "one lane per row / key of a tile");
-
-// 32 rows of D elements of T -> fp32 smem rows of D + 1; rows >= valid are 0.
-template <typename T, int D>
-__device__ __forceinline__ void load_tile_f32(float* s, const T* g, int64_t stride, int valid) {
-  for (int e = threadIdx.x; e < 32 * D; e += kPThreads) {
-    const int r = e / D, d = e % D;
-    s[r * (D + 1) + d] = r < valid ? to_float(g[r * stride + d]) : 0.f;
-  }
-}
-
-__device__ __forceinline__ float pwarp_max(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
-__device__ __forceinline__ float pwarp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-__device__ __forceinline__ int pwarp_max_int(int x) {
+__device__ __forceinline__ int warp_max_int(int x) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, off));
   return x;
 }
-__device__ __forceinline__ int pwarp_min_int(int x) {
+__device__ __forceinline__ int warp_min_int(int x) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) x = min(x, __shfl_xor_sync(0xffffffffu, x, off));
   return x;
-}
-
-template <int D>
-__device__ __forceinline__ float pdot(const float* a, const float* b) {
-  float acc = 0.f;
-#pragma unroll 8
-  for (int d = 0; d < D; ++d) acc = fmaf(a[d], b[d], acc);
-  return acc;
 }
 
 // Key position kp lies before the window of query position qp (window 0: none).
@@ -128,10 +80,10 @@ __device__ __forceinline__ bool outside_window(int qp, int kp, int window) {
 // The smallest query position / largest key position of a tile's valid
 // entries (what a window compares); lane i holds entry i of the 32.
 __device__ __forceinline__ int tile_min_pos(const int* s, int first, int n) {
-  return pwarp_min_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MAX);
+  return warp_min_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MAX);
 }
 __device__ __forceinline__ int tile_max_pos(const int* s, int first, int n) {
-  return pwarp_max_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MIN);
+  return warp_max_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MIN);
 }
 
 // Positions of tile rows/keys into smem; padding gets a sentinel that never
@@ -148,103 +100,65 @@ __device__ __forceinline__ void load_positions(int* s, const int32_t* pos, int f
 // ---- forward ----------------------------------------------------------------
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kPThreads, 1)
+__global__ void __launch_bounds__(kTileThreads, 1)
     pos_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                    const T* __restrict__ k, const T* __restrict__ v,
                    const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
                    int Tk, int Hq, int Hkv, float scale, int window) {
-  constexpr int LDF = D + 1, LDS = kPC + 1, PER = kPR * D / kPThreads;
+  constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kPR][LDF]
-  float* Ks = Qs + kPR * LDF;                       // [kPC][LDF]
-  float* Vs = Ks + kPC * LDF;                       // [kPC][LDF]
-  float* Ss = Vs + kPC * LDF;                       // [kPR][LDS] scores, then probabilities
-  float* Ms = Ss + kPR * LDS;                       // [kPR] running max
-  float* Ls = Ms + kPR;                             // [kPR] running sum
-  float* As = Ls + kPR;                             // [kPR] rescale factor of this tile
-  int* Qp = reinterpret_cast<int*>(As + kPR);       // [kPR] query positions
-  int* Kp = Qp + kPR;                               // [kPC] key positions
+  const FwdTileSmem<D> s(smem_raw);
+  const int* Qp = s.Qp;
+  const int* Kp = s.Kp;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int q0 = int(blockIdx.x) * kPR;
+  const int q0 = int(blockIdx.x) * kTileRows;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const T* kg = k + int64_t(b) * Tk * ldk + int64_t(kvh) * D;
   const T* vg = v + int64_t(b) * Tk * ldk + int64_t(kvh) * D;
 
-  load_tile_f32<T, D>(Qs, q + (int64_t(b) * Tq + q0) * ldq + int64_t(h) * D, ldq, Tq - q0);
-  load_positions(Qp, q_pos, q0, Tq, INT_MIN);
-  if (tid < kPR) {
-    Ms[tid] = -INFINITY;
-    Ls[tid] = 0.f;
+  load_tile_f32<T, D>(s.Qs, q + (int64_t(b) * Tq + q0) * ldq + int64_t(h) * D, ldq, Tq - q0);
+  load_positions(s.Qp, q_pos, q0, Tq, INT_MIN);
+  if (tid < kTileRows) {
+    s.Ms[tid] = -INFINITY;
+    s.Ls[tid] = 0.f;
   }
   float o[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) o[i] = 0.f;
   __syncthreads();
-  const int qmax = pwarp_max_int(Qp[lane]);  // every warp: the same value
+  const int qmax = warp_max_int(Qp[lane]);  // every warp: the same value
   const int qmin = tile_min_pos(Qp, q0, Tq);
 
-  const int n_kt = (Tk + kPC - 1) / kPC;
+  const int n_kt = (Tk + kTileKeys - 1) / kTileKeys;
   for (int j = 0; j < n_kt; ++j) {
-    const int k0 = j * kPC;
+    const int k0 = j * kTileKeys;
     __syncthreads();  // the previous tile (Ks, Vs, Ss, Kp) fully consumed
-    load_positions(Kp, k_pos, k0, Tk, INT_MAX);
+    load_positions(s.Kp, k_pos, k0, Tk, INT_MAX);
     __syncthreads();
     // Block-uniform: no query sees these keys (all later, or all too old).
-    if (pwarp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window)) continue;
-    load_tile_f32<T, D>(Ks, kg + k0 * ldk, ldk, Tk - k0);
-    load_tile_f32<T, D>(Vs, vg + k0 * ldk, ldk, Tk - k0);
+    if (warp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window)) continue;
+    load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, Tk - k0);
+    load_tile_f32<T, D>(s.Vs, vg + k0 * ldk, ldk, Tk - k0);
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kPR / 8; ++i) {
+    for (int i = 0; i < kTileRows / 8; ++i) {
       const int r = warp + 8 * i;
-      float x = pdot<D>(Qs + r * LDF, Ks + lane * LDF) * scale;
+      float x = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF) * scale;
       if (q0 + r >= Tq || k0 + lane >= Tk || Kp[lane] > Qp[r] || outside_window(Qp[r], Kp[lane], window))
         x = -INFINITY;
-      Ss[r * LDS + lane] = x;
+      s.Ss[r * LDS + lane] = x;
     }
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kPR / 8; ++i) {
-      const int r = warp * (kPR / 8) + i;
-      const float x = Ss[r * LDS + lane];
-      const float m_old = Ms[r];
-      const float m_new = fmaxf(m_old, pwarp_max(x));
-      const float ref = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: exp(-inf) = 0
-      const float p = expf(x - ref);
-      const float sum = pwarp_sum(p);
-      Ss[r * LDS + lane] = p;
-      __syncwarp();
-      if (lane == 0) {
-        const float alpha = expf(m_old - ref);
-        Ms[r] = m_new;
-        Ls[r] = Ls[r] * alpha + sum;
-        As[r] = alpha;
-      }
-    }
+    online_softmax_tile<D>(s);
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int e = tid + kPThreads * i, r = e / D, d = e % D;
-      float acc = o[i] * As[r];
-#pragma unroll 8
-      for (int c = 0; c < kPC; ++c) acc = fmaf(Ss[r * LDS + c], Vs[c * LDF + d], acc);
-      o[i] = acc;
-    }
+    accumulate_pv<D>(o, s);
   }
   __syncthreads();
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = tid + kPThreads * i, r = e / D, d = e % D, row = q0 + r;
-    if (row < Tq) {
-      const float sum = Ls[r];
-      out[(int64_t(b) * Tq + row) * ldq + int64_t(h) * D + d] =
-          from_float<T>(sum > 0.f ? o[i] / sum : 0.f);
-    }
-  }
-  if (tid < kPR && q0 + tid < Tq)
-    lse[(int64_t(b) * Hq + h) * Tq + q0 + tid] = Ls[tid] > 0.f ? Ms[tid] + logf(Ls[tid]) : -INFINITY;
+  store_out_tile<T, D>(out, o, s.Ls, q0, Tq, b, h, ldq);
+  if (tid < kTileRows && q0 + tid < Tq)
+    lse[(int64_t(b) * Hq + h) * Tq + q0 + tid] = s.Ls[tid] > 0.f ? s.Ms[tid] + logf(s.Ls[tid]) : -INFINITY;
 }
 
 // ---- merge --------------------------------------------------------------------
@@ -287,206 +201,130 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   if (lane == 0) lse[li] = merged;
 }
 
-// ---- backward: delta = rowsum(dout * out) --------------------------------------
-
-constexpr int kDeltaWarps = 8;
-
-template <typename T>
-__global__ void __launch_bounds__(kDeltaWarps * 32)
-    pos_delta_kernel(float* __restrict__ delta, const T* __restrict__ out,
-                     const T* __restrict__ dout, int64_t rows, int64_t T_len, int64_t Hq, int D) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kDeltaWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  const T* o = out + row * D;
-  const T* go = dout + row * D;
-  float acc = 0.f;
-  for (int d = lane; d < D; d += 32) acc += to_float(o[d]) * to_float(go[d]);
-  acc = pwarp_sum(acc);
-  if (lane == 0) {
-    const int64_t h = row % Hq, bt = row / Hq, t = bt % T_len, b = bt / T_len;
-    delta[(b * Hq + h) * T_len + t] = acc;
-  }
-}
+// ---- backward: delta = rowsum(dout * out): attention_tiles.cuh ------------------
 
 // ---- backward: dK, dV ------------------------------------------------------------
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kPThreads, 1)
+__global__ void __launch_bounds__(kTileThreads, 1)
     pos_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
                         const T* __restrict__ k, const T* __restrict__ v,
                         const T* __restrict__ dout, const float* __restrict__ lse,
                         const float* __restrict__ delta, const int32_t* __restrict__ q_pos,
                         const int32_t* __restrict__ k_pos, int Tq, int Tk, int Hq, int Hkv,
                         float scale, int window) {
-  constexpr int LDF = D + 1, LDS = kPC + 1, PER = kPC * D / kPThreads;
+  constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* Ks = reinterpret_cast<float*>(smem_raw);  // [kPC][LDF]
-  float* Vs = Ks + kPC * LDF;                       // [kPC][LDF]
-  float* Qs = Vs + kPC * LDF;                       // [kPR][LDF]
-  float* dOs = Qs + kPR * LDF;                      // [kPR][LDF]
-  float* Ps = dOs + kPR * LDF;                      // [kPR][LDS]
-  float* dSs = Ps + kPR * LDS;                      // [kPR][LDS]
-  float* Lr = dSs + kPR * LDS;                      // [kPR] lse (-inf: row adds nothing)
-  float* Dr = Lr + kPR;                             // [kPR] delta
-  int* Qp = reinterpret_cast<int*>(Dr + kPR);       // [kPR]
-  int* Kp = Qp + kPR;                               // [kPC]
+  const DkvTileSmem<D> s(smem_raw);  // Lr: lse (-inf: the row adds nothing)
+  const int* Qp = s.Qp;
+  const int* Kp = s.Kp;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int k0 = int(blockIdx.x) * kPC, kvh = blockIdx.y, b = blockIdx.z, group = Hq / Hkv;
+  const int k0 = int(blockIdx.x) * kTileKeys, kvh = blockIdx.y, b = blockIdx.z, group = Hq / Hkv;
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const int64_t kv_off = (int64_t(b) * Tk + k0) * ldk + int64_t(kvh) * D;
-  load_tile_f32<T, D>(Ks, k + kv_off, ldk, Tk - k0);
-  load_tile_f32<T, D>(Vs, v + kv_off, ldk, Tk - k0);
-  load_positions(Kp, k_pos, k0, Tk, INT_MAX);
+  load_tile_f32<T, D>(s.Ks, k + kv_off, ldk, Tk - k0);
+  load_tile_f32<T, D>(s.Vs, v + kv_off, ldk, Tk - k0);
+  load_positions(s.Kp, k_pos, k0, Tk, INT_MAX);
   __syncthreads();
-  const int kmin = pwarp_min_int(Kp[lane]), kmax = tile_max_pos(Kp, k0, Tk);
+  const int kmin = warp_min_int(Kp[lane]), kmax = tile_max_pos(Kp, k0, Tk);
 
   float dka[PER], dva[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) dka[i] = dva[i] = 0.f;
 
-  const int n_qt = (Tq + kPR - 1) / kPR;
+  const int n_qt = (Tq + kTileRows - 1) / kTileRows;
   for (int hh = 0; hh < group; ++hh) {
     const int h = kvh * group + hh;
     for (int qt = 0; qt < n_qt; ++qt) {
-      const int q0 = qt * kPR;
+      const int q0 = qt * kTileRows;
       __syncthreads();  // the previous Q tile (Qs, dOs, Ps, dSs, Lr, Dr, Qp) fully consumed
-      load_positions(Qp, q_pos, q0, Tq, INT_MIN);
-      if (tid < kPR) {
-        const int row = q0 + tid;
-        const int64_t idx = (int64_t(b) * Hq + h) * Tq + row;
-        Lr[tid] = row < Tq ? lse[idx] : -INFINITY;
-        Dr[tid] = row < Tq ? delta[idx] : 0.f;
-      }
+      load_positions(s.Qp, q_pos, q0, Tq, INT_MIN);
+      load_row_stats(s.Lr, s.Dr, lse, delta, b, h, Hq, q0, Tq, -INFINITY);
       __syncthreads();
       // Block-uniform: nobody here sees these keys (all later, or all too old).
-      if (kmin > pwarp_max_int(Qp[lane]) || outside_window(tile_min_pos(Qp, q0, Tq), kmax, window)) continue;
+      if (kmin > warp_max_int(Qp[lane]) || outside_window(tile_min_pos(Qp, q0, Tq), kmax, window)) continue;
       const int64_t q_off = (int64_t(b) * Tq + q0) * ldq + int64_t(h) * D;
-      load_tile_f32<T, D>(Qs, q + q_off, ldq, Tq - q0);
-      load_tile_f32<T, D>(dOs, dout + q_off, ldq, Tq - q0);
+      load_tile_f32<T, D>(s.Qs, q + q_off, ldq, Tq - q0);
+      load_tile_f32<T, D>(s.dOs, dout + q_off, ldq, Tq - q0);
       __syncthreads();
 #pragma unroll
-      for (int i = 0; i < kPR / 8; ++i) {
+      for (int i = 0; i < kTileRows / 8; ++i) {
         const int r = warp + 8 * i, c = lane;
-        const float sc = pdot<D>(Qs + r * LDF, Ks + c * LDF);
-        const float gp = pdot<D>(dOs + r * LDF, Vs + c * LDF);
+        const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + c * LDF);
+        const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + c * LDF);
         const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] ||
-                            outside_window(Qp[r], Kp[c], window) || Lr[r] == -INFINITY;
-        const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
-        Ps[r * LDS + c] = p;
-        dSs[r * LDS + c] = masked ? 0.f : p * (gp - Dr[r]);
+                            outside_window(Qp[r], Kp[c], window) || s.Lr[r] == -INFINITY;
+        const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
+        s.Ps[r * LDS + c] = p;
+        s.dSs[r * LDS + c] = masked ? 0.f : p * (gp - s.Dr[r]);
       }
       __syncthreads();
-#pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        const int e = tid + kPThreads * i, c = e / D, d = e % D;
-        float a = dva[i], bacc = dka[i];
-#pragma unroll 8
-        for (int r = 0; r < kPR; ++r) {
-          a = fmaf(Ps[r * LDS + c], dOs[r * LDF + d], a);
-          bacc = fmaf(dSs[r * LDS + c], Qs[r * LDF + d], bacc);
-        }
-        dva[i] = a;
-        dka[i] = bacc;
-      }
+      accumulate_dkdv<D>(dka, dva, s);
     }
   }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = tid + kPThreads * i, c = e / D, d = e % D, key = k0 + c;
-    if (key < Tk) {
-      const int64_t idx = (int64_t(b) * Tk + key) * ldk + int64_t(kvh) * D + d;
-      dk[idx] = from_float<T>(to_float(dk[idx]) + dka[i] * scale);
-      dv[idx] = from_float<T>(to_float(dv[idx]) + dva[i]);
-    }
-  }
+  store_dkdv_tile<true, T, D>(dk, dv, dka, dva, k0, Tk, b, kvh, ldk, scale);
 }
 
 // ---- backward: dQ ---------------------------------------------------------------
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kPThreads, 1)
+__global__ void __launch_bounds__(kTileThreads, 1)
     pos_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const T* __restrict__ dout,
                       const float* __restrict__ lse, const float* __restrict__ delta,
                       const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
                       int Tk, int Hq, int Hkv, float scale, int window) {
-  constexpr int LDF = D + 1, LDS = kPC + 1, PER = kPR * D / kPThreads;
+  constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* Qs = reinterpret_cast<float*>(smem_raw);  // [kPR][LDF]
-  float* dOs = Qs + kPR * LDF;                      // [kPR][LDF]
-  float* Ks = dOs + kPR * LDF;                      // [kPC][LDF]
-  float* Vs = Ks + kPC * LDF;                       // [kPC][LDF]
-  float* dSs = Vs + kPC * LDF;                      // [kPR][LDS]
-  float* Lr = dSs + kPR * LDS;                      // [kPR]
-  float* Dr = Lr + kPR;                             // [kPR]
-  int* Qp = reinterpret_cast<int*>(Dr + kPR);       // [kPR]
-  int* Kp = Qp + kPR;                               // [kPC]
+  const DqTileSmem<D> s(smem_raw);
+  const int* Qp = s.Qp;
+  const int* Kp = s.Kp;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int q0 = int(blockIdx.x) * kPR;
+  const int q0 = int(blockIdx.x) * kTileRows;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const int64_t q_off = (int64_t(b) * Tq + q0) * ldq + int64_t(h) * D;
   const T* kg = k + int64_t(b) * Tk * ldk + int64_t(kvh) * D;
   const T* vg = v + int64_t(b) * Tk * ldk + int64_t(kvh) * D;
 
-  load_tile_f32<T, D>(Qs, q + q_off, ldq, Tq - q0);
-  load_tile_f32<T, D>(dOs, dout + q_off, ldq, Tq - q0);
-  load_positions(Qp, q_pos, q0, Tq, INT_MIN);
-  if (tid < kPR) {
-    const int row = q0 + tid;
-    const int64_t idx = (int64_t(b) * Hq + h) * Tq + row;
-    Lr[tid] = row < Tq ? lse[idx] : -INFINITY;
-    Dr[tid] = row < Tq ? delta[idx] : 0.f;
-  }
+  load_tile_f32<T, D>(s.Qs, q + q_off, ldq, Tq - q0);
+  load_tile_f32<T, D>(s.dOs, dout + q_off, ldq, Tq - q0);
+  load_positions(s.Qp, q_pos, q0, Tq, INT_MIN);
+  load_row_stats(s.Lr, s.Dr, lse, delta, b, h, Hq, q0, Tq, -INFINITY);
   float dqa[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) dqa[i] = 0.f;
   __syncthreads();
-  const int qmax = pwarp_max_int(Qp[lane]);
+  const int qmax = warp_max_int(Qp[lane]);
   const int qmin = tile_min_pos(Qp, q0, Tq);
 
-  const int n_kt = (Tk + kPC - 1) / kPC;
+  const int n_kt = (Tk + kTileKeys - 1) / kTileKeys;
   for (int j = 0; j < n_kt; ++j) {
-    const int k0 = j * kPC;
+    const int k0 = j * kTileKeys;
     __syncthreads();  // the previous tile (Ks, Vs, dSs, Kp) fully consumed
-    load_positions(Kp, k_pos, k0, Tk, INT_MAX);
+    load_positions(s.Kp, k_pos, k0, Tk, INT_MAX);
     __syncthreads();
-    if (pwarp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window))
+    if (warp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window))
       continue;  // block-uniform
-    load_tile_f32<T, D>(Ks, kg + k0 * ldk, ldk, Tk - k0);
-    load_tile_f32<T, D>(Vs, vg + k0 * ldk, ldk, Tk - k0);
+    load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, Tk - k0);
+    load_tile_f32<T, D>(s.Vs, vg + k0 * ldk, ldk, Tk - k0);
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kPR / 8; ++i) {
+    for (int i = 0; i < kTileRows / 8; ++i) {
       const int r = warp + 8 * i, c = lane;
-      const float sc = pdot<D>(Qs + r * LDF, Ks + c * LDF);
-      const float gp = pdot<D>(dOs + r * LDF, Vs + c * LDF);
+      const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + c * LDF);
+      const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + c * LDF);
       const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] ||
-                          outside_window(Qp[r], Kp[c], window) || Lr[r] == -INFINITY;
-      const float p = masked ? 0.f : expf(sc * scale - Lr[r]);
-      dSs[r * LDS + c] = masked ? 0.f : p * (gp - Dr[r]);
+                          outside_window(Qp[r], Kp[c], window) || s.Lr[r] == -INFINITY;
+      const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
+      s.dSs[r * LDS + c] = masked ? 0.f : p * (gp - s.Dr[r]);
     }
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int e = tid + kPThreads * i, r = e / D, d = e % D;
-      float acc = dqa[i];
-#pragma unroll 8
-      for (int c = 0; c < kPC; ++c) acc = fmaf(dSs[r * LDS + c], Ks[c * LDF + d], acc);
-      dqa[i] = acc;
-    }
+    accumulate_dq<D>(dqa, s);
   }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = tid + kPThreads * i, r = e / D, d = e % D, row = q0 + r;
-    if (row < Tq) {
-      const int64_t idx = (int64_t(b) * Tq + row) * ldq + int64_t(h) * D + d;
-      dq[idx] = from_float<T>(to_float(dq[idx]) + dqa[i] * scale);
-    }
-  }
+  store_dq_tile<true, T, D>(dq, dqa, q0, Tq, b, h, ldq, scale);
 }
 
 // ============================================================================
@@ -497,26 +335,14 @@ struct Dims {
   int64_t B, Tq, Tk, Hq, Hkv, D;
 };
 
-[[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
 // Shapes arrive checked by the router (kernels/checks/attention_positions.cpp).
 // CUDA's own: one storage type for every float tensor of a call, the head
 // dims the kernels are built for, grid and index limits.
-void same_dtype(const char* op, const char* name, const Tensor& t, const char* like_name,
-                const Tensor& like) {
-  if (t.dtype != like.dtype)
-    fail(op, std::string(name) + " " + t.shape_str() + " is " + dtype_name(t.dtype) +
-                 ", expected " + dtype_name(like.dtype) + " like " + like_name);
-}
-
 Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   same_dtype(op, "k", k, "q", q);
   same_dtype(op, "v", v, "q", q);
   const Dims d{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-  if (d.D != 64 && d.D != 128)
-    fail(op, "head dim D=" + std::to_string(d.D) + " is not supported on CUDA (64 or 128)");
+  need_head_dim(op, d.D);
   if (d.Tq > INT_MAX / 2 || d.Tk > INT_MAX / 2 || d.Hq > 65535 || d.B > 65535)
     fail(op, "q " + q.shape_str() + " k " + k.shape_str() +
                  " are too large (Tq, Tk < 2^30, Hq and B <= 65535)");
@@ -532,47 +358,16 @@ std::string context(const Tensor& q, const Tensor& k, int64_t window) {
 // INT_MAX is as good as none.
 int kernel_window(int64_t window) { return window > 0 && window < INT_MAX ? int(window) : 0; }
 
-template <typename Kernel>
-bool allow_smem(Kernel kernel, size_t bytes, const char* name) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(bytes)),
-               std::string(name) + " (" + std::to_string(bytes) + " bytes of shared memory)");
-  return true;
-}
-
-// delta [B, Hq, Tq] F32 for the backward. Grow-only (reallocated only for a
-// larger shape, after draining the stream: a queued kernel may still read
-// the old buffer); outside the arenas, B*Hq*Tq*4 bytes. One device per process.
-float* pos_delta_scratch(size_t n) {
-  static std::mutex mu;
-  static float* buf = nullptr;
-  static size_t cap = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (n > cap) {
-    if (buf != nullptr) {
-      CUDA_CHECK(cudaStreamSynchronize(stream()), "attention_backward_pos delta scratch: growing");
-      CUDA_CHECK(cudaFree(buf), "attention_backward_pos delta scratch");
-      buf = nullptr;
-      cap = 0;
-    }
-    CUDA_CHECK(cudaMalloc(&buf, n * sizeof(float)),
-               "attention_backward_pos delta scratch: " + std::to_string(n) + " floats");
-    cap = n;
-  }
-  return buf;
-}
-
-float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }
+// delta [B, Hq, Tq] F32 for the backward, B*Hq*Tq*4 bytes.
+DeltaScratch delta_scratch("attention_backward_pos delta scratch");
 
 template <typename T, int D>
 void forward_launch(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
                     Tensor q_pos, Tensor k_pos, int window, const std::string& ctx) {
-  constexpr size_t smem = pos_fwd_smem<D>();
-  static const bool ready = allow_smem(pos_fwd_kernel<T, D>, smem, "pos_fwd_kernel");
-  (void)ready;
-  const dim3 grid(unsigned((d.Tq + kPR - 1) / kPR), unsigned(d.Hq), unsigned(d.B));
-  pos_fwd_kernel<T, D><<<grid, kPThreads, smem, stream()>>>(
+  constexpr size_t smem = FwdTileSmem<D>::bytes(true);
+  allow_smem_once<pos_fwd_kernel<T, D>>(smem, "pos_fwd_kernel");
+  const dim3 grid(unsigned((d.Tq + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
+  pos_fwd_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
       static_cast<T*>(out.data), static_cast<float*>(lse.data), static_cast<const T*>(q.data),
       static_cast<const T*>(k.data), static_cast<const T*>(v.data),
       static_cast<const int32_t*>(q_pos.data), static_cast<const int32_t*>(k_pos.data), int(d.Tq),
@@ -588,11 +383,10 @@ void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout
   const auto* qp = static_cast<const int32_t*>(q_pos.data);
   const auto* kp = static_cast<const int32_t*>(k_pos.data);
   {
-    constexpr size_t smem = pos_dkdv_smem<D>();
-    static const bool ready = allow_smem(pos_bwd_dkdv_kernel<T, D>, smem, "pos_bwd_dkdv_kernel");
-    (void)ready;
-    const dim3 grid(unsigned((d.Tk + kPC - 1) / kPC), unsigned(d.Hkv), unsigned(d.B));
-    pos_bwd_dkdv_kernel<T, D><<<grid, kPThreads, smem, stream()>>>(
+    constexpr size_t smem = DkvTileSmem<D>::bytes(true);
+    allow_smem_once<pos_bwd_dkdv_kernel<T, D>>(smem, "pos_bwd_dkdv_kernel");
+    const dim3 grid(unsigned((d.Tk + kTileKeys - 1) / kTileKeys), unsigned(d.Hkv), unsigned(d.B));
+    pos_bwd_dkdv_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
         static_cast<T*>(dk.data), static_cast<T*>(dv.data), static_cast<const T*>(q.data),
         static_cast<const T*>(k.data), static_cast<const T*>(v.data),
         static_cast<const T*>(dout.data), static_cast<const float*>(lse.data), delta, qp, kp,
@@ -600,11 +394,10 @@ void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout
     KERNEL_CHECK("pos_bwd_dkdv_kernel", ctx);
   }
   {
-    constexpr size_t smem = pos_dq_smem<D>();
-    static const bool ready = allow_smem(pos_bwd_dq_kernel<T, D>, smem, "pos_bwd_dq_kernel");
-    (void)ready;
-    const dim3 grid(unsigned((d.Tq + kPR - 1) / kPR), unsigned(d.Hq), unsigned(d.B));
-    pos_bwd_dq_kernel<T, D><<<grid, kPThreads, smem, stream()>>>(
+    constexpr size_t smem = DqTileSmem<D>::bytes(true);
+    allow_smem_once<pos_bwd_dq_kernel<T, D>>(smem, "pos_bwd_dq_kernel");
+    const dim3 grid(unsigned((d.Tq + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
+    pos_bwd_dq_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
         static_cast<T*>(dq.data), static_cast<const T*>(q.data), static_cast<const T*>(k.data),
         static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
         static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
@@ -664,13 +457,10 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
   const std::string ctx = context(q, k, window);
   const int win = kernel_window(window);
   const int64_t rows = d.B * d.Tq * d.Hq;
-  float* delta = pos_delta_scratch(size_t(rows));
+  float* delta = delta_scratch.get(size_t(rows));
   DISPATCH_FLOAT(q.dtype, T, op, {
-    pos_delta_kernel<T><<<unsigned((rows + kDeltaWarps - 1) / kDeltaWarps), kDeltaWarps * 32, 0,
-                          stream()>>>(delta, static_cast<const T*>(out.data),
-                                      static_cast<const T*>(dout.data), rows, d.Tq, d.Hq,
-                                      int(d.D));
-    KERNEL_CHECK("pos_delta_kernel", ctx);
+    launch_delta<T>(delta, static_cast<const T*>(out.data), static_cast<const T*>(dout.data), rows,
+                    d.Tq, d.Hq, d.D, ctx);
     if (d.D == 64)
       backward_launch<T, 64>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
     else
