@@ -7,6 +7,8 @@
 // are contiguous F32/BF16/F16/I32 views; reductions are sums unless stated.
 // Gloo reduces F32, F64 and I32 only (the CPU path is fp32); moves
 // (gather, broadcast, all-to-all, send/recv) take any dtype on both backends.
+// The calls below check their arguments once (comm/collective_checks.h)
+// and hand them to the backend's hooks, as the op router does for ops.
 // A collective that does not complete within the communicator's timeout
 // throws CollectiveTimeout naming the collective, the group and the ranks
 // that did not arrive (the watchdog turns that into a clean exit).
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_checks.h"
 #include "core/tensor.h"
 
 namespace trainer {
@@ -88,26 +91,47 @@ class Communicator {
   // "dp[tp0] (ranks 0,2,4,6)": how every error names the group.
   std::string describe() const { return name() + " (ranks " + format_rank_list(members()) + ")"; }
 
-  virtual void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) = 0;          // in place
+  void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) {  // in place
+    check_all_reduce(*this, t);
+    do_all_reduce(t, op);
+  }
   // out.numel() * size() == in.numel(); rank r receives the sum of chunk r.
   // out may be this rank's own chunk of in; otherwise in is left as it was.
-  virtual void reduce_scatter(Tensor out, Tensor in) = 0;
+  void reduce_scatter(Tensor out, Tensor in) {
+    check_reduce_scatter(*this, out, in);
+    do_reduce_scatter(out, in);
+  }
   // out.numel() == size() * in.numel(); chunk r of out is rank r's in.
   // `in` may be this rank's own chunk of out (in-place gather).
-  virtual void all_gather(Tensor out, Tensor in) = 0;
-  virtual void broadcast(Tensor t, int root) = 0;
+  void all_gather(Tensor out, Tensor in) {
+    check_all_gather(*this, out, in);
+    do_all_gather(out, in);
+  }
+  void broadcast(Tensor t, int root) {
+    check_broadcast(*this, t, root);
+    do_broadcast(t, root);
+  }
   // Equal chunks: chunk r of in goes to rank r; chunk r of out came from rank r.
   // in and out must not overlap (NCCL refuses; Gloo copes).
-  virtual void all_to_all(Tensor out, Tensor in) = 0;
+  void all_to_all(Tensor out, Tensor in) {
+    check_all_to_all(*this, out, in);
+    do_all_to_all(out, in);
+  }
   // Element counts per peer (in group-rank order), chunks laid out in order;
   // elements past the counts are left alone. in and out must not overlap.
-  virtual void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
-                            const std::vector<int64_t>& in_counts) = 0;
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                    const std::vector<int64_t>& in_counts) {
+    check_all_to_all_v(*this, out, out_counts, in, in_counts);
+    do_all_to_all_v(out, out_counts, in, in_counts);
+  }
   // All sends and receives of one batch are issued together (pipeline
   // neighbours exchange both ways without deadlock). Messages between two
   // ranks pair up in order: A's k-th send to B is B's k-th receive from A,
   // with the same byte count. Not collective: other members need not call.
-  virtual void batch_send_recv(const std::vector<P2POp>& ops) = 0;
+  void batch_send_recv(const std::vector<P2POp>& ops) {
+    check_send_recv(*this, ops);
+    do_batch_send_recv(ops);
+  }
   // As batch_send_recv, but returns once the receives have arrived: the
   // sends may still be on their way (their receiver has not asked for them
   // yet), and their tensors must stay untouched until the returned Work's
@@ -117,8 +141,11 @@ class Communicator {
   // one) runs batch_send_recv, so nothing is left to wait for; on NCCL the
   // whole batch is one group on the compute stream, whose later kernels
   // queue behind it.
-  virtual std::unique_ptr<Work> batch_send_recv_posted(const std::vector<P2POp>& ops);
-  virtual void barrier() = 0;
+  std::unique_ptr<Work> batch_send_recv_posted(const std::vector<P2POp>& ops) {
+    check_send_recv(*this, ops);
+    return do_batch_send_recv_posted(ops);
+  }
+  void barrier() { do_barrier(); }
 
   // Asynchronous all-reduce / reduce-scatter for overlapping gradient
   // communication with backward, and all-gather for prefetching ZeRO-3
@@ -129,22 +156,48 @@ class Communicator {
   // queued on the compute stream is done; wait() makes the compute stream
   // wait for it (the host does not block). Gloo: it runs on the
   // communicator's worker thread; wait() blocks the host until it is done.
-  virtual std::unique_ptr<Work> all_reduce_async(Tensor t) = 0;
-  virtual std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) = 0;
+  std::unique_ptr<Work> all_reduce_async(Tensor t) {
+    check_all_reduce(*this, t);
+    return do_all_reduce_async(t);
+  }
+  std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) {
+    check_reduce_scatter(*this, out, in);
+    return do_reduce_scatter_async(out, in);
+  }
   // As all_gather: out.numel() == size() * in.numel(), any dtype, and `in`
   // may be this rank's own chunk of out (in-place gather).
-  virtual std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) = 0;
+  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) {
+    check_all_gather(*this, out, in);
+    return do_all_gather_async(out, in);
+  }
+
 
   // For the watchdog, from any thread: makes the pending and all later
   // collectives fail instead of hanging (NCCL: ncclCommAbort). The
   // communicator is unusable afterwards. Gloo needs nothing here: its
   // collectives end by themselves at the timeout.
   virtual void abort() {}
-};
 
-inline std::unique_ptr<Work> Communicator::batch_send_recv_posted(const std::vector<P2POp>& ops) {
-  batch_send_recv(ops);
-  return std::make_unique<CompletedWork>();
-}
+ protected:
+  // The backend hooks, called with arguments the shared checks passed
+  // (comm/collective_checks.h); each backend checks only what is its own.
+  virtual void do_all_reduce(Tensor t, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(Tensor out, Tensor in) = 0;
+  virtual void do_all_gather(Tensor out, Tensor in) = 0;
+  virtual void do_broadcast(Tensor t, int root) = 0;
+  virtual void do_all_to_all(Tensor out, Tensor in) = 0;
+  virtual void do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                               const std::vector<int64_t>& in_counts) = 0;
+  virtual void do_batch_send_recv(const std::vector<P2POp>& ops) = 0;
+  // Default: do_batch_send_recv, then nothing left to wait for.
+  virtual std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
+    do_batch_send_recv(ops);
+    return std::make_unique<CompletedWork>();
+  }
+  virtual void do_barrier() = 0;
+  virtual std::unique_ptr<Work> do_all_reduce_async(Tensor t) = 0;
+  virtual std::unique_ptr<Work> do_reduce_scatter_async(Tensor out, Tensor in) = 0;
+  virtual std::unique_ptr<Work> do_all_gather_async(Tensor out, Tensor in) = 0;
+};
 
 }  // namespace trainer

@@ -139,10 +139,6 @@ struct NcclCommunicator::Impl {
     usable(op);
     need_cuda(op, "out", out);
     need_cuda(op, "in", in);
-    if (out.dtype != in.dtype) bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
-    if (out.numel() != in.numel() * size)
-      bad(op, "out has " + std::to_string(out.numel()) + " elements, in " + std::to_string(in.numel()) +
-                  "; out must be in x " + std::to_string(size));
   }
 
   void check_all_reduce(Tensor t) const {
@@ -157,10 +153,6 @@ struct NcclCommunicator::Impl {
     need_cuda(op, "out", out);
     need_cuda(op, "in", in);
     reduce_type(op, in.dtype);
-    if (out.dtype != in.dtype) bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
-    if (out.numel() * size != in.numel())
-      bad(op, "in has " + std::to_string(in.numel()) + " elements, out " + std::to_string(out.numel()) +
-                  "; in must be out x " + std::to_string(size));
   }
 };
 
@@ -260,37 +252,37 @@ int NcclCommunicator::size() const { return impl_->size; }
 const std::string& NcclCommunicator::name() const { return impl_->name; }
 const std::vector<int>& NcclCommunicator::members() const { return impl_->members; }
 
-void NcclCommunicator::all_reduce(Tensor t, ReduceOp op) {
+void NcclCommunicator::do_all_reduce(Tensor t, ReduceOp op) {
   impl_->check_all_reduce(t);
   if (t.numel() == 0) return;
   impl_->all_reduce_on(t, op, impl_->sync_stream());
 }
 
-std::unique_ptr<Work> NcclCommunicator::all_reduce_async(Tensor t) {
+std::unique_ptr<Work> NcclCommunicator::do_all_reduce_async(Tensor t) {
   impl_->check_all_reduce(t);
   impl_->all_reduce_on(t, ReduceOp::Sum, impl_->async_stream());
   return impl_->finish_async();
 }
 
-void NcclCommunicator::reduce_scatter(Tensor out, Tensor in) {
+void NcclCommunicator::do_reduce_scatter(Tensor out, Tensor in) {
   impl_->check_reduce_scatter(out, in);
   if (out.numel() == 0) return;
   impl_->reduce_scatter_on(out, in, impl_->sync_stream());
 }
 
-std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(Tensor out, Tensor in) {
+std::unique_ptr<Work> NcclCommunicator::do_reduce_scatter_async(Tensor out, Tensor in) {
   impl_->check_reduce_scatter(out, in);
   impl_->reduce_scatter_on(out, in, impl_->async_stream());
   return impl_->finish_async();
 }
 
-void NcclCommunicator::all_gather(Tensor out, Tensor in) {
+void NcclCommunicator::do_all_gather(Tensor out, Tensor in) {
   impl_->check_all_gather(out, in);
   if (in.numel() == 0) return;
   impl_->all_gather_on(out, in, impl_->sync_stream());
 }
 
-std::unique_ptr<Work> NcclCommunicator::all_gather_async(Tensor out, Tensor in) {
+std::unique_ptr<Work> NcclCommunicator::do_all_gather_async(Tensor out, Tensor in) {
   impl_->check_all_gather(out, in);
   // Nothing to move on any rank (the sizes agree): no NCCL call, as in the
   // synchronous form, and nothing to wait for.
@@ -299,27 +291,21 @@ std::unique_ptr<Work> NcclCommunicator::all_gather_async(Tensor out, Tensor in) 
   return impl_->finish_async();
 }
 
-void NcclCommunicator::broadcast(Tensor t, int root) {
+void NcclCommunicator::do_broadcast(Tensor t, int root) {
   Impl& m = *impl_;
   const char* op = "broadcast";
   m.usable(op);
   m.need_cuda(op, "the tensor", t);
-  if (root < 0 || root >= m.size)
-    m.bad(op, "root " + std::to_string(root) + " is not a group rank (0.." + std::to_string(m.size - 1) + ")");
   if (t.numel() == 0) return;
   m.check(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, m.comm, m.sync_stream()), "ncclBroadcast", op);
 }
 
-void NcclCommunicator::all_to_all(Tensor out, Tensor in) {
+void NcclCommunicator::do_all_to_all(Tensor out, Tensor in) {
   Impl& m = *impl_;
   const char* op = "all_to_all";
   m.usable(op);
   m.need_cuda(op, "out", out);
   m.need_cuda(op, "in", in);
-  if (out.dtype != in.dtype) m.bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
-  if (out.numel() != in.numel() || in.numel() % m.size != 0)
-    m.bad(op, "in has " + std::to_string(in.numel()) + " elements, out " + std::to_string(out.numel()) +
-                  "; both must be equal and divisible by " + std::to_string(m.size));
   if (in.data == out.data) m.bad(op, "in and out must not be the same memory");
   if (in.numel() == 0) return;
   const size_t chunk = in.nbytes() / size_t(m.size);
@@ -334,26 +320,15 @@ void NcclCommunicator::all_to_all(Tensor out, Tensor in) {
   m.check(ncclGroupEnd(), "ncclGroupEnd", op);
 }
 
-void NcclCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+void NcclCommunicator::do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
                                     const std::vector<int64_t>& in_counts) {
   Impl& m = *impl_;
   const char* op = "all_to_all_v";
   m.usable(op);
   m.need_cuda(op, "out", out);
   m.need_cuda(op, "in", in);
-  if (out.dtype != in.dtype) m.bad(op, std::string("out is ") + dtype_name(out.dtype) + ", in is " + dtype_name(in.dtype));
-  if (int(out_counts.size()) != m.size || int(in_counts.size()) != m.size)
-    m.bad(op, "needs one count per member (" + std::to_string(m.size) + "), got " + std::to_string(in_counts.size()) +
-                  " in and " + std::to_string(out_counts.size()) + " out");
-  int64_t in_total = 0, out_total = 0;
-  for (int p = 0; p < m.size; ++p) {
-    if (in_counts[p] < 0 || out_counts[p] < 0) m.bad(op, "negative count for group rank " + std::to_string(p));
-    in_total += in_counts[p];
-    out_total += out_counts[p];
-  }
-  if (in_total > in.numel() || out_total > out.numel())
-    m.bad(op, "counts add up to " + std::to_string(in_total) + " in / " + std::to_string(out_total) +
-                  " out, but the tensors hold " + std::to_string(in.numel()) + " / " + std::to_string(out.numel()));
+  int64_t in_total = 0;
+  for (int p = 0; p < m.size; ++p) in_total += in_counts[size_t(p)];
   if (in.data == out.data && in_total > 0) m.bad(op, "in and out must not be the same memory");
   const size_t esize = dtype_size(in.dtype);
   cudaStream_t s = m.sync_stream();
@@ -371,15 +346,11 @@ void NcclCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_
   m.check(ncclGroupEnd(), "ncclGroupEnd", op);
 }
 
-void NcclCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
+void NcclCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
   Impl& m = *impl_;
   const char* op = "batch_send_recv";
   m.usable(op);
-  for (const P2POp& p : ops) {
-    m.need_cuda(op, p.send ? "a send tensor" : "a receive tensor", p.tensor);
-    if (p.peer < 0 || p.peer >= m.size)
-      m.bad(op, "peer " + std::to_string(p.peer) + " is not a group rank (0.." + std::to_string(m.size - 1) + ")");
-  }
+  for (const P2POp& p : ops) m.need_cuda(op, p.send ? "a send tensor" : "a receive tensor", p.tensor);
   if (ops.empty()) return;
   cudaStream_t s = m.sync_stream();
   // One group: NCCL progresses all of them together, so neighbours that
@@ -395,7 +366,7 @@ void NcclCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
   m.check(ncclGroupEnd(), "ncclGroupEnd", op);
 }
 
-void NcclCommunicator::barrier() {
+void NcclCommunicator::do_barrier() {
   Impl& m = *impl_;
   m.usable("barrier");
   if (!m.barrier_word) CUDA_CHECK(cudaMalloc(&m.barrier_word, sizeof(int)), m.name + ": barrier scratch");

@@ -62,21 +62,23 @@ class NcclCommunicator final : public Communicator {
   const std::vector<int>& members() const override;
   Device device() const override { return Device::CUDA; }
 
-  void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) override;
-  void reduce_scatter(Tensor out, Tensor in) override;
-  void all_gather(Tensor out, Tensor in) override;
-  void broadcast(Tensor t, int root) override;
-  void all_to_all(Tensor out, Tensor in) override;
-  void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
-                    const std::vector<int64_t>& in_counts) override;
-  void batch_send_recv(const std::vector<P2POp>& ops) override;
+ protected:
+  void do_all_reduce(Tensor t, ReduceOp op) override;
+  void do_reduce_scatter(Tensor out, Tensor in) override;
+  void do_all_gather(Tensor out, Tensor in) override;
+  void do_broadcast(Tensor t, int root) override;
+  void do_all_to_all(Tensor out, Tensor in) override;
+  void do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                       const std::vector<int64_t>& in_counts) override;
+  void do_batch_send_recv(const std::vector<P2POp>& ops) override;
   // Blocks the host until every member got here (and the compute stream's
   // queued work is done).
-  void barrier() override;
+  void do_barrier() override;
 
-  std::unique_ptr<Work> all_reduce_async(Tensor t) override;
-  std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) override;
-  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> do_all_reduce_async(Tensor t) override;
+  std::unique_ptr<Work> do_reduce_scatter_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> do_all_gather_async(Tensor out, Tensor in) override;
+ public:
 
   void abort() override;
   // For the watchdog: "" while healthy, else NCCL's description of the

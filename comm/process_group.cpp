@@ -49,40 +49,30 @@ void SingleRankCommunicator::bad(const char* op, const std::string& why) const {
   throw std::invalid_argument(std::string(op) + " on group " + describe() + ": " + why);
 }
 
-void SingleRankCommunicator::reduce_scatter(Tensor out, Tensor in) {
-  if (out.numel() != in.numel() || out.dtype != in.dtype)
-    bad("reduce_scatter", "a group of one needs out and in of equal size and dtype");
+// The shapes, roots, counts and peers are checked by the caller
+// (comm/collective_checks.h): in a group of one every collective is a copy.
+void SingleRankCommunicator::do_reduce_scatter(Tensor out, Tensor in) {
   move_elements(out, 0, in, 0, in.numel());
 }
 
-void SingleRankCommunicator::all_gather(Tensor out, Tensor in) {
-  if (out.numel() != in.numel() || out.dtype != in.dtype)
-    bad("all_gather", "a group of one needs out and in of equal size and dtype");
+void SingleRankCommunicator::do_all_gather(Tensor out, Tensor in) {
   move_elements(out, 0, in, 0, in.numel());
 }
 
-void SingleRankCommunicator::broadcast(Tensor, int root) {
-  if (root != 0) bad("broadcast", "root " + std::to_string(root) + " in a group of one");
-}
+void SingleRankCommunicator::do_broadcast(Tensor, int) {}
 
-void SingleRankCommunicator::all_to_all(Tensor out, Tensor in) {
-  if (out.numel() != in.numel() || out.dtype != in.dtype)
-    bad("all_to_all", "a group of one needs out and in of equal size and dtype");
+void SingleRankCommunicator::do_all_to_all(Tensor out, Tensor in) {
   move_elements(out, 0, in, 0, in.numel());
 }
 
-void SingleRankCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
-                                          const std::vector<int64_t>& in_counts) {
-  if (out_counts.size() != 1 || in_counts.size() != 1 || out_counts[0] != in_counts[0] || out.dtype != in.dtype ||
-      in_counts[0] < 0 || in_counts[0] > in.numel() || in_counts[0] > out.numel())
-    bad("all_to_all_v", "a group of one sends itself exactly what it receives (one count each, equal, within the tensors)");
+void SingleRankCommunicator::do_all_to_all_v(Tensor out, const std::vector<int64_t>&, Tensor in,
+                                             const std::vector<int64_t>& in_counts) {
   move_elements(out, 0, in, 0, in_counts[0]);
 }
 
-void SingleRankCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
+void SingleRankCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
   std::vector<const P2POp*> sends, recvs;
   for (const P2POp& p : ops) {
-    if (p.peer != 0) bad("batch_send_recv", "peer " + std::to_string(p.peer) + " in a group of one");
     (p.send ? sends : recvs).push_back(&p);
   }
   if (sends.size() != recvs.size()) bad("batch_send_recv", "sends and receives to itself must pair up");
@@ -95,15 +85,15 @@ void SingleRankCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
   }
 }
 
-std::unique_ptr<Work> SingleRankCommunicator::all_reduce_async(Tensor) { return std::make_unique<CompletedWork>(); }
+std::unique_ptr<Work> SingleRankCommunicator::do_all_reduce_async(Tensor) { return std::make_unique<CompletedWork>(); }
 
-std::unique_ptr<Work> SingleRankCommunicator::reduce_scatter_async(Tensor out, Tensor in) {
-  reduce_scatter(out, in);
+std::unique_ptr<Work> SingleRankCommunicator::do_reduce_scatter_async(Tensor out, Tensor in) {
+  do_reduce_scatter(out, in);
   return std::make_unique<CompletedWork>();
 }
 
-std::unique_ptr<Work> SingleRankCommunicator::all_gather_async(Tensor out, Tensor in) {
-  all_gather(out, in);
+std::unique_ptr<Work> SingleRankCommunicator::do_all_gather_async(Tensor out, Tensor in) {
+  do_all_gather(out, in);
   return std::make_unique<CompletedWork>();
 }
 

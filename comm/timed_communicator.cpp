@@ -70,53 +70,53 @@ void TimedCommunicator::add(double seconds) {
   g_blocked_ns.fetch_add(int64_t(seconds * 1e9));
 }
 
-void TimedCommunicator::all_reduce(Tensor t, ReduceOp op) {
+void TimedCommunicator::do_all_reduce(Tensor t, ReduceOp op) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));
   timed(*this, [&] { inner_.all_reduce(t, op); });
 }
-void TimedCommunicator::reduce_scatter(Tensor out, Tensor in) {
+void TimedCommunicator::do_reduce_scatter(Tensor out, Tensor in) {
   bytes_.add(CommKind::ReduceScatter, int64_t(in.nbytes()));
   timed(*this, [&] { inner_.reduce_scatter(out, in); });
 }
-void TimedCommunicator::all_gather(Tensor out, Tensor in) {
+void TimedCommunicator::do_all_gather(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllGather, int64_t(out.nbytes()));
   timed(*this, [&] { inner_.all_gather(out, in); });
 }
-void TimedCommunicator::broadcast(Tensor t, int root) {
+void TimedCommunicator::do_broadcast(Tensor t, int root) {
   bytes_.add(CommKind::Broadcast, int64_t(t.nbytes()));
   timed(*this, [&] { inner_.broadcast(t, root); });
 }
-void TimedCommunicator::all_to_all(Tensor out, Tensor in) {
+void TimedCommunicator::do_all_to_all(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllToAll, int64_t(in.nbytes()));
   timed(*this, [&] { inner_.all_to_all(out, in); });
 }
-void TimedCommunicator::all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+void TimedCommunicator::do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
                                      const std::vector<int64_t>& in_counts) {
   int64_t elems = 0;
   for (int64_t n : in_counts) elems += n;
   bytes_.add(CommKind::AllToAll, elems * int64_t(dtype_size(in.dtype)));
   timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); });
 }
-void TimedCommunicator::batch_send_recv(const std::vector<P2POp>& ops) {
+void TimedCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
   count_p2p(ops);
   timed(*this, [&] { inner_.batch_send_recv(ops); });
 }
-std::unique_ptr<Work> TimedCommunicator::batch_send_recv_posted(const std::vector<P2POp>& ops) {
+std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
   count_p2p(ops);
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }));
 }
-void TimedCommunicator::barrier() {
+void TimedCommunicator::do_barrier() {
   timed(*this, [&] { inner_.barrier(); });
 }
-std::unique_ptr<Work> TimedCommunicator::all_reduce_async(Tensor t) {
+std::unique_ptr<Work> TimedCommunicator::do_all_reduce_async(Tensor t) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.all_reduce_async(t); }));
 }
-std::unique_ptr<Work> TimedCommunicator::reduce_scatter_async(Tensor out, Tensor in) {
+std::unique_ptr<Work> TimedCommunicator::do_reduce_scatter_async(Tensor out, Tensor in) {
   bytes_.add(CommKind::ReduceScatter, int64_t(in.nbytes()));
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.reduce_scatter_async(out, in); }));
 }
-std::unique_ptr<Work> TimedCommunicator::all_gather_async(Tensor out, Tensor in) {
+std::unique_ptr<Work> TimedCommunicator::do_all_gather_async(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllGather, int64_t(out.nbytes()));
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.all_gather_async(out, in); }));
 }

@@ -57,19 +57,21 @@ class TimedCommunicator final : public Communicator {
   const std::string& name() const override { return inner_.name(); }
   const std::vector<int>& members() const override { return inner_.members(); }
   Device device() const override { return inner_.device(); }
-  void all_reduce(Tensor t, ReduceOp op) override;
-  void reduce_scatter(Tensor out, Tensor in) override;
-  void all_gather(Tensor out, Tensor in) override;
-  void broadcast(Tensor t, int root) override;
-  void all_to_all(Tensor out, Tensor in) override;
-  void all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
-                    const std::vector<int64_t>& in_counts) override;
-  void batch_send_recv(const std::vector<P2POp>& ops) override;
-  std::unique_ptr<Work> batch_send_recv_posted(const std::vector<P2POp>& ops) override;
-  void barrier() override;
-  std::unique_ptr<Work> all_reduce_async(Tensor t) override;
-  std::unique_ptr<Work> reduce_scatter_async(Tensor out, Tensor in) override;
-  std::unique_ptr<Work> all_gather_async(Tensor out, Tensor in) override;
+ protected:
+  void do_all_reduce(Tensor t, ReduceOp op) override;
+  void do_reduce_scatter(Tensor out, Tensor in) override;
+  void do_all_gather(Tensor out, Tensor in) override;
+  void do_broadcast(Tensor t, int root) override;
+  void do_all_to_all(Tensor out, Tensor in) override;
+  void do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
+                       const std::vector<int64_t>& in_counts) override;
+  void do_batch_send_recv(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) override;
+  void do_barrier() override;
+  std::unique_ptr<Work> do_all_reduce_async(Tensor t) override;
+  std::unique_ptr<Work> do_reduce_scatter_async(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> do_all_gather_async(Tensor out, Tensor in) override;
+ public:
   void abort() override { inner_.abort(); }
 
   void add(double seconds);

@@ -59,28 +59,28 @@ class TpRecorder final : public Communicator {
   const std::string& name() const override { return name_; }
   const std::vector<int>& members() const override { return members_; }
   Device device() const override { return Device::CPU; }
-  void all_reduce(Tensor t, ReduceOp) override { note("all_reduce", t.nbytes()); }
-  void reduce_scatter(Tensor out, Tensor in) override {
+  void do_all_reduce(Tensor t, ReduceOp) override { note("all_reduce", t.nbytes()); }
+  void do_reduce_scatter(Tensor out, Tensor in) override {
     note("reduce_scatter", in.nbytes());
     const char* own = static_cast<const char*>(in.data) + size_t(rank_) * out.nbytes();
     if (own != out.data) std::memmove(out.data, own, out.nbytes());
   }
-  void all_gather(Tensor out, Tensor in) override {
+  void do_all_gather(Tensor out, Tensor in) override {
     note("all_gather", out.nbytes());
     std::vector<char> mine(in.nbytes());
     std::memcpy(mine.data(), in.data, mine.size());
     for (int r = 0; r < size_; ++r) std::memcpy(static_cast<char*>(out.data) + size_t(r) * mine.size(), mine.data(), mine.size());
   }
-  void broadcast(Tensor, int) override { fail("broadcast"); }
-  void all_to_all(Tensor, Tensor) override { fail("all_to_all"); }
-  void all_to_all_v(Tensor, const std::vector<int64_t>&, Tensor, const std::vector<int64_t>&) override {
+  void do_broadcast(Tensor, int) override { fail("broadcast"); }
+  void do_all_to_all(Tensor, Tensor) override { fail("all_to_all"); }
+  void do_all_to_all_v(Tensor, const std::vector<int64_t>&, Tensor, const std::vector<int64_t>&) override {
     fail("all_to_all_v");
   }
-  void batch_send_recv(const std::vector<P2POp>&) override { fail("batch_send_recv"); }
-  void barrier() override {}
-  std::unique_ptr<Work> all_reduce_async(Tensor) override { fail("all_reduce_async"); }
-  std::unique_ptr<Work> reduce_scatter_async(Tensor, Tensor) override { fail("reduce_scatter_async"); }
-  std::unique_ptr<Work> all_gather_async(Tensor, Tensor) override { fail("all_gather_async"); }
+  void do_batch_send_recv(const std::vector<P2POp>&) override { fail("batch_send_recv"); }
+  void do_barrier() override {}
+  std::unique_ptr<Work> do_all_reduce_async(Tensor) override { fail("all_reduce_async"); }
+  std::unique_ptr<Work> do_reduce_scatter_async(Tensor, Tensor) override { fail("reduce_scatter_async"); }
+  std::unique_ptr<Work> do_all_gather_async(Tensor, Tensor) override { fail("all_gather_async"); }
 
  private:
   void note(const std::string& op, size_t b) {

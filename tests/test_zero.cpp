@@ -116,17 +116,17 @@ class RecordingComm final : public Communicator {
   const std::string& name() const override { return name_; }
   const std::vector<int>& members() const override { return members_; }
   Device device() const override { return Device::CPU; }
-  void all_reduce(Tensor, ReduceOp) override { log_.push_back("all_reduce"); }
-  void reduce_scatter(Tensor, Tensor) override { log_.push_back("reduce_scatter"); }
-  void all_gather(Tensor, Tensor) override { log_.push_back("all_gather"); }
-  void broadcast(Tensor, int) override {}
-  void all_to_all(Tensor, Tensor) override {}
-  void all_to_all_v(Tensor, const std::vector<int64_t>&, Tensor, const std::vector<int64_t>&) override {}
-  void batch_send_recv(const std::vector<P2POp>&) override {}
-  void barrier() override {}
-  std::unique_ptr<Work> all_reduce_async(Tensor) override { return issue("all_reduce_async"); }
-  std::unique_ptr<Work> reduce_scatter_async(Tensor, Tensor) override { return issue("reduce_scatter_async"); }
-  std::unique_ptr<Work> all_gather_async(Tensor, Tensor) override { return issue("all_gather_async"); }
+  void do_all_reduce(Tensor, ReduceOp) override { log_.push_back("all_reduce"); }
+  void do_reduce_scatter(Tensor, Tensor) override { log_.push_back("reduce_scatter"); }
+  void do_all_gather(Tensor, Tensor) override { log_.push_back("all_gather"); }
+  void do_broadcast(Tensor, int) override {}
+  void do_all_to_all(Tensor, Tensor) override {}
+  void do_all_to_all_v(Tensor, const std::vector<int64_t>&, Tensor, const std::vector<int64_t>&) override {}
+  void do_batch_send_recv(const std::vector<P2POp>&) override {}
+  void do_barrier() override {}
+  std::unique_ptr<Work> do_all_reduce_async(Tensor) override { return issue("all_reduce_async"); }
+  std::unique_ptr<Work> do_reduce_scatter_async(Tensor, Tensor) override { return issue("reduce_scatter_async"); }
+  std::unique_ptr<Work> do_all_gather_async(Tensor, Tensor) override { return issue("all_gather_async"); }
 
  private:
   struct Logged final : Work {
