@@ -33,6 +33,23 @@ bool cuda_module_built();
 // from other sources (its ops table: ...)". Callers keep the answer: each
 // layer fetches its table once (cuda_backend, cuda_ops_table, nccl_table).
 const CudaTable* cuda_module_table(const CudaTableSpec& want, std::string* why);
+// The same, typed and kept: fetched and checked on the first call of each
+// table type, the answer (or the reason) returned from then on. The
+// layers' fetch functions are this one line.
+template <typename Table>
+const Table* kept_cuda_module_table(const CudaTableSpec& want, std::string* why) {
+  struct Fetched {
+    const Table* table = nullptr;
+    std::string why;
+  };
+  static const Fetched f = [&] {
+    Fetched r;
+    r.table = static_cast<const Table*>(cuda_module_table(want, &r.why));
+    return r;
+  }();
+  if (!f.table && why) *why = f.why;
+  return f.table;
+}
 // Whether the module has been loaded (by any table's fetch); loads nothing.
 bool cuda_backend_loaded();
 // The file the loader opened, or would open (rule 2 gives the linked file).
