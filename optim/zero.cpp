@@ -534,15 +534,24 @@ void ZeroOptimizer::finish_backward() {
 // rank 0 of the group counts it), of the copies tp or a tied pair hold
 // alike only the saved one, and the host group adds the ranks' sums.
 double ZeroOptimizer::grad_sum_squares() {
-  double s = 0;
+  // The norm counts each element once (a tensor-parallel replica or a
+  // data-parallel copy on one rank only), but a NaN or Inf in any rank's own
+  // copy must flag the step: an update applied there would make the
+  // replicas disagree and the run die a step later. So the pieces the norm
+  // does not count are looked at too, and a non-finite one makes the
+  // all-reduced sum NaN on every rank.
+  double s[2] = {0, 0};  // sum of squares, pieces with a non-finite element
   for (const ZeroPiece& p : opt_pieces_) {
-    if (!m_.placement[size_t(p.param)].saved) continue;
-    if (stage_ == 0 && urank_[size_t(p.unit)] != 0) continue;
-    s += ops::sum_squares(grad_view(p));
+    const bool counted = m_.placement[size_t(p.param)].saved && !(stage_ == 0 && urank_[size_t(p.unit)] != 0);
+    const double q = ops::sum_squares(grad_view(p));
+    if (counted)
+      s[0] += q;
+    else if (!std::isfinite(q))
+      s[1] += 1;
   }
-  local_sum_squares_ = s;
-  if (host_.size() > 1) host_.all_reduce(Tensor(&s, DType::F64, {1}));
-  return s;
+  local_sum_squares_ = s[0];
+  if (host_.size() > 1) host_.all_reduce(Tensor(s, DType::F64, {2}));
+  return s[1] > 0 ? std::numeric_limits<double>::quiet_NaN() : s[0];
 }
 
 std::string ZeroOptimizer::first_nonfinite_gradient() {

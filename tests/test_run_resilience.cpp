@@ -144,6 +144,53 @@ TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback a
   fs::remove_all(s.dir);
 }
 
+TEST_CASE("a NaN in the gradient of any rank of tp2 x pp2 x dp2 flags its step on every rank", "[ops][policy][e2e]") {
+  // Rank r's gradient gets a NaN at step 2 + 2r (every other step, so no two
+  // flagged steps are in a row): tensor-parallel replicas of a piece (norm
+  // weights, biases) that the gradient norm counts once must be looked at
+  // on every rank, or the update is applied and the run dies a step later.
+  const Setup s = e2e::make_setup("ops", "nan_every_rank", kLlama);
+  std::string hooks;
+  for (int r = 0; r < 8; ++r) hooks += (r ? "," : "") + std::string("nan_grad=") + std::to_string(r) + ":" + std::to_string(2 + 2 * r);
+  setenv("TRAINER_TEST_HOOKS", hooks.c_str(), 1);
+  std::string out;
+  const int c = e2e::run_by_hand(s.cfg, 8, (s.dir / "run").string(), &out,
+                                 "--set parallel.tp=2 --set parallel.pp=2 --set train.nonfinite=skip");
+  unsetenv("TRAINER_TEST_HOOKS");
+  INFO(e2e::tail(out));
+  REQUIRE(c == 0);
+  for (int r = 0; r < 8; ++r) {
+    const std::string step = std::to_string(2 + 2 * r);
+    INFO("rank " << r << ", step " << step);
+    CHECK(out.find("step " + step + ": loss") != std::string::npos);
+  }
+  size_t skipped = 0;
+  for (size_t k = out.find("update skipped on every rank"); k != std::string::npos;
+       k = out.find("update skipped on every rank", k + 1))
+    ++skipped;
+  std::printf("[policy] NaN injected on each of 8 ranks (tp2 x pp2 x dp2) at its own step: %zu of 8 steps flagged\n",
+              skipped);
+  CHECK(skipped == 8);
+  CHECK(out.find("training diverged") == std::string::npos);
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("a NaN on the last step exits 4 on every rank naming the newest checkpoint", "[ops][policy][e2e]") {
+  const Setup s = e2e::make_setup("ops", "nan_last", kLlama);
+  setenv("TRAINER_TEST_HOOKS", "nan_grad=1:20", 1);
+  std::string out;
+  std::vector<int> codes;
+  const std::string dir = (s.dir / "run").string();
+  e2e::run_by_hand(s.cfg, 2, dir, &out, "--set checkpoint.interval=5", &codes);
+  unsetenv("TRAINER_TEST_HOOKS");
+  INFO(e2e::tail(out));
+  CHECK(codes == std::vector<int>{kStoppedByPolicyExitCode, kStoppedByPolicyExitCode});
+  CHECK(out.find("the last step was flagged (step 20: loss") != std::string::npos);
+  CHECK(out.find("the newest checkpoint is " + dir + "/ckpt/step_00000015") != std::string::npos);
+  CHECK(!fs::exists(fs::path(dir) / "ckpt/step_00000020"));
+  fs::remove_all(s.dir);
+}
+
 TEST_CASE("SIGTERM to one rank: every rank saves the same step, exits 75, the relaunch ends bit for bit",
           "[ops][preemption][e2e]") {
   const Setup s = e2e::make_setup("ops", "sigterm", kLlama);

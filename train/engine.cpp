@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -81,6 +82,17 @@ void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_
   }
 }
 
+// "the newest checkpoint is DIR", from this run's saves or the root's `latest`.
+std::string newest_checkpoint(Session& s) {
+  std::string dir = s.saver->writer().last_completed();
+  if (dir.empty()) {
+    std::ifstream latest(s.ckpt_root + "/latest");
+    std::string name;
+    if (latest >> name) dir = s.ckpt_root + "/" + name;
+  }
+  return dir.empty() ? "no complete checkpoint under " + s.ckpt_root : "the newest checkpoint is " + dir;
+}
+
 // Every rank stops after the same step and saves it, unless the policy
 // flagged it (then the newest checkpoint stays the last one).
 void stop_preempted(Session& s, const StepRunner& runner, TrainSummary& summary) {
@@ -112,6 +124,11 @@ void finish_loop(Session& s, StepWindow& window, const StepRunner& runner, Train
   writer.wait();
   if (!s.opt.quiet && !writer.last_completed().empty())
     std::printf("checkpoint: latest complete is %s\n", writer.last_completed().c_str());
+  // A run whose last step the policy flagged did not finish training: its
+  // update was not applied and nothing was saved from it (exit 4, as a stop).
+  if (runner.last_flagged() && !summary.preempted && runner.completed() == s.end_step)
+    throw StepPolicyStop("the last step was flagged (" + runner.last_flag() +
+                         "): its update was not applied and nothing was saved from it; " + newest_checkpoint(s));
 }
 
 // The end-of-run sample (log.sample_tokens): the data's tokenizer encodes

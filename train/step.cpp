@@ -176,6 +176,7 @@ bool StepRunner::flagged(int64_t step, StepResult& r) {
   const std::string what =
       "step " + std::to_string(step + 1) + ": " + v.why + (param.empty() ? "" : "; first non-finite gradient: " + param);
   summary_.flagged_steps.push_back(step + 1);
+  last_flag_ = what;
   s_.saver->owe(step + 1);
   r.outcome = StepOutcome::Flagged;
   if (v.action == StepAction::Stop)

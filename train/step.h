@@ -45,6 +45,7 @@ class StepRunner {
   bool preempt() const { return preempt_; }              // the ranks agreed to stop after this step
   int64_t completed() const { return completed_; }       // steps run, applied or skipped
   bool last_flagged() const { return last_flagged_; }    // nothing may be saved from the last step
+  const std::string& last_flag() const { return last_flag_; }  // what flagged it
   bool loss_scaling() const { return scaler_.enabled(); }
 
  private:
@@ -66,6 +67,7 @@ class StepRunner {
   std::vector<ParamInfo> global_params_;
   std::chrono::steady_clock::time_point t0_;
   bool nan_fired_ = false, preempt_ = false, last_flagged_ = false;
+  std::string last_flag_;
   int64_t completed_ = 0;
   // Rollbacks to the same checkpoint in a row: the third means the fault is
   // not in the data, and the run stops.
