@@ -95,6 +95,11 @@ struct TrainConfig {
   int64_t nonfinite_limit = 5;        // consecutive flagged steps skip/rollback tolerate
   double spike_zscore = 12;           // loss z-score over the window that flags a spike; 0: off
   int64_t spike_window = 100;         // healthy steps the z-score looks back on
+  // Ceilings judged from the first step, when no history exists yet: a loss
+  // far above a uniform guess's ln(vocab) or an enormous gradient norm is an
+  // exploded model even while it is finite.
+  double loss_ceiling = 0;            // 0: 3 ln(model.vocab_size); < 0: off
+  double grad_norm_ceiling = 1e4;     // 0: off
   double peak_tflops = 0;             // per device, for MFU; 0: from the GPU table (none on the CPU)
   // Activation recompute (model/recompute.h): none | selective (attention's
   // internals) | full (the whole block from its input).

@@ -177,11 +177,19 @@ std::vector<KeySpec> build_schema() {
           "flagged steps in a row that skip (then stop) or rollback (then roll back) tolerate; 0: act at the first")
           .at_least(0).aka("max_skipped_steps nan_limit"),
       Row("train.spike_zscore", FIELD(train.spike_zscore),
-          "a loss this many standard deviations above the mean of the last train.spike_window healthy steps is "
-          "a spike, handled like a NaN; 0: off")
+          "a loss or gradient norm this many robust standard deviations (1.4826 x the median absolute deviation) "
+          "above the median of the last train.spike_window healthy steps is a spike, handled like a NaN; 0: off")
           .at_least(0).aka("loss_spike_zscore spike_threshold"),
-      Row("train.spike_window", FIELD(train.spike_window), "healthy steps the loss-spike z-score looks back on")
+      Row("train.spike_window", FIELD(train.spike_window),
+          "healthy steps the loss and gradient-norm z-scores (median and MAD) look back on")
           .at_least(2).aka("loss_spike_window"),
+      Row("train.loss_ceiling", FIELD(train.loss_ceiling),
+          "a loss above this flags the step from the first step on (an exploded model, even if finite); 0: 3 x "
+          "ln(model.vocab_size), 3 times a uniform guess; < 0: off")
+          .aka("max_loss loss_limit"),
+      Row("train.grad_norm_ceiling", FIELD(train.grad_norm_ceiling),
+          "a global gradient norm (before clipping) above this flags the step from the first step on; 0: off")
+          .at_least(0).aka("grad_norm_limit"),
       Row("train.peak_tflops", FIELD(train.peak_tflops),
           "peak TFLOP/s of one device for the MFU figure; 0: from the table of known GPUs")
           .at_least(0).aka("peak_flops device_tflops"),

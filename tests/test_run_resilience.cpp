@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -78,6 +80,98 @@ TEST_CASE("step policy: NaN/Inf and loss spikes flagged, skip / rollback / stop 
   t.nonfinite = "stop";
   StepPolicy s(t);
   CHECK(s.judge(1.0, std::nan("")).action == StepAction::Stop);
+}
+
+TEST_CASE("step policy: a slow exponential blow-up is flagged before the loss passes its ceiling", "[ops][policy]") {
+  // 60 healthy steps, then loss and gradient norm grow 3% a step: a mean and
+  // standard deviation over the window follow them up; the ceiling
+  // (3 ln 256 = 16.6) and the median-based z-score do not.
+  TrainConfig t;
+  StepPolicy p(t, 256);
+  std::mt19937 g(5);
+  std::normal_distribution<double> noise(0, 0.3);
+  for (int i = 0; i < 60; ++i) REQUIRE(p.judge(5.0 + noise(g), 1.0 + 0.1 * noise(g)).flag == StepFlag::Healthy);
+  double loss = 5.0, norm = 1.0;
+  StepVerdict v;
+  int k = 0;
+  for (; k < 200; ++k) {
+    loss *= 1.03;
+    norm *= 1.03;
+    v = p.judge(loss, norm);
+    if (v.flag != StepFlag::Healthy) break;
+  }
+  std::printf("[policy] 3%%/step blow-up from 5.0: flagged after %d steps at loss %.3g, norm %.3g: %s\n", k + 1,
+              loss, norm, v.why.c_str());
+  CHECK(v.flag != StepFlag::Healthy);
+  CHECK(loss <= 3 * std::log(256.0) * 1.03);
+  // From the first step on, with no history: the ceilings.
+  StepPolicy q(t, 256);
+  CHECK(q.judge(1.7e13, 4e32).flag == StepFlag::Ceiling);
+  StepPolicy r(t, 256);
+  CHECK(r.judge(5.5, 2e4).flag == StepFlag::Ceiling);  // train.grad_norm_ceiling 1e4
+  CHECK(r.judge(5.5, 3.0).flag == StepFlag::Healthy);
+  // Ceilings off: a loss of 1e3 at the first step passes (nothing to compare with).
+  t.loss_ceiling = -1;
+  t.grad_norm_ceiling = 0;
+  StepPolicy off(t, 256);
+  CHECK(off.judge(1e3, 1e5).flag == StepFlag::Healthy);
+}
+
+namespace {
+// The loss the run printed for `step` (its progress or log line), or NaN.
+double printed_loss(const std::string& out, int64_t step) {
+  const std::string key = "step " + std::to_string(step) + "/";
+  for (size_t k = out.find("step "); k != std::string::npos; k = out.find("step ", k + 1)) {
+    size_t j = k + 5;
+    while (j < out.size() && out[j] == ' ') ++j;
+    if (out.compare(j, key.size() - 5, key.substr(5)) != 0) continue;
+    const size_t l = out.find("| loss ", j);
+    if (l == std::string::npos) break;
+    return std::strtod(out.c_str() + l + 7, nullptr);
+  }
+  return std::nan("");
+}
+}  // namespace
+
+TEST_CASE("a huge learning rate never leaves an exploded checkpoint (lr 1e6 and lr 50)", "[ops][policy][e2e]") {
+  // Saves are due at every step, the worst case: an update can explode the
+  // weights while its own step looked fine, so a snapshot is only written
+  // once the next step has run healthy on it. Every checkpoint left must
+  // resume to a sane loss (below the ceiling 3 ln 256 = 16.6).
+  const Setup s = e2e::make_setup("ops", "huge_lr", kLlama);
+  for (const char* lr : {"1e6", "50"}) {
+    const std::string dir = (s.dir / (std::string("lr") + lr)).string();
+    std::string out;
+    std::vector<int> codes;
+    e2e::run_by_hand(s.cfg, 1, dir, &out,
+                     std::string("--set optim.lr=") + lr +
+                         " --set optim.warmup_steps=0 --set train.grad_clip=0 --set checkpoint.interval=1 "
+                         "--set checkpoint.keep_last=100 --set log.interval=1",
+                     &codes);
+    INFO("lr " << lr << ": " << e2e::tail(out));
+    REQUIRE(codes.size() == 1);
+    CHECK((codes[0] == 0 || codes[0] == kStoppedByPolicyExitCode));
+    int checked = 0;
+    const fs::path root = fs::path(dir) / "ckpt";
+    for (const auto& e : fs::exists(root) ? fs::directory_iterator(root) : fs::directory_iterator()) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step_", 0) != 0 || name.find('.') != std::string::npos) continue;
+      const int64_t step = std::stoll(name.substr(5));
+      if (step >= 20) continue;  // the last step's save is the run's end, judged by that step
+      std::string again;
+      const std::string resumed = dir + "_from_" + name;
+      e2e::run_by_hand(s.cfg, 1, resumed, &again,
+                       "--set checkpoint.resume=" + e.path().string() + " --set optim.lr=1e-4 --set train.steps=" +
+                           std::to_string(step + 1) + " --set checkpoint.interval=0 --set log.interval=1");
+      const double l = printed_loss(again, step + 1);
+      std::printf("[policy] lr %s: %s resumes at loss %.4g\n", lr, name.c_str(), l);
+      CHECK(std::isfinite(l));
+      CHECK(l < 3 * std::log(256.0));
+      ++checked;
+    }
+    std::printf("[policy] lr %s: exit %d, %d checkpoints before the last step, every one sane\n", lr, codes[0], checked);
+  }
+  fs::remove_all(s.dir);
 }
 
 TEST_CASE("a NaN in one rank's gradient skips the step on every rank, rollback and stop", "[ops][policy][e2e]") {

@@ -67,6 +67,8 @@ void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_
   sm.tokens = s.tokens;
   window.applied_step(sm, s.tokens_per_step(), is_log_step(cfg, step, s.end_step),
                       std::sqrt(s.models->local_grad_sum_squares()) / r.loss_scale);
+  // This step ran on the state the held snapshot holds, and was applied.
+  if (s.saver->holding()) window.as_checkpoint([&] { s.saver->confirm(true, false, summary); });
   if (s.saver->due(step, last))
     window.as_checkpoint([&] { s.saver->maybe_save(*s.models, step, s.tokens, s.data_offset, last, summary); });
   // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
@@ -176,8 +178,11 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   try {
     for (int64_t step = s.start_step; step < s.end_step && !runner.preempt();) {
       const StepResult r = runner.run(step);
+      if (r.outcome == StepOutcome::Applied)
+        after_applied(s, window, summary, step + 1, r, runner.loss_scaling());
+      else  // a flagged, rolled back or diverged step drops a held snapshot; an overflow keeps it
+        s.saver->confirm(false, r.outcome != StepOutcome::OverflowSkipped, summary);
       if (r.outcome == StepOutcome::Diverged) break;
-      if (r.outcome == StepOutcome::Applied) after_applied(s, window, summary, step + 1, r, runner.loss_scaling());
       step = r.next_step;
     }
     finish_loop(s, window, runner, summary);

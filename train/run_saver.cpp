@@ -27,7 +27,7 @@ bool RunSaver::maybe_save(StageModels& models, int64_t step, int64_t tokens, int
                           TrainSummary& summary) {
   if (!due(step, last)) return false;
   owed_ = false;
-  save(models, step, tokens, data_offset, true, summary);
+  save(models, step, tokens, data_offset, true, !last, summary);
   return true;
 }
 
@@ -35,24 +35,56 @@ void RunSaver::owe(int64_t step) {
   if (at_interval(step)) owed_ = true;
 }
 
+bool RunSaver::confirm(bool applied, bool flagged, TrainSummary& summary) {
+  if (!held_) return false;
+  if (flagged) {
+    if (!quiet_)
+      std::printf("checkpoint: the snapshot of step %lld is dropped: the step run on its state was flagged\n",
+                  (long long)held_->snap.meta.step);
+    held_.reset();
+    return false;
+  }
+  if (!applied) return false;
+  Held h = std::move(*held_);
+  held_.reset();
+  write(std::move(h), summary);
+  return true;
+}
+
 void RunSaver::save_on_exit(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset,
                             TrainSummary& summary) {
   if (!summary.checkpoints.empty() && summary.checkpoints.back() == root_ + "/" + checkpoint_dir_name(step)) return;
-  save(models, step, tokens, data_offset, false, summary);
+  if (held_ && held_->snap.meta.step == step) {  // this step's interval snapshot: no step will confirm it now
+    Held h = std::move(*held_);
+    held_.reset();
+    h.announce = false;
+    write(std::move(h), summary);
+    return;
+  }
+  save(models, step, tokens, data_offset, false, false, summary);
 }
 
-bool RunSaver::save(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset, bool announce,
+void RunSaver::save(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset, bool announce, bool hold,
                     TrainSummary& summary) {
   if (watchdog_) watchdog_->progress(step, "checkpoint");
   const auto c0 = std::chrono::steady_clock::now();
-  Snapshot snap = take_snapshot(cfg_, models.states(), step, tokens, rank_, world_size_);
-  snap.meta.data_offset = data_offset;
-  const double snap_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-  const std::string name = root_ + "/" + checkpoint_dir_name(step);
-  const bool started = writer_.save(std::move(snap));  // [ckpt-integrity] false: failed, on_save_error=continue
+  Held h;
+  h.snap = take_snapshot(cfg_, models.states(), step, tokens, rank_, world_size_);
+  h.snap.meta.data_offset = data_offset;
+  h.snap_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  h.announce = announce;
+  if (hold)
+    held_ = std::move(h);
+  else
+    write(std::move(h), summary);
+}
+
+bool RunSaver::write(Held h, TrainSummary& summary) {
+  const std::string name = root_ + "/" + checkpoint_dir_name(h.snap.meta.step);
+  const bool started = writer_.save(std::move(h.snap));  // [ckpt-integrity] false: failed, on_save_error=continue
   if (started) summary.checkpoints.push_back(name);
-  if (started && announce && !quiet_)
-    std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), snap_ms,
+  if (started && h.announce && !quiet_)
+    std::printf("checkpoint: %s snapshot taken in %.1f ms, %s\n", name.c_str(), h.snap_ms,
                 cfg_.checkpoint.async ? "writing in the background while training continues" : "written");
   return started;
 }

@@ -1,12 +1,20 @@
 // When a run saves its state, and the one way it does: the interval's save
 // after an applied step (the last step's too), the save a flagged step owes
 // (it never writes: the next healthy step does), and the save on the way
-// out of a preempted run. Every rank writes its shard through the
+// out of a preempted run.
+//
+// A state is only known to be healthy once the next step has run on it: an
+// update with a huge learning rate can explode the weights while the step
+// that made it looked fine. So the interval's snapshot is held until the
+// next step's verdict (`confirm`): written when that step is applied,
+// dropped when it is flagged or rolled back. The last step's and the
+// preemption's saves are written at once (no step follows them). Every rank writes its shard through the
 // CheckpointSaver (train/checkpoint_saver.h: checkpoint.on_save_error);
 // rank 0 adds the manifest once all are in.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "config/config.h"
@@ -31,6 +39,12 @@ class RunSaver {
                   TrainSummary& summary);
   // A flagged step at the interval: the next healthy step saves instead.
   void owe(int64_t step);
+  // The verdict on the state the held snapshot holds: the step run on it
+  // was applied (write it), or flagged / rolled back (drop it). An overflow
+  // under loss scaling says nothing of the state: the snapshot stays held.
+  // True when something was written.
+  bool confirm(bool applied, bool flagged, TrainSummary& summary);
+  bool holding() const { return held_.has_value(); }
   // A preempted run's last state, unless that step is saved already.
   void save_on_exit(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset, TrainSummary& summary);
 
@@ -39,9 +53,16 @@ class RunSaver {
 
  private:
   bool at_interval(int64_t step) const { return interval_ > 0 && step % interval_ == 0; }
-  // The one snapshot-and-save path; false when the save did not start.
-  bool save(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset, bool announce,
+  // The one snapshot-and-save path: take it, then write it now or hold it.
+  void save(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset, bool announce, bool hold,
             TrainSummary& summary);
+  struct Held {
+    Snapshot snap;
+    double snap_ms = 0;
+    bool announce = false;
+  };
+  // False when the save did not start (on_save_error=continue).
+  bool write(Held h, TrainSummary& summary);
 
   const Config& cfg_;
   std::string root_;
@@ -50,6 +71,7 @@ class RunSaver {
   int64_t interval_ = 0;
   Watchdog* watchdog_ = nullptr;
   bool owed_ = false;
+  std::optional<Held> held_;
   CheckpointSaver writer_;
 };
 

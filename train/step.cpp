@@ -38,7 +38,7 @@ StepRunner::StepRunner(Session& s, StepWindow& window, TrainSummary& summary)
       sched_{s.cfg.optim.schedule, s.cfg.optim.lr, s.cfg.optim.min_lr, s.cfg.optim.warmup_steps,
              s.cfg.optim.decay_steps > 0 ? s.cfg.optim.decay_steps : s.cfg.train.steps},
       scaler_(loss_scaling_on(s.cfg, s.storage), s.cfg.train.initial_loss_scale, s.cfg.train.loss_scale_window),
-      policy_(s.cfg.train),
+      policy_(s.cfg.train, s.cfg.model.vocab_size),
       hooks_(test_hooks_for(s.opt.launch.rank)),
       global_params_(single_plan(s.dims, s.cfg.model.init_std).params),
       completed_(s.start_step) {}

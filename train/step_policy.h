@@ -1,8 +1,16 @@
 // Whether a step's update may be applied (docs/ARCHITECTURE.md "Steps that
-// go wrong"): a NaN/Inf loss or global gradient norm, or a loss spike (its
-// z-score against the last healthy steps above train.spike_zscore), flags
-// the step. Every rank judges the same all-reduced loss and norm, so every
-// rank reaches the same verdict without a collective.
+// go wrong"). Flagged are:
+//   - a NaN/Inf loss or global gradient norm;
+//   - from the first step on, a loss above train.loss_ceiling (3 ln(vocab)
+//     by default: three times a uniform guess) or a gradient norm above
+//     train.grad_norm_ceiling: an exploded model that is still finite;
+//   - a spike: a loss or gradient norm more than train.spike_zscore robust
+//     standard deviations (1.4826 x the median absolute deviation, with a
+//     floor) above the median of the last healthy steps. The median and MAD
+//     are not dragged along by a few large values as a mean and standard
+//     deviation are.
+// Every rank judges the same all-reduced loss and norm, so every rank
+// reaches the same verdict without a collective.
 //
 //   train.nonfinite = skip      skip the update, up to nonfinite_limit
 //                               flagged steps in a row; one more: stop
@@ -30,7 +38,7 @@ struct StepPolicyStop : std::runtime_error {
 };
 inline constexpr int kStoppedByPolicyExitCode = 4;
 
-enum class StepFlag { Healthy, NonFinite, Spike };
+enum class StepFlag { Healthy, NonFinite, Ceiling, Spike };
 enum class StepAction { Apply, Skip, Rollback, Stop };
 
 // "loss NaN", "gradient norm inf", "loss spike: 9.1 is 14.2 standard deviations above ..."
@@ -43,8 +51,9 @@ struct StepVerdict {
 
 class StepPolicy {
  public:
-  explicit StepPolicy(const TrainConfig& t);
-  // Judges one step and, when healthy, adds its loss to the window.
+  // vocab_size: what the default loss ceiling is of (0: no default ceiling).
+  explicit StepPolicy(const TrainConfig& t, int64_t vocab_size = 0);
+  // Judges one step and, when healthy, adds its loss and norm to the window.
   StepVerdict judge(double loss, double grad_norm);
   // A step flagged from outside (test hook), counted like a non-finite one.
   StepVerdict flag(const std::string& why);
@@ -57,7 +66,9 @@ class StepPolicy {
   int64_t limit_;
   double zmax_;
   size_t window_;
-  std::deque<double> losses_;
+  double loss_ceiling_ = 0, norm_ceiling_ = 0;  // 0: none
+  std::deque<double> losses_, norms_;
+  std::string spike(const char* what, double x, const std::deque<double>& history, double floor_share) const;
   int64_t in_a_row_ = 0;
   StepVerdict act(StepVerdict v);
 };
