@@ -26,7 +26,7 @@ constexpr std::uintmax_t kMaxRecordBytes = 1 << 16;
 // The path is left out: the record was found through it already, and the
 // same file named from another working directory is still the same file.
 bool same(const FileStamp& a, const FileStamp& b) {
-  return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode;
+  return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode && a.sample == b.sample;
 }
 
 template <class T>
@@ -89,7 +89,9 @@ std::string format_scan_record(const ScanRecord& rec) {
      << "tokens " << rec.tokens << "\n"
      << "min " << rec.range.min << "\n"
      << "max " << rec.range.max << "\n";
-  for (const FileStamp& f : rec.files) os << "file " << f.size << " " << f.mtime_ns << " " << f.inode << " " << f.path << "\n";
+  for (const FileStamp& f : rec.files)
+    os << "file " << f.size << " " << f.mtime_ns << " " << f.inode << " " << f.path << "\n"
+       << "sample " << hex64(f.sample) << "\n";
   return os.str();
 }
 
@@ -99,6 +101,7 @@ std::optional<ScanRecord> parse_scan_record(const std::string& text) {
   if (!std::getline(in, line) || line != kHeader) return std::nullopt;
   ScanRecord r;
   bool has_format = false, has_tokens = false, has_min = false, has_max = false;
+  std::vector<bool> has_sample;
   while (std::getline(in, line)) {
     const size_t sp = line.find(' ');
     if (sp == std::string::npos) return std::nullopt;
@@ -122,11 +125,22 @@ std::optional<ScanRecord> parse_scan_record(const std::string& text) {
         return std::nullopt;
       f.path = rest.substr(c + 1);
       r.files.push_back(std::move(f));
+      has_sample.push_back(false);
+    } else if (key == "sample") {
+      // The fingerprint of the file line before it (a record without one,
+      // written before fingerprints, is not trusted).
+      if (r.files.empty() || has_sample.back() || rest.size() != 16) return std::nullopt;
+      char* end = nullptr;
+      r.files.back().sample = std::strtoull(rest.c_str(), &end, 16);
+      if (end != rest.c_str() + rest.size()) return std::nullopt;
+      has_sample.back() = true;
     } else {
       return std::nullopt;
     }
   }
   if (!has_format || !has_tokens || !has_min || !has_max || r.files.empty()) return std::nullopt;
+  for (bool b : has_sample)
+    if (!b) return std::nullopt;
   return r;
 }
 

@@ -1,6 +1,8 @@
 // Where the start-up token scan (data/token_scan.h) remembers its result:
 // a small text file, valid only while every file the source reads has the
-// size, mtime (nanoseconds) and inode it had when scanned.
+// size, mtime (nanoseconds), inode and sampled content fingerprint
+// (data/content_sample.h: an in-place edit with the mtime put back) it had
+// when scanned.
 //
 //   trainer token scan 1
 //   format raw uint16
@@ -8,8 +10,10 @@
 //   min 0
 //   max 255
 //   file 2097152 1732870000123456789 131 /data/web/shard_000.bin
+//   sample 9f0c2a4d61e7b3a8
 //
-// (one `file` line per file the source reads: size, mtime_ns, inode, path.)
+// (one `file` line per file the source reads: size, mtime_ns, inode, path;
+// each followed by its `sample` fingerprint.)
 //
 // Locations, in order: PATH.scan next to the data file (PATH is the .bin of
 // a Megatron dataset), else, when that directory cannot be written,

@@ -1,5 +1,7 @@
 #include "data/token_file.h"
 
+#include "data/content_sample.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -69,7 +71,9 @@ TokenRange TokenSource::min_max(int64_t start, int64_t n) const {
   return r;
 }
 
-FileStamp stamp_of(const MappedFile& f) { return FileStamp{f.path(), f.size(), f.mtime_ns(), f.inode()}; }
+FileStamp stamp_of(const MappedFile& f) {
+  return FileStamp{f.path(), f.size(), f.mtime_ns(), f.inode(), content_sample(f.data(), f.size())};
+}
 
 namespace {
 

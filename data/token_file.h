@@ -46,6 +46,7 @@ struct FileStamp {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint64_t inode = 0;
+  uint64_t sample = 0;  // data/content_sample.h: sampled blocks of the bytes
 };
 FileStamp stamp_of(const MappedFile& f);
 

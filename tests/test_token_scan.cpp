@@ -257,6 +257,46 @@ TEST_CASE("token scan: the result is cached next to the file, reused, and redone
   }
 }
 
+TEST_CASE("token scan: an in-place edit with the mtime put back is rescanned, not trusted", "[data][scan]") {
+  TempDir d("inplace");
+  // A small file (hashed whole) and a large one (sampled blocks): the edit
+  // lands in the large file's first block, which every sample includes.
+  for (const size_t n : {size_t(50000), size_t(3000000)}) {
+    INFO(n << " tokens");
+    const std::string f = d / ("tokens" + std::to_string(n) + ".bin");
+    auto t = ramp<uint16_t>(n);
+    write_tokens(f, t);
+    set_mtime(f, 1'200'000'000);
+    const int64_t s0 = token_scans_run();
+    { BatchSampler a({f}, "uint16", 32, 256, 1, "train"); }
+    REQUIRE(token_scans_run() == s0 + 1);
+    {
+      BatchSampler b({f}, "uint16", 32, 256, 1, "train");  // unchanged: the cache serves it
+      CHECK(token_scans_run() == s0 + 1);
+      CHECK(b.entries()[0].cached == 1);
+    }
+    struct stat before {};
+    REQUIRE(::stat(f.c_str(), &before) == 0);
+    t[100] = 300;  // out of range, written over in place: same size, same inode
+    {
+      std::fstream io(f, std::ios::binary | std::ios::in | std::ios::out);
+      io.seekp(std::streamoff(100 * sizeof(uint16_t)));
+      io.write(reinterpret_cast<const char*>(&t[100]), sizeof(uint16_t));
+    }
+    set_mtime(f, 1'200'000'000);  // as touch -r or rsync -t would leave it
+    struct stat after {};
+    REQUIRE(::stat(f.c_str(), &after) == 0);
+    REQUIRE(after.st_ino == before.st_ino);
+    REQUIRE(after.st_size == before.st_size);
+    REQUIRE(after.st_mtim.tv_sec == before.st_mtim.tv_sec);
+    REQUIRE(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    const std::string e = error_of([&] { BatchSampler({f}, "uint16", 32, 256, 1, "train"); });
+    std::printf("[scan cache] in-place edit, mtime restored (%zu tokens): %s\n", n, e.c_str());
+    CHECK_THAT(e, Contains("token 300") && Contains("token index 100"));
+    CHECK(token_scans_run() > s0 + 1);
+  }
+}
+
 TEST_CASE("token scan: an unwritable data directory falls back to the cache dir, then to no cache", "[data][scan]") {
   TempDir d("fallback");
   EnvGuard xdg("XDG_CACHE_HOME");
