@@ -54,6 +54,25 @@ struct ShardTensor {
   std::vector<char> data;           // slice.numel() elements in the box's row-major order
 };
 
+// Which run wrote a checkpoint (train/run_identity.h computes it): hex
+// fingerprints of the model's architecture and of the training data, and
+// `id` over those and the seed. `lineage` holds the ids of the runs this one
+// continued on purpose (checkpoint.load_foreign), so their checkpoints in the
+// same root still count as its own. All empty in manifests written before
+// identities were recorded: unknown, and never judged foreign.
+struct RunIdentity {
+  std::string id, model, data;
+  std::vector<std::string> lineage;
+  bool known() const { return !id.empty(); }
+};
+
+// What the step policy (train/step_policy.h) knew of the saved state.
+// "healthy": the step run on this state was judged healthy before it was
+// written (an interval's save); "unconfirmed": no step has run on it yet (the
+// last step's or a preemption's save); "" in older manifests.
+inline constexpr const char* kVerdictHealthy = "healthy";
+inline constexpr const char* kVerdictUnconfirmed = "unconfirmed";
+
 struct CheckpointMeta {
   int64_t step = 0;                 // optimizer steps completed
   int64_t tokens = 0;               // tokens consumed
@@ -65,6 +84,8 @@ struct CheckpointMeta {
   // Steps of data skipped by rollbacks (train/step_policy.h): step s reads
   // the batch of data step s + data_offset. Absent in older manifests: 0.
   int64_t data_offset = 0;
+  RunIdentity identity;
+  std::string verdict;              // kVerdictHealthy, kVerdictUnconfirmed or "" (unknown)
 };
 
 struct Snapshot {
@@ -181,8 +202,28 @@ using ResumeAgreement = std::function<int64_t(const std::string& dir, bool loade
 // there are some but none loads this throws, on every rank, naming each and
 // why (starting over is never implicit: checkpoint.resume=none). A path must
 // load or this throws, on every rank.
+// `pass_over` (auto only) reads each candidate's manifest first and skips,
+// without loading, one it gives a reason for (they count as not loadable).
+using ResumeFilter = std::function<std::string(const CheckpointMeta&)>;
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
-                                               const SliceFilter& want = {}, const ResumeAgreement& agree = {});
+                                               const SliceFilter& want = {}, const ResumeAgreement& agree = {},
+                                               const ResumeFilter& pass_over = {});
+
+// The manifest of a checkpoint directory, verified (its own checksum, every
+// field) without reading the rank files. Throws like load_checkpoint.
+CheckpointMeta read_checkpoint_meta(const std::string& dir);
+
+// The complete-looking step directories of a root (a manifest present),
+// newest first, and the step `latest` names (nullopt: none or unreadable).
+std::vector<std::pair<int64_t, std::string>> step_directories(const std::string& root);
+std::optional<int64_t> latest_step(const std::string& root);
+
+// Moves the step directories of `root` above `step` out of the way
+// (step_N -> step_N.superseded, which no reader considers and pruning leaves
+// alone): they belong to a timeline this run left (it resumed from an older
+// step, or started over), and `auto` would otherwise prefer them after a
+// crash. Returns the new names; failures throw naming the directory.
+std::vector<std::string> set_aside_newer(const std::string& root, int64_t step);
 
 // Human-readable summary for `trainer inspect DIR`.
 std::string describe_checkpoint(const std::string& dir);

@@ -14,8 +14,8 @@ namespace trainer::ckpt_detail {
 // 2: pieces in global terms (real N-d global shape, box, flat range); 1 saved
 // a ZeRO piece flattened, without its tensor's shape.
 constexpr int64_t kFormatVersion = 3;
-// The one older version still read (with a warning: nothing checks the
-// manifest itself).
+// The version before manifests were sealed: recognised only to be refused
+// with its own message (a downgrade would hide a damaged manifest).
 constexpr int64_t kUnsealedFormatVersion = 2;
 constexpr const char* kFormatName = "trainer-checkpoint";
 constexpr const char* kManifestName = "manifest.json";
@@ -27,6 +27,9 @@ constexpr const char* kReplacedSuffix = ".replaced";
 // An old checkpoint on its way out (keep_last): renamed to this first, so a
 // kill while its files are deleted leaves nothing that looks like a checkpoint.
 constexpr const char* kDeletingSuffix = ".deleting";
+// A checkpoint of a timeline the run left (set_aside_newer): kept for the
+// user, never loaded or pruned.
+constexpr const char* kSupersededSuffix = ".superseded";
 
 // "step_00001000" -> 1000; nullopt for anything else (".partial" included).
 std::optional<int64_t> parse_step_dir_name(std::string_view name);

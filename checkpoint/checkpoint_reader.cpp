@@ -99,25 +99,24 @@ Manifest read_manifest(const fs::path& dir) {
     field = "format_version";
     m.format_version = json::as_int64(json::at(root, "format_version"));
     if (m.format_version == 1)
-      throw std::runtime_error(m.path + ": format_version 1 is not supported: this build reads versions " +
-                               std::to_string(kUnsealedFormatVersion) + " and " + std::to_string(kFormatVersion) +
-                               " (pieces as box + flat range of the real global shape); version 1 stored ZeRO "
+      throw std::runtime_error(m.path + ": format_version 1 is not supported: this build reads version " +
+                               std::to_string(kFormatVersion) + " (pieces as box + flat range of the real global shape); version 1 stored ZeRO "
                                "pieces flattened, without their tensor's shape, so it cannot be mapped onto one. "
                                "Resume it with the build that wrote it, or start a new run");
     if (m.format_version != kFormatVersion && m.format_version != kUnsealedFormatVersion)
       throw std::runtime_error(m.path + ": format_version " + std::to_string(m.format_version) +
-                               " is not supported (this build reads versions " +
-                               std::to_string(kUnsealedFormatVersion) + " and " + std::to_string(kFormatVersion) + ")");
+                               " is not supported (this build reads version " + std::to_string(kFormatVersion) + ")");
     if (sum.state == ManifestChecksum::State::Valid) {
       m.checksum = "crc32c " + sum.stored + " ok";
     } else if (m.format_version == kUnsealedFormatVersion) {
-      // Written by a build before manifests had checksums: accepted so that a
-      // long run survives the upgrade, with a warning; the rank files are
-      // still verified, and the run's next save writes a sealed manifest.
-      m.checksum = "none (format version 2, written before manifests had a checksum)";
-      std::cerr << "checkpoint: warning: " << m.path << " has no checksum of its own (format version "
-                << kUnsealedFormatVersion << ", written by an older build): its step, tokens, optimizer step, "
-                << "config and tensor names cannot be verified; the rank files still are\n";
+      // Nothing can tell a version 2 manifest from a version 3 one whose
+      // checksum was cut off and its version edited: a downgrade is how a
+      // damaged or tampered manifest would look, so it is refused.
+      throw corrupt(m.path, "format_version " + std::to_string(kUnsealedFormatVersion) +
+                                " manifest without a checksum of its own: its step, tokens, optimizer step, "
+                                "config and tensor names cannot be verified, and a sealed manifest edited down to "
+                                "this version would look the same. Resume it once with an older build that accepts it "
+                                "and let that run save (it writes sealed manifests), or start a new run");
     } else {
       throw corrupt(m.path, std::string("format_version ") + std::to_string(m.format_version) +
                                 " manifests end with their checksum (\"" + kManifestChecksumKey +
@@ -143,6 +142,21 @@ Manifest read_manifest(const fs::path& dir) {
     m.meta.config_yaml = json::as_string(json::at(root, "config_yaml"));
     field = "created";
     m.created = json::as_string(json::at(root, "created"));
+    field = "run_identity";
+    if (const json::Value* id = json::find(root, "run_identity")) {
+      m.meta.identity.id = json::as_string(json::at(*id, "id"));
+      m.meta.identity.model = json::as_string(json::at(*id, "model"));
+      m.meta.identity.data = json::as_string(json::at(*id, "data"));
+      for (const auto& l : json::as_array(json::at(*id, "lineage"))) m.meta.identity.lineage.push_back(json::as_string(l));
+      if (m.meta.identity.id.empty()) throw json::TypeError("empty id");
+    }
+    field = "verdict";
+    if (const json::Value* v = json::find(root, "verdict")) {
+      m.meta.verdict = json::as_string(*v);
+      if (m.meta.verdict != kVerdictHealthy && m.meta.verdict != kVerdictUnconfirmed)
+        throw json::TypeError("\"" + m.meta.verdict + "\" is neither \"" + kVerdictHealthy + "\" nor \"" +
+                              kVerdictUnconfirmed + "\"");
+    }
 
     std::set<std::string> file_names;
     for (const auto& [name, f] : json::as_object(json::at(root, "files")).items()) {
@@ -315,14 +329,12 @@ std::vector<std::string> resume_candidates(const std::string& root_str, const st
       if (auto step = parse_step_dir_name(name); step && it->is_directory()) candidates.emplace_back(*step, name);
     }
     if (ec) throw std::runtime_error(root.string() + ": cannot list: " + ec.message());
+    // Newest first. `latest` is only the writer's last word: a kill between
+    // publishing a step and replacing `latest` leaves it naming the one
+    // before, and a newer complete checkpoint is never passed over for it (a
+    // run that resumes from further back sets the newer ones aside:
+    // set_aside_newer).
     std::sort(candidates.begin(), candidates.end(), std::greater<>());
-    // `latest` is the writer's last word and wins over a higher step left by
-    // an earlier run that was later resumed from further back; but it is only
-    // a hint: if what it names does not load, the scan continues.
-    if (auto latest = read_latest(root)) {
-      auto it = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) { return c.second == *latest; });
-      if (it != candidates.end()) std::rotate(candidates.begin(), it, it + 1);
-    }
     std::vector<std::string> out;
     for (const auto& c : candidates) out.push_back((root / c.second).string());
     return out;
@@ -352,10 +364,23 @@ std::string checkpoint_directory(const std::string& path, const std::string& key
 }
 
 std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const std::string& mode,
-                                               const SliceFilter& want, const ResumeAgreement& agree) {
+                                               const SliceFilter& want, const ResumeAgreement& agree,
+                                               const ResumeFilter& pass_over) {
   const std::vector<std::string> candidates = resume_candidates(root, mode);
   std::string refused;  // "  DIR: why" per candidate that did not load
   for (const std::string& dir : candidates) {
+    if (pass_over && mode == "auto") {
+      std::string why;
+      try {
+        why = pass_over(read_manifest(strip_trailing_slash(dir)).meta);
+      } catch (const std::exception&) {
+        // A manifest that does not read is reported by the load below.
+      }
+      if (!why.empty()) {
+        refused += "\n  " + dir + ": passed over: " + why;
+        continue;
+      }
+    }
     std::optional<LoadedCheckpoint> ck;
     std::string error;
     try {
@@ -383,6 +408,28 @@ std::optional<LoadedCheckpoint> resolve_resume(const std::string& root, const st
   return std::nullopt;
 }
 
+CheckpointMeta read_checkpoint_meta(const std::string& dir) { return read_manifest(strip_trailing_slash(dir)).meta; }
+
+std::vector<std::pair<int64_t, std::string>> step_directories(const std::string& root_str) {
+  const fs::path root = strip_trailing_slash(root_str);
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto step = parse_step_dir_name(it->path().filename().string());
+    if (step && it->is_directory() && fs::exists(it->path() / kManifestName)) out.emplace_back(*step, it->path().string());
+  }
+  if (ec) throw std::runtime_error(root.string() + ": cannot list: " + ec.message());
+  std::sort(out.begin(), out.end(), std::greater<>());
+  return out;
+}
+
+std::optional<int64_t> latest_step(const std::string& root) {
+  const auto name = read_latest(strip_trailing_slash(root));
+  if (!name) return std::nullopt;
+  return parse_step_dir_name(*name);
+}
+
 std::string describe_checkpoint(const std::string& dir_str) {
   const fs::path dir = strip_trailing_slash(dir_str);
   const Manifest m = read_manifest(dir);
@@ -395,6 +442,11 @@ std::string describe_checkpoint(const std::string& dir_str) {
   o << "  format version " << m.format_version << ", created " << m.created << ", config "
     << std::count(m.meta.config_yaml.begin(), m.meta.config_yaml.end(), '\n') << " lines\n";
   o << "  manifest checksum " << m.checksum << "\n";
+  o << "  verdict " << (m.meta.verdict.empty() ? "(not recorded)" : m.meta.verdict) << ", run identity "
+    << (m.meta.identity.known() ? m.meta.identity.id + " (model " + m.meta.identity.model + ", data " +
+                                      m.meta.identity.data + ")"
+                                : "(not recorded)")
+    << "\n";
 
   bool all_ok = true;
   o << "files:\n";

@@ -188,6 +188,17 @@ json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankRep
   m["data_offset"] = meta.data_offset;
   m["world_size"] = meta.world_size;
   m["layout"] = meta.layout;
+  if (meta.identity.known()) {
+    json::Value id = json::Value::object();
+    id["id"] = meta.identity.id;
+    id["model"] = meta.identity.model;
+    id["data"] = meta.identity.data;
+    json::Value lineage = json::Value::array();
+    for (const std::string& l : meta.identity.lineage) lineage.push_back(l);
+    id["lineage"] = std::move(lineage);
+    m["run_identity"] = std::move(id);
+  }
+  if (!meta.verdict.empty()) m["verdict"] = meta.verdict;
   m["created"] = utc_now_iso8601();
   m["files"] = std::move(files);
   m["tensors"] = std::move(tensors);
@@ -472,6 +483,22 @@ bool CheckpointWriter::busy() const { return impl_->running.load(); }
 std::string CheckpointWriter::last_completed() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->last_completed;
+}
+
+std::vector<std::string> set_aside_newer(const std::string& root, int64_t step) {
+  std::vector<std::string> moved;
+  for (const auto& [s, dir] : step_directories(root)) {
+    if (s <= step) continue;
+    std::string aside = dir + ckpt_detail::kSupersededSuffix;
+    std::error_code ec;
+    for (int k = 2; fs::exists(fs::symlink_status(aside, ec)); ++k)  // an earlier abandoned timeline's
+      aside = dir + ckpt_detail::kSupersededSuffix + "-" + std::to_string(k);
+    fs::rename(dir, aside, ec);
+    if (ec) throw std::runtime_error("cannot set " + dir + " aside as " + aside + ": " + ec.message());
+    moved.push_back(aside);
+  }
+  if (!moved.empty()) ckpt_detail::fsync_path(root, true);
+  return moved;
 }
 
 }  // namespace trainer

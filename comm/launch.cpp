@@ -3,6 +3,8 @@
 // hang in the first collective, which is far harder to trace back.
 #include "comm/launch.h"
 
+#include "core/fnv1a.h"
+
 #include <charconv>
 #include <cstdint>
 #include <initializer_list>
@@ -401,13 +403,7 @@ std::vector<int> parse_tasks_per_node(const std::string& text) {
 
 int port_from_job_id(const std::string& job_id) {
   if (auto v = parse_int(job_id); v && *v >= 0) return int(20000 + *v % 40000);
-  // FNV-1a: stable across compilers and runs, unlike std::hash.
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : job_id) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return int(20000 + h % 40000);
+  return int(20000 + fnv1a(job_id) % 40000);
 }
 
 std::string LaunchInfo::describe() const {

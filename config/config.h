@@ -138,6 +138,8 @@ struct CheckpointConfig {
   // A save that fails (disk full, read-only, permissions): stop ends the run
   // with exit 1; continue logs it and tries again at the next interval.
   std::string on_save_error = "stop";  // stop | continue
+  // Resume and write among checkpoints another run wrote (train/run_identity.h).
+  bool load_foreign = false;
 };
 
 struct LogConfig {

@@ -240,12 +240,16 @@ std::vector<KeySpec> build_schema() {
           .at_least(1).aka("keep save_total_limit keep_last_n"),
       Row("checkpoint.async", FIELD(checkpoint.async), "write checkpoints in a background thread")
           .aka("async_save"),
-      Row("checkpoint.resume", FIELD(checkpoint.resume), "none, auto (latest in checkpoint.dir) or a checkpoint path")
+      Row("checkpoint.resume", FIELD(checkpoint.resume), "none, auto (the newest complete checkpoint in checkpoint.dir) or a checkpoint path")
           .or_path("none|auto").aka("resume_from load init_from resume_from_checkpoint"),
       Row("checkpoint.on_save_error", FIELD(checkpoint.on_save_error),
           "a failed save (disk full, read-only, permissions): stop the run (exit 1) or log it and continue, "
           "trying again at the next interval")
           .one_of("stop|continue").aka("save_error on_save_failure"),
+      Row("checkpoint.load_foreign", FIELD(checkpoint.load_foreign),
+          "resume and save among checkpoints another run wrote (another seed, model or training data); "
+          "false: such a checkpoint.dir stops the run at start-up")
+          .aka("allow_foreign"),
 
       Row("log.interval", FIELD(log.interval), "print a log line every N steps").at_least(1)
           .aka("log_interval every log_every"),

@@ -1,17 +1,11 @@
 #include "data/content_sample.h"
 
+#include "core/fnv1a.h"
+
 namespace trainer {
 
-namespace {
-// FNV-1a over a byte range, continuing from h.
-uint64_t fnv1a(uint64_t h, const unsigned char* p, uint64_t n) {
-  for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-}  // namespace
-
 uint64_t content_sample(const unsigned char* data, uint64_t size) {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnv1aStart;
   if (size <= kSampleBlocks * kSampleBlockBytes) return fnv1a(h, data, size);
   const uint64_t last = size - kSampleBlockBytes;  // where the last block starts
   for (uint64_t i = 0; i < kSampleBlocks; ++i) {

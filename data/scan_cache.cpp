@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/fnv1a.h"
+
 namespace trainer {
 
 namespace fs = std::filesystem;
@@ -45,18 +47,6 @@ std::string cache_dir() {
   return "";
 }
 
-std::string hex64(uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
-  return b;
-}
-
-// FNV-1a: a stable name for an absolute path inside the cache directory.
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 bool write_atomically(const std::string& path, const std::string& text) {
   static std::atomic<uint64_t> counter{0};

@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include "core/fnv1a.h"
 #include "core/simd_clones.h"
 #include "model/normal_pair.h"
 
@@ -194,11 +195,7 @@ Weights bind_weights(const ModelDims& d, const std::vector<ParamInfo>& params,
 }
 
 namespace {
-uint64_t hash_name(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms and runs
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t hash_name(const std::string& s) { return fnv1a(s); }
 }  // namespace
 
 namespace {

@@ -703,11 +703,22 @@ TEST_CASE("checkpoint: resume modes", "[checkpoint]") {
   CheckpointWriter w(dir.str(), 0, false);
   const Snapshot s4 = make_snapshot(4), s9 = make_snapshot(9);
   w.save(s9);
-  w.save(s4);  // resumed from further back: `latest` says step 4 although step 9 exists
+  w.save(s4);  // `latest` says step 4 although step 9 exists (a kill between publishing 9 and `latest`)
   CHECK(!resolve_resume(dir.str(), "none"));
-  require_same(*resolve_resume(dir.str(), "auto"), s4);
+  CHECK(latest_step(dir.str()) == 4);
+  require_same(*resolve_resume(dir.str(), "auto"), s9);  // the newest complete one, never the older `latest`
   require_same(*resolve_resume("ignored", dir / "step_00000009"), s9);
-  require_same(*resolve_resume("ignored", dir.str() + "/"), s4);  // a root: follows `latest`
+  require_same(*resolve_resume("ignored", dir.str() + "/"), s4);  // a root given as a path: follows `latest`
+
+  // A run that resumed from step 4 sets the newer timeline aside: kept, never loaded or pruned.
+  CHECK(set_aside_newer(dir.str(), 4) == std::vector<std::string>{(dir / "step_00000009.superseded")});
+  require_same(*resolve_resume(dir.str(), "auto"), s4);
+  w.save(s9);
+  CHECK(set_aside_newer(dir.str(), 4) == std::vector<std::string>{(dir / "step_00000009.superseded-2")});
+  CHECK(step_directories(dir.str()).size() == 1);
+  fs::rename(dir / "step_00000009.superseded", dir / "step_00000009");
+  fs::remove_all(dir / "step_00000009.superseded-2");
+  write_text(dir / "latest", "step_00000009\n");
 
   // `latest` is only a hint: garbage or a missing target falls back to the newest step.
   write_text(dir / "latest", "../../etc\n");
@@ -731,8 +742,9 @@ TEST_CASE("checkpoint: a failed save leaves latest and existing checkpoints unto
       w.save(s1);
       w.wait();
       checkpoint_fail_next_save_at(stage);
+      const Snapshot s2 = make_snapshot(2);
       if (async) {
-        w.save(make_snapshot(2));  // the error surfaces on wait()
+        w.save(s2);  // the error surfaces on wait()
         CHECK_THROWS_WITH(w.wait(), Contains("injected failure at stage '" + stage + "'"));
         w.wait();  // reported once
       } else {
@@ -744,8 +756,9 @@ TEST_CASE("checkpoint: a failed save leaves latest and existing checkpoints unto
       CHECK(fs::exists(dir / "step_00000002") == (stage == "latest"));
       require_same(load_checkpoint(dir / "step_00000001"), s1);
       {
+        // A failure at `latest` left step 2 complete: resume takes the newest.
         CaptureStderr err;
-        require_same(*resolve_resume(dir.str(), "auto"), s1);
+        require_same(*resolve_resume(dir.str(), "auto"), stage == "latest" ? s2 : s1);
       }
       // The writer keeps working.
       w.save(make_snapshot(3));

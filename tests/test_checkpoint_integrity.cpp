@@ -255,29 +255,31 @@ TEST_CASE("manifest checksum: editing optimizer_step, tokens or swapping two ten
   fs::remove_all(dir);
 }
 
-TEST_CASE("manifest checksum: version 2 manifests load with a warning, a version 3 one without its checksum does not",
+TEST_CASE("manifest checksum: a manifest without its checksum is refused, version 2 (a downgrade) included",
           "[checkpoint][integrity]") {
   const fs::path dir = fresh_dir("old");
   CheckpointWriter(dir.string(), 0, false).save(small_snapshot(3));
   const fs::path ck = dir / "step_00000003";
   const std::string sealed = read_bytes(ck / "manifest.json");
 
-  // What an older build wrote: format_version 2, no checksum member.
+  // Format version 2 (what builds before the checksum wrote) looks exactly
+  // like a sealed manifest whose trailer was cut off and version edited down:
+  // refused, naming the file and why (a build before this one accepted it
+  // with a warning).
   edit_manifest(ck, [](json::Value& m) {
     m.erase("manifest_crc32c");
     m["format_version"] = 2;
   });
-  {
-    CaptureStderr err;
-    const LoadedCheckpoint c = load_checkpoint(ck.string());
-    CHECK(c.meta.step == 3);
-    CHECK_THAT(err.text(), Contains((ck / "manifest.json").string()) && Contains("has no checksum of its own"));
-    std::printf("[integrity] version 2 manifest: loaded, %s", err.text().c_str());
+  try {
+    load_checkpoint(ck.string());
+    FAIL("a version 2 manifest without a checksum was loaded");
+  } catch (const std::runtime_error& e) {
+    std::printf("[integrity] version 2 manifest: %s\n", e.what());
+    CHECK_THAT(std::string(e.what()), Contains((ck / "manifest.json").string()) &&
+                                          Contains("without a checksum of its own") && Contains("start a new run"));
   }
-  {
-    CaptureStderr err;  // describe warns too
-    CHECK_THAT(describe_checkpoint(ck.string()), Contains("manifest checksum none (format version 2"));
-  }
+  CHECK_THROWS_WITH(describe_checkpoint(ck.string()), Contains("without a checksum of its own"));
+  CHECK_THROWS_WITH(resolve_resume(dir.string(), "auto"), Contains("none loadable") && Contains("format_version 2"));
 
   // Version 3 with its checksum member removed is damage, not an old file.
   edit_manifest(ck, [](json::Value& m) { m["format_version"] = 3; });

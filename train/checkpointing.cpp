@@ -54,7 +54,13 @@ SliceFilter shard_filter(const std::vector<ChunkState>& chunks) {
 
 std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
                                                        const std::vector<ChunkState>& chunks, Communicator& host,
-                                                       bool lead) {
+                                                       bool lead, bool healthy_only, int64_t trusted) {
+  ResumeFilter pass_over;
+  if (healthy_only)
+    pass_over = [trusted](const CheckpointMeta& m) -> std::string {
+      if (m.verdict != kVerdictUnconfirmed || m.step == trusted) return "";
+      return "verdict \"unconfirmed\" (the last step's or a preemption's save: no step had run on its state)";
+    };
   return resolve_resume(root, mode, shard_filter(chunks), [&](const std::string& dir, bool loaded_here) {
     double failed = loaded_here ? 0 : 1;
     host.all_reduce(Tensor(&failed, DType::F64, {1}));
@@ -63,7 +69,7 @@ std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, 
       std::fprintf(stderr, "checkpoint: skipping %s: failed to load on %lld other rank(s) (see their messages)\n",
                    dir.c_str(), (long long)failed);
     return int64_t(failed);
-  });
+  }, pass_over);
 }
 
 std::string checkpoint_root(const Config& cfg) {

@@ -47,9 +47,13 @@ SliceFilter shard_filter(const std::vector<ChunkState>& chunks);
 // taken only when it loaded on every rank; under "auto" the next one is tried
 // otherwise, an explicit path fails on every rank. `host` is a group of all
 // ranks for host tensors (a single-rank communicator in one process).
+// A rollback (`healthy_only`) passes over checkpoints whose verdict is
+// "unconfirmed" (no step had run on their state when they were written),
+// except the one of step `trusted`, which this run resumed from and then
+// stepped on healthily (-1: none).
 std::optional<LoadedCheckpoint> load_resume_checkpoint(const std::string& root, const std::string& mode,
                                                        const std::vector<ChunkState>& chunks, Communicator& host,
-                                                       bool lead);
+                                                       bool lead, bool healthy_only = false, int64_t trusted = -1);
 
 // "tp1.pp1.dp4.cp1.ep1.zero2"
 std::string layout_string(const Config& c, int dp);

@@ -51,14 +51,11 @@ std::string read_holder(int fd) {
   return "a process that has not yet written its pid";
 }
 
-// Is `inner` the directory `outer` or below it? Compared as absolute,
-// normalised paths (symlinks resolved where the path exists).
-bool inside(const std::string& inner, const std::string& outer) {
+// Compared as absolute, normalised paths (symlinks resolved where the path
+// exists): a second flock on the same file from this process would fail.
+bool same_directory(const std::string& a, const std::string& b) {
   std::error_code ec;
-  const fs::path a = fs::weakly_canonical(fs::absolute(inner), ec);
-  const fs::path b = fs::weakly_canonical(fs::absolute(outer), ec);
-  const fs::path rel = a.lexically_relative(b);
-  return !rel.empty() && *rel.begin() != "..";
+  return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);
 }
 
 }  // namespace
@@ -99,9 +96,11 @@ RunLock::RunLock(const Config& cfg, bool lead, Communicator& host) {
   if (lead) {
     std::vector<std::string> dirs = {cfg.run_dir()};
     const std::string root = checkpoint_root(cfg);
-    // A root elsewhere is locked when this run writes there; one it only
-    // resumes from may be read-only, or another run's.
-    if (cfg.checkpoint.interval > 0 && !inside(root, cfg.run_dir())) dirs.push_back(root);
+    // The root has a lock of its own even inside the run directory: another
+    // run whose checkpoint.dir points there holds a different run.dir. It is
+    // locked when this run writes there; one it only resumes from may be
+    // read-only.
+    if (cfg.checkpoint.interval > 0 && !same_directory(root, cfg.run_dir())) dirs.push_back(root);
     for (const std::string& d : dirs) {
       try {
         locks_.push_back(std::make_unique<DirectoryLock>(d));

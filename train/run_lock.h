@@ -46,9 +46,10 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
-// The locks a run holds while it trains: its run directory and, when
-// checkpoint.dir lies outside it and the run saves checkpoints
-// (checkpoint.interval > 0), the checkpoint root. Only rank 0 locks:
+// The locks a run holds while it trains: its run directory and, when the run
+// saves checkpoints (checkpoint.interval > 0), the checkpoint root, inside
+// the run directory or not (another run's checkpoint.dir may point there
+// from a run.dir of its own). Only rank 0 locks:
 // every rank of a job writes its checkpoint files under that one root
 // (checkpoint_root(): the same for all ranks, on a filesystem they share),
 // and rank 0 alone publishes and deletes there, so holding the root on rank

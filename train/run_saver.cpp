@@ -12,7 +12,7 @@
 namespace trainer {
 
 RunSaver::RunSaver(const Config& cfg, std::string root, CheckpointGroup group, int rank, int world_size, bool lead,
-                   bool quiet, Watchdog* watchdog)
+                   bool quiet, Watchdog* watchdog, RunIdentity identity)
     : cfg_(cfg),
       root_(root),
       rank_(rank),
@@ -20,6 +20,7 @@ RunSaver::RunSaver(const Config& cfg, std::string root, CheckpointGroup group, i
       quiet_(quiet),
       interval_(cfg.checkpoint.interval),
       watchdog_(watchdog),
+      identity_(std::move(identity)),
       writer_(std::move(root), cfg.checkpoint.keep_last, cfg.checkpoint.async, group, cfg.checkpoint.on_save_error,
               lead) {}
 
@@ -47,6 +48,7 @@ bool RunSaver::confirm(bool applied, bool flagged, TrainSummary& summary) {
   if (!applied) return false;
   Held h = std::move(*held_);
   held_.reset();
+  h.snap.meta.verdict = kVerdictHealthy;
   write(std::move(h), summary);
   return true;
 }
@@ -71,6 +73,8 @@ void RunSaver::save(StageModels& models, int64_t step, int64_t tokens, int64_t d
   Held h;
   h.snap = take_snapshot(cfg_, models.states(), step, tokens, rank_, world_size_);
   h.snap.meta.data_offset = data_offset;
+  h.snap.meta.identity = identity_;
+  h.snap.meta.verdict = kVerdictUnconfirmed;
   h.snap_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   h.announce = announce;
   if (hold)

@@ -7,8 +7,9 @@
 // update with a huge learning rate can explode the weights while the step
 // that made it looked fine. So the interval's snapshot is held until the
 // next step's verdict (`confirm`): written when that step is applied,
-// dropped when it is flagged or rolled back. The last step's and the
-// preemption's saves are written at once (no step follows them). Every rank writes its shard through the
+// dropped when it is flagged or rolled back; its manifest's verdict says
+// "healthy". The last step's and the preemption's saves are written at once
+// (no step follows them) as "unconfirmed", which a rollback passes over. Every rank writes its shard through the
 // CheckpointSaver (train/checkpoint_saver.h: checkpoint.on_save_error);
 // rank 0 adds the manifest once all are in.
 #pragma once
@@ -28,8 +29,9 @@ struct TrainSummary;
 
 class RunSaver {
  public:
+  // `identity` goes into every manifest (train/run_identity.h).
   RunSaver(const Config& cfg, std::string root, CheckpointGroup group, int rank, int world_size, bool lead,
-           bool quiet, Watchdog* watchdog);
+           bool quiet, Watchdog* watchdog, RunIdentity identity);
 
   // After applied step `step` (1-based): whether a save is due — at
   // checkpoint.interval, at the last step, or owed by a flagged step.
@@ -57,7 +59,7 @@ class RunSaver {
   void save(StageModels& models, int64_t step, int64_t tokens, int64_t data_offset, bool announce, bool hold,
             TrainSummary& summary);
   struct Held {
-    Snapshot snap;
+    Snapshot snap;  // meta.verdict: healthy once a step ran healthy on it, else unconfirmed
     double snap_ms = 0;
     bool announce = false;
   };
@@ -70,6 +72,7 @@ class RunSaver {
   bool quiet_ = false;
   int64_t interval_ = 0;
   Watchdog* watchdog_ = nullptr;
+  RunIdentity identity_;
   bool owed_ = false;
   std::optional<Held> held_;
   CheckpointSaver writer_;

@@ -137,9 +137,21 @@ void Session::open_run_dir() {
   }
 }
 
+// [ckpt-integrity] Only this run's checkpoints are resumed or rotated
+// (train/run_identity.h); `latest` older than a newer complete checkpoint is
+// passed over, saying so; newer ones of a timeline the run leaves are set aside.
 void Session::resume() {
   ckpt_root = checkpoint_root(cfg);
+  identity = run_identity(cfg, *train_data);
+  std::vector<std::string> notes;
+  check_checkpoint_root(cfg, ckpt_root, identity, &notes);
+  if (lead)
+    for (const std::string& n : notes) std::printf("%s\n", n.c_str());
   if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, models->states(), dist->host(), lead)) {
+    if (const std::string d = foreign_difference(identity, cfg.run.seed, ck->meta); !d.empty() && lead)
+      std::printf("checkpoint: %s was written by another run (%s); continuing it as checkpoint.resume names it\n",
+                  ck->dir.c_str(), d.c_str());
+    adopt_lineage(identity, ck->meta.identity);
     restore_checkpoint(*ck, models->states());
     start_step = ck->meta.step;
     tokens = ck->meta.tokens;
@@ -147,9 +159,15 @@ void Session::resume() {
     if (lead)
       std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(), (long long)start_step,
                   (long long)tokens);
+    const auto latest = latest_step(ckpt_root);
+    if (lead && cfg.checkpoint.resume == "auto" && latest && *latest < start_step)
+      std::printf("checkpoint: `latest` in %s names step %lld, but step %lld is newer and complete: resumed from "
+                  "the newest\n",
+                  ckpt_root.c_str(), (long long)*latest, (long long)start_step);
   } else if (cfg.checkpoint.resume == "auto" && lead) {
     std::printf("checkpoint: no complete checkpoint under %s, starting from step 0\n", ckpt_root.c_str());
   }
+  set_aside_left_timeline(ckpt_root, start_step, lead, opt.quiet);
   end_step = opt.stop_after > 0 ? std::min(opt.stop_after, cfg.train.steps) : cfg.train.steps;
 }
 
@@ -163,9 +181,18 @@ void Session::open_outputs() {
                                      lead && cfg.log.tensorboard ? run_dir + "/tensorboard" : "");
   saver = std::make_unique<RunSaver>(
       cfg, ckpt_root, CheckpointGroup{dist->store(), opt.launch.rank, opt.launch.world_size, cfg.parallel.timeout_s},
-      opt.launch.rank, opt.launch.world_size, lead, opt.quiet, dist->watchdog());
+      opt.launch.rank, opt.launch.world_size, lead, opt.quiet, dist->watchdog(), identity);
   if (!opt.dump_reference_dir.empty())
     dump = std::make_unique<ReferenceDump>(opt.dump_reference_dir, cfg, models->model(0), M);
+}
+
+void set_aside_left_timeline(const std::string& root, int64_t step, bool lead, bool quiet) {
+  if (!lead) return;
+  const std::vector<std::string> moved = set_aside_newer(root, step);
+  if (!quiet && !moved.empty())
+    std::printf("checkpoint: %zu checkpoint(s) newer than step %lld belong to a timeline this run left; set aside "
+                "(never loaded or pruned; delete them when no longer wanted): %s%s\n",
+                moved.size(), (long long)step, moved.front().c_str(), moved.size() > 1 ? " ..." : "");
 }
 
 void trim_metrics(const std::string& path, int64_t last_step) {

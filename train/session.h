@@ -27,6 +27,7 @@
 #include "runtime/device_select.h"
 #include "runtime/distributed_run.h"
 #include "train/engine.h"
+#include "train/run_identity.h"
 #include "train/run_lock.h"
 #include "train/run_saver.h"
 #include "train/stage_models.h"
@@ -67,6 +68,7 @@ class Session {
   std::unique_ptr<StageModels> models;
 
   std::string run_dir, ckpt_root, metrics_path;
+  RunIdentity identity;  // recorded in every checkpoint (train/run_identity.h)
   int64_t start_step = 0, end_step = 0;
   int64_t tokens = 0;       // seen by the state the models hold
   int64_t data_offset = 0;  // data steps skipped by rollbacks (checkpoint meta data_offset)
@@ -85,6 +87,11 @@ class Session {
   void resume();
   void open_outputs();
 };
+
+// Moves this run's checkpoints above `step` aside (checkpoint.h
+// set_aside_newer) on the lead rank, saying so: a resume from further back,
+// a start over or a rollback left their timeline.
+void set_aside_left_timeline(const std::string& root, int64_t step, bool lead, bool quiet);
 
 // After a resume or a rollback, rows logged past the checkpoint (by the run
 // that crashed, or the steps rolled back) would repeat steps: keep only what

@@ -168,7 +168,8 @@ bool StepRunner::diverged(int64_t step, StepResult& r) {
 // the run back or stop it.
 bool StepRunner::flagged(int64_t step, StepResult& r) {
   const StepVerdict v =
-      hooks_.skip_step == step + 1 ? policy_.flag("skipped by the test hook") : policy_.judge(r.loss, r.norm);
+      hooks_.skip_step == step + 1 && !skip_fired_ ? policy_.flag("skipped by the test hook") : policy_.judge(r.loss, r.norm);
+  if (hooks_.skip_step == step + 1) skip_fired_ = true;  // once, as nan_grad
   if (v.flag == StepFlag::Healthy) return false;
   last_flagged_ = true;
   const std::string param =
@@ -193,13 +194,13 @@ bool StepRunner::flagged(int64_t step, StepResult& r) {
   return true;
 }
 
-// Back to the newest complete checkpoint; the data of the steps since is
+// Back to the newest complete checkpoint taken while healthy; the data of the steps since is
 // skipped, so the run does not meet the same batches again.
 void StepRunner::roll_back(int64_t step, const std::string& what, const StepVerdict& v, StepResult& r) {
   s_.saver->writer().settle();
   std::optional<LoadedCheckpoint> ck;
   try {
-    ck = load_resume_checkpoint(s_.ckpt_root, "auto", s_.models->states(), s_.dist->host(), s_.lead);
+    ck = load_resume_checkpoint(s_.ckpt_root, "auto", s_.models->states(), s_.dist->host(), s_.lead, true, trusted_step_);
   } catch (const std::exception& e) {
     throw StepPolicyStop(what + ": train.nonfinite=rollback could not load a checkpoint: " + e.what());
   }
@@ -210,6 +211,7 @@ void StepRunner::roll_back(int64_t step, const std::string& what, const StepVerd
     throw StepPolicyStop(what + ": train.nonfinite=rollback went back to " + ck->dir +
                          " twice already and the steps after it fail again, with other data");
   restore_checkpoint(*ck, s_.models->states());
+  set_aside_left_timeline(s_.ckpt_root, ck->meta.step, s_.lead, s_.opt.quiet);
   s_.data_offset += step + 1 - ck->meta.step;
   s_.tokens = ck->meta.tokens;
   policy_.reset();
@@ -239,6 +241,7 @@ void StepRunner::apply(int64_t step, StepResult& r) {
   summary_.end_step = step + 1;
   if (s_.dump) s_.dump->record_step(r.loss, r.aux, r.lr, r.norm);
   r.outcome = StepOutcome::Applied;
+  if (step == s_.start_step) trusted_step_ = step;  // the resumed state has run healthy
 }
 
 bool is_log_step(const Config& cfg, int64_t step, int64_t end_step) {

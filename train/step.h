@@ -66,12 +66,15 @@ class StepRunner {
   TestHooks hooks_;
   std::vector<ParamInfo> global_params_;
   std::chrono::steady_clock::time_point t0_;
-  bool nan_fired_ = false, preempt_ = false, last_flagged_ = false;
+  bool nan_fired_ = false, skip_fired_ = false, preempt_ = false, last_flagged_ = false;
   std::string last_flag_;
   int64_t completed_ = 0;
   // Rollbacks to the same checkpoint in a row: the third means the fault is
   // not in the data, and the run stops.
   int64_t rollback_step_ = -1, rollbacks_there_ = 0;
+  // The step of an "unconfirmed" checkpoint this session resumed from, once
+  // a step ran healthy on it: a rollback may go back there.
+  int64_t trusted_step_ = -1;
 };
 
 }  // namespace trainer

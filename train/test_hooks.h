@@ -9,7 +9,9 @@
 //   signal=RANK:STEP     this rank sends itself SIGTERM at the start of STEP
 //                        (first launch only)
 //   skip=*:STEP          every rank treats STEP as flagged by train.nonfinite
-//                        (the reference a NaN run is compared with)
+//                        (the reference a NaN run is compared with); like
+//                        nan_grad, only the first time STEP runs (a rollback
+//                        runs it again)
 // RANK may be * (every rank).
 // Unset in every real run; a malformed entry is an error naming it.
 #pragma once
