@@ -105,11 +105,19 @@ class Store;  // comm/store.h
 // PrefixStore. timeout_s bounds each wait for another rank (rank 0 for the
 // others' reports, the others for rank 0's directory; its verdict may take
 // twice as long, since rank 0 may itself wait timeout_s for a slow rank).
+//
+// `gone` makes the waits watch the ranks they wait on: asked about once a
+// second with those ranks, it names the ones that are dead or stopped (the
+// watchdog's heartbeats, runtime/watchdog.h) or returns "" (all alive, or it
+// cannot tell), and a wait on a gone rank fails at once naming it instead of
+// waiting out timeout_s. Unset: only timeout_s ends a wait.
+using PeerLiveness = std::function<std::string(const std::vector<int>& ranks)>;
 struct CheckpointGroup {
   Store* store = nullptr;
   int rank = 0;
   int world_size = 1;
   double timeout_s = 600;
+  PeerLiveness gone;
 };
 
 class CheckpointWriter {

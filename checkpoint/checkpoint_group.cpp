@@ -110,14 +110,43 @@ Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// The key's value, or nullopt once the deadline has passed without it.
-std::optional<std::string> get_before(Store& store, const std::string& key, Clock::time_point deadline) {
+// A wait that ended before its key came: the deadline passed, or the rank
+// that was to set it is gone (`gone` says how).
+struct WaitResult {
+  std::optional<std::string> value;
+  std::string gone;
+};
+
+// How often a wait asks whether the ranks it waits on are alive: about the
+// watchdog's heartbeat interval, so a dead rank is noticed within the
+// heartbeat staleness (a few seconds) plus this.
+constexpr double kLivenessEveryS = 1.0;
+
+// The key's value, or why not: the deadline passed, or `waiting_on` (the
+// ranks that set it) are gone according to rv.gone.
+WaitResult get_before(const Rendezvous& rv, const std::string& key, Clock::time_point deadline,
+                      const std::vector<int>& waiting_on) {
+  Clock::time_point next_check = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(kLivenessEveryS));
   for (;;) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     try {
-      return store.get(key, std::clamp(left, 0.0, kStoreWaitSliceS));  // 0: one last look
+      return {rv.store.get(key, std::clamp(left, 0.0, kStoreWaitSliceS)), ""};  // 0: one last look
     } catch (const StoreTimeout&) {
-      if (left <= 0) return std::nullopt;
+      if (left <= 0) return {};
+    }
+    if (rv.gone && Clock::now() >= next_check) {
+      next_check = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(kLivenessEveryS));
+      std::string why = rv.gone(waiting_on);
+      if (!why.empty()) {
+        // It may have set the key just before it went.
+        try {
+          return {rv.store.get(key, 0.0), ""};
+        } catch (const StoreTimeout&) {
+        }
+        return {std::nullopt, std::move(why)};
+      }
     }
   }
 }
@@ -209,13 +238,21 @@ Gathered gather_rank_reports(const Rendezvous& rv, const SavePaths& p, int64_t s
   take(0, std::move(own));
   const Clock::time_point deadline = deadline_after(rv.timeout_s);
   for (int r = 1; r < rv.world; ++r) {
-    std::optional<std::string> text = get_before(rv.store, rv.report(r), deadline);
-    if (!text) {
+    WaitResult w = get_before(rv, rv.report(r), deadline, {r});
+    if (!w.gone.empty()) {
+      // Its report will never come, and the checkpoint cannot be complete:
+      // the other ranks' reports are not worth waiting for.
+      fail("rank " + std::to_string(r) + " is gone (" + w.gone + ") before it reported its file in " +
+           p.partial.string());
+      g.all_arrived = false;
+      return g;
+    }
+    if (!w.value) {
       missing.push_back(r);
       continue;
     }
     forget_keys(rv.store, {rv.report(r)});  // rank 0 is its only reader
-    take(r, decode_report(*text, r));
+    take(r, decode_report(*w.value, r));
   }
   g.all_arrived = missing.empty();
   if (!missing.empty())
@@ -284,7 +321,11 @@ struct RankZeroFailed : std::runtime_error {
 
 // Waits until rank 0 created step_N.partial.
 void wait_for_directory(const Rendezvous& rv, const SavePaths& p, int64_t step) {
-  const std::optional<std::string> v = get_before(rv.store, rv.ready(), deadline_after(rv.timeout_s));
+  const WaitResult w = get_before(rv, rv.ready(), deadline_after(rv.timeout_s), {0});
+  if (!w.gone.empty())
+    throw std::runtime_error("checkpoint save of " + p.final_dir.string() + ": rank 0 is gone (" + w.gone +
+                             ") before it created " + p.partial.string());
+  const std::optional<std::string>& v = w.value;
   if (!v)
     throw std::runtime_error("waited " + seconds_str(rv.timeout_s) + " s for rank 0 to create " + p.partial.string() +
                              " (store key '" + rv.ready() + "'); rank 0 never announced it (did it call save() for step " +
@@ -295,7 +336,11 @@ void wait_for_directory(const Rendezvous& rv, const SavePaths& p, int64_t step) 
 // Rank 0's verdict; returns only when the checkpoint was published.
 void wait_for_outcome(const Rendezvous& rv, const SavePaths& p) {
   // Rank 0 may itself wait timeout_s for the slowest rank before deciding.
-  const std::optional<std::string> v = get_before(rv.store, rv.outcome(), deadline_after(2 * rv.timeout_s));
+  const WaitResult w = get_before(rv, rv.outcome(), deadline_after(2 * rv.timeout_s), {0});
+  if (!w.gone.empty())
+    throw std::runtime_error("checkpoint save of " + p.final_dir.string() + ": rank 0 is gone (" + w.gone +
+                             ") before it announced the verdict; the checkpoint may or may not have been published");
+  const std::optional<std::string>& v = w.value;
   if (!v)
     throw std::runtime_error("checkpoint save of " + p.final_dir.string() + ": rank " + std::to_string(rv.rank) +
                              " wrote its file but heard no verdict from rank 0 within " +

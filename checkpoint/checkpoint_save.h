@@ -61,6 +61,7 @@ struct Rendezvous {
   int world = 1;
   double timeout_s = 0;
   std::string prefix;  // "ckpt/<root>/step_00001000/0/"
+  PeerLiveness gone;   // CheckpointGroup::gone
 
   std::string ready() const { return prefix + "ready"; }
   std::string report(int r) const { return prefix + "report/" + std::to_string(r); }

@@ -420,7 +420,7 @@ struct CheckpointWriter::Impl {
   // when asynchronous.
   std::string write(Snapshot& snap, const std::string& prefix) {
     if (group.world_size == 1) return save_single(root, keep_last, snap);
-    const Rendezvous rv{*group.store, group.rank, group.world_size, group.timeout_s, prefix};
+    const Rendezvous rv{*group.store, group.rank, group.world_size, group.timeout_s, prefix, group.gone};
     const SavePaths p = save_paths(root, snap.meta.step);
     return group.rank == 0 ? save_as_rank0(rv, p, keep_last, snap, previous_prefix) : save_as_other_rank(rv, p, snap);
   }

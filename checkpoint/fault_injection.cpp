@@ -1,5 +1,7 @@
 #include "checkpoint/fault_injection.h"
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -56,11 +58,13 @@ CheckpointFault parse_checkpoint_fault(const std::string& spec) {
   if (!known)
     throw std::invalid_argument(bad + "unknown stage \"" + f.stage +
                                 "\" (prepare, rank_file, manifest, publish, latest, prune)");
-  if (parts.size() > 1) {
+  if (parts.size() > 1 && parts[1] == "KILL") {
+    f.kill = true;
+  } else if (parts.size() > 1) {
     bool found = false;
     for (const ErrnoName& e : kErrnos)
       if (parts[1] == e.name) f.error = e.value, found = true;
-    if (!found) throw std::invalid_argument(bad + "unknown errno \"" + parts[1] + "\" (ENOSPC, EROFS, EACCES, EDQUOT, EIO)");
+    if (!found) throw std::invalid_argument(bad + "unknown errno \"" + parts[1] + "\" (ENOSPC, EROFS, EACCES, EDQUOT, EIO, or KILL)");
   }
   if (parts.size() > 2) f.skip = parse_count(parts[2], spec);
   if (parts.size() > 3) f.times = parse_count(parts[3], spec);
@@ -89,6 +93,7 @@ void maybe_inject_failure(const char* stage, const std::string& path) {
     return;
   }
   const int err = g_fault.error;
+  if (g_fault.kill) ::raise(SIGKILL);  // kill -9 in the middle of the save
   if (--g_fault.times == 0) g_fault.stage.clear();
   throw std::runtime_error(path + ": injected failure at stage '" + stage + "' (test hook): " + std::strerror(err));
 }

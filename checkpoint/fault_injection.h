@@ -26,6 +26,7 @@ struct CheckpointFault {
   int error = ENOSPC;  // the errno whose text the failure reports
   int skip = 0;        // arrivals at the stage that pass before the first failure
   int times = 1;       // failing arrivals after those; then the hook disarms itself
+  bool kill = false;   // SIGKILL this process at the stage instead (a kill -9 mid-save)
 };
 
 // Arms the hook for every writer of this process (replacing what was armed).
@@ -36,7 +37,9 @@ void checkpoint_fail_next_save_at(const std::string& stage);
 // The environment variable that arms the hook in the trainer binary, read at
 // the first save of the process: "STAGE[:ERRNO[:SKIP[:TIMES]]]", ERRNO one of
 // ENOSPC, EROFS, EACCES, EDQUOT, EIO, e.g. "prepare:EROFS:1:1" fails the
-// second save as a read-only filesystem would.
+// second save as a read-only filesystem would; KILL in its place SIGKILLs the
+// process there ("rank_file:KILL": killed with its file written, its report
+// not).
 constexpr const char* kCheckpointFaultEnv = "TRAINER_TEST_CHECKPOINT_FAULT";
 // Throws std::invalid_argument naming the variable when `spec` is malformed.
 CheckpointFault parse_checkpoint_fault(const std::string& spec);

@@ -178,6 +178,24 @@ std::string Watchdog::describe_peers() {
   }
 }
 
+std::string Watchdog::gone_among(const std::vector<int>& ranks) {
+  try {
+    std::vector<Heartbeat> hb;
+    if (!with_store([&](StoreClient& c) { hb = c.read_heartbeats(opt_.world); }, nullptr, false)) return "";
+    std::string s;
+    for (int r : ranks) {
+      if (r < 0 || r >= int(hb.size()) || r == opt_.rank) continue;
+      const Heartbeat& h = hb[size_t(r)];
+      if (!h.present || h.age_s <= stale_after_s_) continue;
+      s += (s.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": last heartbeat " + seconds(h.age_s) +
+           " s ago, at step " + std::to_string(h.step) + ", dead or stopped";
+    }
+    return s;
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 bool Watchdog::wait_stop(double seconds) {
   std::unique_lock<std::mutex> l(stop_mu_);
   return stop_cv_.wait_for(l, std::chrono::duration<double>(seconds), [&] { return stop_; });

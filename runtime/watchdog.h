@@ -113,6 +113,14 @@ class Watchdog {
   // Never throws.
   std::string describe_peers();
 
+  // Which of `ranks` are gone, dead or stopped: their heartbeat is stale
+  // ("rank 3: last heartbeat 4.2 s ago, at step 25"), "" when all of them
+  // beat (or never sent one: not started) or the store cannot be read (it
+  // cannot tell). For waits outside collectives that would otherwise only
+  // end at timeout_s (the checkpoint group's, checkpoint.h PeerLiveness).
+  // Never throws; thread-safe.
+  std::string gone_among(const std::vector<int>& ranks);
+
   // Call inside a catch block, on every rank, for any exception that ends
   // the training loop. Posts this rank's failure note in the store; on rank
   // 0, which serves the store, waits up to collective_failure_grace_s + 1 s

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -323,6 +325,48 @@ TEST_CASE("SIGTERM to one rank: every rank saves the same step, exits 75, the re
   REQUIRE(!newest.empty());
   CHECK(run(std::string(TRAINER_BIN) + " inspect " + twice + "/ckpt/" + newest, &out) == 0);
   CHECK(out.find("status: CORRUPT") == std::string::npos);
+  fs::remove_all(s.dir);
+}
+
+TEST_CASE("a rank killed while it writes an async checkpoint: its peers stop waiting within seconds, naming it",
+          "[ops][restart][e2e]") {
+  const Setup s = e2e::make_setup("ops", "killsave", kLlama);
+  // Saves every 5 steps in the background; rank 1 is killed with its file of
+  // step 10 written and its report not sent. timeout_s 120 bounds a failure:
+  // before peers were watched, rank 0 waited all of it for the report.
+  const std::string set = "--set checkpoint.interval=5 --set checkpoint.async=true --set parallel.timeout_s=120";
+  const double bound_s = 60;  // half the timeout: far above the few seconds heartbeats need
+  std::string out;
+  setenv("TRAINER_TEST_HOOKS", "kill_in_save=1:10", 1);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> codes;
+  e2e::run_by_hand(s.cfg, 2, (s.dir / "by_hand").string(), &out, set, &codes);
+  const double by_hand_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsetenv("TRAINER_TEST_HOOKS");
+  {
+    INFO(e2e::tail(out));
+    std::printf("[liveness] rank 1 killed in the save of step 10 (2 ranks by hand): exits %d %d after %.1f s "
+                "(bound %.0f s, parallel.timeout_s 120)\n", codes[0], codes[1], by_hand_s, bound_s);
+    CHECK(codes[1] == 128 + SIGKILL);
+    CHECK(codes[0] != 0);
+    CHECK(by_hand_s < bound_s);
+    // Rank 0 names rank 1: the save's wait, or the collective's heartbeat summary.
+    CHECK((out.find("rank 1 is gone (rank 1: last heartbeat") != std::string::npos ||
+           out.find("rank 1 last at step") != std::string::npos));
+    CHECK(!fs::exists(s.dir / "by_hand/ckpt/step_00000010"));
+    CHECK(fs::exists(s.dir / "by_hand/ckpt/step_00000005/manifest.json"));
+  }
+  // Under torchrun, which SIGTERMs the survivors when a worker dies and
+  // SIGKILLs them only 30 s later: the job ends well before that.
+  out.clear();
+  t0 = std::chrono::steady_clock::now();
+  const int rc = torchrun(s, 2, (s.dir / "torchrun").string(), set, &out, 0, "TRAINER_TEST_HOOKS=kill_in_save=1:10");
+  const double torchrun_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(e2e::tail(out));
+  std::printf("[liveness] the same under torchrun: exit %d after %.1f s (bound 25 s: torchrun's SIGKILL comes at 30)\n",
+              rc, torchrun_s);
+  CHECK(rc != 0);
+  CHECK(torchrun_s < 25);
   fs::remove_all(s.dir);
 }
 

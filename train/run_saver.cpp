@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <utility>
 
+#include "checkpoint/fault_injection.h"
 #include "runtime/watchdog.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
 #include "train/stage_models.h"
+#include "train/test_hooks.h"
 
 namespace trainer {
 
@@ -85,6 +87,8 @@ void RunSaver::save(StageModels& models, int64_t step, int64_t tokens, int64_t d
 
 bool RunSaver::write(Held h, TrainSummary& summary) {
   const std::string name = root_ + "/" + checkpoint_dir_name(h.snap.meta.step);
+  if (test_hooks_for(rank_).kill_in_save_step == h.snap.meta.step)
+    checkpoint_inject_fault({"rank_file", ENOSPC, 0, 1, true});
   const bool started = writer_.save(std::move(h.snap));  // [ckpt-integrity] false: failed, on_save_error=continue
   if (started) summary.checkpoints.push_back(name);
   if (started && h.announce && !quiet_)

@@ -13,6 +13,7 @@
 #include "kernels/cpu/blas_info.h"
 #include "optim/adamw.h"
 #include "pipeline/pipeline_plan.h"
+#include "runtime/watchdog.h"
 #include "train/checkpointing.h"
 #include "train/startup_report.h"
 
@@ -179,8 +180,12 @@ void Session::open_outputs() {
   if (!metrics_path.empty() && start_step > 0) trim_metrics(metrics_path, start_step);
   log = std::make_unique<MetricsLog>(metrics_path, start_step > 0, lead ? cfg.log.progress : "lines",
                                      lead && cfg.log.tensorboard ? run_dir + "/tensorboard" : "");
+  CheckpointGroup group{dist->store(), opt.launch.rank, opt.launch.world_size, cfg.parallel.timeout_s, {}};
+  // [ckpt-integrity] A save's waits end as soon as the rank waited on is
+  // dead or stopped, not after parallel.timeout_s.
+  if (Watchdog* wd = dist->watchdog()) group.gone = [wd](const std::vector<int>& ranks) { return wd->gone_among(ranks); };
   saver = std::make_unique<RunSaver>(
-      cfg, ckpt_root, CheckpointGroup{dist->store(), opt.launch.rank, opt.launch.world_size, cfg.parallel.timeout_s},
+      cfg, ckpt_root, group,
       opt.launch.rank, opt.launch.world_size, lead, opt.quiet, dist->watchdog(), identity);
   if (!opt.dump_reference_dir.empty())
     dump = std::make_unique<ReferenceDump>(opt.dump_reference_dir, cfg, models->model(0), M);

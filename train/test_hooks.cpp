@@ -35,12 +35,14 @@ TestHooks test_hooks_for(int rank) {
       h.delay_ms = value;
     else if (name == "kill")
       h.kill_step = first_launch ? int64_t(value) : -1;
+    else if (name == "kill_in_save")
+      h.kill_in_save_step = first_launch ? int64_t(value) : -1;
     else if (name == "signal")
       h.signal_step = first_launch ? int64_t(value) : -1;
     else if (name == "skip")
       h.skip_step = int64_t(value);
     else
-      throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, signal, skip)");
+      throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, kill_in_save, signal, skip)");
   }
   return h;
 }

@@ -8,6 +8,9 @@
 //                        unset or 0)
 //   signal=RANK:STEP     this rank sends itself SIGTERM at the start of STEP
 //                        (first launch only)
+//   kill_in_save=RANK:STEP  this rank SIGKILLs itself while it saves the
+//                        checkpoint of STEP, its file written and its report
+//                        not sent (first launch only)
 //   skip=*:STEP          every rank treats STEP as flagged by train.nonfinite
 //                        (the reference a NaN run is compared with); like
 //                        nan_grad, only the first time STEP runs (a rollback
@@ -23,7 +26,7 @@ namespace trainer {
 struct TestHooks {
   int64_t nan_grad_step = -1;  // for this rank; -1: none
   double delay_ms = 0;
-  int64_t kill_step = -1, signal_step = -1;
+  int64_t kill_step = -1, signal_step = -1, kill_in_save_step = -1;
   int64_t skip_step = -1;
 };
 
