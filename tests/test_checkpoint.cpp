@@ -1032,12 +1032,12 @@ struct Ranks {
     return o;
   }
 
-  Ranks(const std::string& root, bool async, double timeout_s, int keep_last = 0)
+  Ranks(const std::string& root, bool async, double timeout_s, int keep_last = 0, PeerLiveness gone = {})
       : server("127.0.0.1", 0, "ckpt-test", quiet()) {
     for (int r = 0; r < kWorld; ++r) {
       clients.push_back(std::make_unique<StoreClient>("127.0.0.1", server.port(), "ckpt-test", 10));
       writers.push_back(std::make_unique<CheckpointWriter>(
-          root, keep_last, async, CheckpointGroup{clients.back().get(), r, kWorld, timeout_s}));
+          root, keep_last, async, CheckpointGroup{clients.back().get(), r, kWorld, timeout_s, gone}));
     }
   }
 
@@ -1111,6 +1111,38 @@ TEST_CASE("checkpoint: four ranks save one checkpoint together, sync and async",
     CHECK(r->dir == dir / "step_00000005");
     // Rank 0 deletes the reports it read and the keys of finished saves.
     CHECK(ranks.server.stats().keys <= 2);
+  }
+}
+
+TEST_CASE("checkpoint: a wait on a rank that is gone ends at once naming it, not at the timeout",
+          "[checkpoint][multirank]") {
+  // The liveness answer stands for the watchdog's heartbeats: `dead` has none.
+  for (const int dead : {3, 0}) {
+    INFO("dead rank " << dead);
+    TempDir dir;
+    std::atomic<int> asked{0};
+    Ranks ranks(dir.str(), false, 60, 0, [&](const std::vector<int>& waiting_on) -> std::string {
+      ++asked;
+      for (int r : waiting_on)
+        if (r == dead) return "rank " + std::to_string(r) + ": no heartbeat (test)";
+      return "";
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto errors = ranks.run([&](int r, CheckpointWriter& w) {
+      if (r != dead) w.save(rank_snapshot(2, r));
+    });
+    const double took = seconds_since(t0);
+    std::printf("[checkpoint] rank %d gone: the others' save failed after %.2f s (timeout 60 s)\n", dead, took);
+    CHECK(took < 10);
+    CHECK(asked > 0);
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == dead) continue;
+      INFO("rank " << r << ": " << errors[size_t(r)]);
+      CHECK_THAT(errors[size_t(r)], Contains("rank " + std::to_string(dead) + " is gone (rank " +
+                                             std::to_string(dead) + ": no heartbeat (test))"));
+    }
+    CHECK(!fs::exists(dir / "step_00000002"));
+    CHECK(!fs::exists(dir / "step_00000002.partial"));
   }
 }
 
