@@ -11,28 +11,38 @@ std::atomic<int64_t> g_blocked_ns{0};
 
 using clock_type = std::chrono::steady_clock;
 
-// Times one call on the calling thread.
+// Times one call on the calling thread; `collective`: a synchronous
+// collective, whose time is also kept per call.
 template <typename F>
-auto timed(TimedCommunicator& c, F&& f) {
+auto timed(TimedCommunicator& c, F&& f, bool collective = false) {
   const auto t0 = clock_type::now();
   struct Done {
     TimedCommunicator& c;
     clock_type::time_point t0;
-    ~Done() { c.add(std::chrono::duration<double>(clock_type::now() - t0).count()); }
-  } done{c, t0};
+    bool collective;
+    ~Done() {
+      const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+      if (collective)
+        c.add_collective(s);
+      else
+        c.add(s);
+    }
+  } done{c, t0, collective};
   return f();
 }
 
 class TimedWork final : public Work {
  public:
-  TimedWork(TimedCommunicator& c, std::unique_ptr<Work> w) : c_(c), w_(std::move(w)) {}
+  // p2p: sends and receives, whose waits pair different ranks per call.
+  TimedWork(TimedCommunicator& c, std::unique_ptr<Work> w, bool p2p = false) : c_(c), w_(std::move(w)), p2p_(p2p) {}
   void wait() override {
-    timed(c_, [&] { w_->wait(); });
+    timed(c_, [&] { w_->wait(); }, !p2p_);
   }
 
  private:
   TimedCommunicator& c_;
   std::unique_ptr<Work> w_;
+  bool p2p_ = false;
 };
 
 }  // namespace
@@ -70,32 +80,37 @@ void TimedCommunicator::add(double seconds) {
   g_blocked_ns.fetch_add(int64_t(seconds * 1e9));
 }
 
+void TimedCommunicator::add_collective(double seconds) {
+  add(seconds);
+  if (waits_.size() < kMaxWaits) waits_.push_back(float(seconds));
+}
+
 void TimedCommunicator::do_all_reduce(Tensor t, ReduceOp op) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));
-  timed(*this, [&] { inner_.all_reduce(t, op); });
+  timed(*this, [&] { inner_.all_reduce(t, op); }, true);
 }
 void TimedCommunicator::do_reduce_scatter(Tensor out, Tensor in) {
   bytes_.add(CommKind::ReduceScatter, int64_t(in.nbytes()));
-  timed(*this, [&] { inner_.reduce_scatter(out, in); });
+  timed(*this, [&] { inner_.reduce_scatter(out, in); }, true);
 }
 void TimedCommunicator::do_all_gather(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllGather, int64_t(out.nbytes()));
-  timed(*this, [&] { inner_.all_gather(out, in); });
+  timed(*this, [&] { inner_.all_gather(out, in); }, true);
 }
 void TimedCommunicator::do_broadcast(Tensor t, int root) {
   bytes_.add(CommKind::Broadcast, int64_t(t.nbytes()));
-  timed(*this, [&] { inner_.broadcast(t, root); });
+  timed(*this, [&] { inner_.broadcast(t, root); }, true);
 }
 void TimedCommunicator::do_all_to_all(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllToAll, int64_t(in.nbytes()));
-  timed(*this, [&] { inner_.all_to_all(out, in); });
+  timed(*this, [&] { inner_.all_to_all(out, in); }, true);
 }
 void TimedCommunicator::do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
                                      const std::vector<int64_t>& in_counts) {
   int64_t elems = 0;
   for (int64_t n : in_counts) elems += n;
   bytes_.add(CommKind::AllToAll, elems * int64_t(dtype_size(in.dtype)));
-  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); });
+  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); }, true);
 }
 void TimedCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
   count_p2p(ops);
@@ -103,10 +118,10 @@ void TimedCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
 }
 std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
   count_p2p(ops);
-  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }));
+  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }), true);
 }
 void TimedCommunicator::do_barrier() {
-  timed(*this, [&] { inner_.barrier(); });
+  timed(*this, [&] { inner_.barrier(); }, true);
 }
 std::unique_ptr<Work> TimedCommunicator::do_all_reduce_async(Tensor t) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));

@@ -13,12 +13,20 @@
 // tensor, an all-gather's output, a reduce-scatter's input, an all-to-all's
 // input (all of it, the own chunk included), a broadcast's tensor; sends and
 // receives count their own tensors.
+//
+// And it keeps the time of each synchronous collective and of each wait()
+// of an asynchronous one (not of sends and receives) until take_waits():
+// every member of a group makes the same calls and waits in the same order,
+// so the k-th entry of each member is the same call, and the member that
+// waited least arrived last (observe/wait_attribution.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -51,6 +59,10 @@ class TimedCommunicator final : public Communicator {
   double blocked_seconds() const { return blocked_s_; }
   const CommBytes& bytes() const { return bytes_; }
   Communicator& inner() { return inner_; }
+  // The seconds of each collective (or wait) since the last call (at most
+  // kMaxWaits: beyond that every member stops recording at the same call).
+  static constexpr size_t kMaxWaits = size_t(1) << 18;
+  std::vector<float> take_waits() { return std::exchange(waits_, {}); }
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -75,11 +87,14 @@ class TimedCommunicator final : public Communicator {
   void abort() override { inner_.abort(); }
 
   void add(double seconds);
+  // add() for a synchronous collective: also kept in waits_.
+  void add_collective(double seconds);
 
  private:
   Communicator& inner_;
   std::string label_;
   double blocked_s_ = 0;
+  std::vector<float> waits_;
   CommBytes bytes_;
   void count_p2p(const std::vector<P2POp>& ops);
 };

@@ -267,10 +267,10 @@ std::vector<KeySpec> build_schema() {
       Row("log.sample_temperature", FIELD(log.sample_temperature), "sampling temperature")
           .above(0).aka("temperature"),
       Row("log.straggler_threshold", FIELD(log.straggler_threshold),
-          "a rank whose compute time per step is this share above the median is slow")
+          "a rank the other ranks wait for in collectives more than this share of the step is a straggler")
           .above(0).aka("straggler_ratio slow_rank_threshold"),
       Row("log.straggler_intervals", FIELD(log.straggler_intervals),
-          "log intervals in a row a rank must be slow before the alert")
+          "log intervals the straggler judgement averages over (the others' waiting for a rank) before it alerts")
           .at_least(1).aka("straggler_patience"),
 
       Row("smoke.steps", FIELD(smoke.steps), "steps of the built-in smoke test").at_least(1)

@@ -36,6 +36,7 @@ RankMonitor::RankMonitor(Communicator& host, int local_rank, const LogConfig& cf
     local_ranks_.push_back(all[size_t(r) * (kHostInts + 1) + kHostInts]);
   }
   slow_.assign(size_t(n), 0);
+  shares_.assign(size_t(n), {});
   if (host.rank() == 0 && !run_dir.empty()) {
     const std::string path = run_dir + "/ranks.jsonl";
     out_ = std::fopen(path.c_str(), append ? "a" : "w");
@@ -47,7 +48,17 @@ RankMonitor::~RankMonitor() {
   if (out_) std::fclose(out_);
 }
 
-std::string RankMonitor::report(int64_t step, const RankReport& m) {
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::string RankMonitor::report(int64_t step, const RankReport& m, const std::vector<double>& held_ms) {
   const int n = host_.size();
   const double mine[kFields] = {m.tokens_per_s, m.step_ms, m.busy_ms(), m.grad_norm, 1e3 * m.time.data,
                                 1e3 * m.time.forward, 1e3 * m.time.backward, 1e3 * m.time.optimizer,
@@ -59,32 +70,38 @@ std::string RankMonitor::report(int64_t step, const RankReport& m) {
     std::copy(mine, mine + kFields, all.begin());
   if (host_.rank() != 0) return "";
   auto at = [&](int r, int f) { return all[size_t(r) * kFields + size_t(f)]; };
-  std::vector<double> busy;
-  for (int r = 0; r < n; ++r) busy.push_back(at(r, 2));
-  std::vector<double> sorted = busy;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = n % 2 ? sorted[size_t(n / 2)] : 0.5 * (sorted[size_t(n / 2 - 1)] + sorted[size_t(n / 2)]);
+  std::vector<double> busy, step_ms;
+  for (int r = 0; r < n; ++r) busy.push_back(at(r, 2)), step_ms.push_back(at(r, 1));
+  const double median_busy = median_of(busy), median_step = median_of(step_ms);
   std::string alerts;
-  char buf[512];
+  char buf[640];
   for (int r = 0; r < n; ++r) {
-    const double ratio = median > 0 ? busy[size_t(r)] / median - 1 : 0;
-    slow_[size_t(r)] = ratio > threshold_ ? slow_[size_t(r)] + 1 : 0;
+    const double held = size_t(r) < held_ms.size() ? held_ms[size_t(r)] : 0;
+    std::deque<double>& recent = shares_[size_t(r)];
+    recent.push_back(median_step > 0 ? held / median_step : 0);
+    if (int64_t(recent.size()) > intervals_) recent.pop_front();
+    double share = 0;
+    for (double x : recent) share += x;
+    share /= double(recent.size());
+    const bool judged = int64_t(recent.size()) == intervals_;
+    slow_[size_t(r)] = judged && share > threshold_ ? slow_[size_t(r)] + 1 : 0;
     if (out_) {
       std::fprintf(out_,
                    "{\"step\": %lld, \"rank\": %d, \"host\": \"%s\", \"local_rank\": %d, \"tokens_per_s\": %.6g, "
-                   "\"step_ms\": %.6g, \"busy_ms\": %.6g, \"grad_norm_shard\": %.6g, \"data_ms\": %.6g, "
-                   "\"forward_ms\": %.6g, \"backward_ms\": %.6g, \"optimizer_ms\": %.6g, \"comm_ms\": %.6g, "
-                   "\"checkpoint_ms\": %.6g, \"other_ms\": %.6g, \"slow_intervals\": %lld}\n",
+                   "\"step_ms\": %.6g, \"busy_ms\": %.6g, \"held_others_ms\": %.6g, \"grad_norm_shard\": %.6g, "
+                   "\"data_ms\": %.6g, \"forward_ms\": %.6g, \"backward_ms\": %.6g, \"optimizer_ms\": %.6g, "
+                   "\"comm_ms\": %.6g, \"checkpoint_ms\": %.6g, \"other_ms\": %.6g, \"slow_intervals\": %lld}\n",
                    (long long)step, r, hosts_[size_t(r)].c_str(), local_ranks_[size_t(r)], at(r, 0), at(r, 1), at(r, 2),
-                   at(r, 3), at(r, 4), at(r, 5), at(r, 6), at(r, 7), at(r, 8), at(r, 9), at(r, 10),
+                   held, at(r, 3), at(r, 4), at(r, 5), at(r, 6), at(r, 7), at(r, 8), at(r, 9), at(r, 10),
                    (long long)slow_[size_t(r)]);
     }
-    if (slow_[size_t(r)] == intervals_) {
+    if (slow_[size_t(r)] == 1) {  // once per spell: again only after the average fell below
       std::snprintf(buf, sizeof buf,
-                    "straggler: rank %d (host %s, local rank %d) computes %.1f ms per step, %.0f%% above the median "
-                    "%.1f ms, for %lld log intervals in a row (log.straggler_threshold=%g)\n",
-                    r, hosts_[size_t(r)].c_str(), local_ranks_[size_t(r)], busy[size_t(r)], 100 * ratio, median,
-                    (long long)intervals_, threshold_);
+                    "straggler: rank %d (host %s, local rank %d) kept the other ranks waiting in collectives %.0f%% "
+                    "of the step over the last %lld log intervals (now %.1f ms of the %.1f ms step; "
+                    "log.straggler_threshold=%g); its busy time %.1f ms, the median %.1f ms\n",
+                    r, hosts_[size_t(r)].c_str(), local_ranks_[size_t(r)], 100 * share, (long long)intervals_, held,
+                    median_step, threshold_, busy[size_t(r)], median_busy);
       alerts += buf;
     }
   }

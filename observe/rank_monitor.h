@@ -1,15 +1,20 @@
 // Every rank's pace, every log interval (docs/ARCHITECTURE.md "Per-rank
-// monitor"): tokens/s, step time, its time breakdown and the gradient norm
-// of its shard go to rank 0, which appends one line per rank to
-// <run dir>/ranks.jsonl and names a straggler: a rank whose busy time (the
-// step minus the time it blocked in collectives; in a synchronous job every
-// rank's wall time is the slowest one's, so only the busy time tells who is
-// slow) is more than log.straggler_threshold above the median for
-// log.straggler_intervals intervals in a row.
+// monitor"): tokens/s, step time, its time breakdown, the gradient norm of
+// its shard and how long the other ranks waited for it in collectives
+// (observe/wait_attribution.h) go to rank 0, which appends one line per rank
+// to <run dir>/ranks.jsonl and names a straggler: a rank the others waited
+// for more than log.straggler_threshold of the step, averaged over the last
+// log.straggler_intervals intervals (a stop that lands inside a collective
+// delays every member alike and is nobody's, so one interval's share
+// wanders; the average does not). Not its busy time against the
+// median (also logged): on a loaded host every rank's busy time wanders, and
+// a rank that is stopped now and then shows its stops as the others'
+// waiting, barely in its own median.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -34,7 +39,9 @@ class RankMonitor {
   RankMonitor& operator=(const RankMonitor&) = delete;
   // Collective: gathers the reports; on rank 0 writes ranks.jsonl and
   // returns the alert lines ("" when none); "" on the other ranks.
-  std::string report(int64_t step, const RankReport& mine);
+  // held_ms: per rank, the milliseconds per step an average other rank
+  // waited for it (the same on every rank).
+  std::string report(int64_t step, const RankReport& mine, const std::vector<double>& held_ms);
 
  private:
   Communicator& host_;
@@ -42,7 +49,8 @@ class RankMonitor {
   int64_t intervals_;
   std::vector<std::string> hosts_;
   std::vector<int> local_ranks_;
-  std::vector<int64_t> slow_;  // intervals in a row each rank has been slow
+  std::vector<std::deque<double>> shares_;  // per rank, its last intervals' share of the step the others waited for it
+  std::vector<int64_t> slow_;                // intervals in a row each rank's average has been above the threshold
   FILE* out_ = nullptr;
 };
 

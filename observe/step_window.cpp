@@ -1,9 +1,11 @@
 #include "observe/step_window.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "observe/pipeline_report.h"
+#include "observe/wait_attribution.h"
 
 namespace trainer {
 
@@ -69,7 +71,11 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
   rr.step_ms = 1e3 * seconds_since(window_wall0_) / double(window_iterations_);
   rr.grad_norm = rank_grad_norm;
   rr.time = per;
-  const std::string alerts = monitor_.report(sm.step, rr);
+  // Who the others waited for (observe/wait_attribution.h): milliseconds
+  // per step of an average other rank.
+  std::vector<double> held = attribute_waits(*s_.timed, *s_.host, s_.mesh.pp);
+  for (double& h : held) h *= 1e3 / double(window_iterations_) / double(std::max(1, s_.world_size - 1));
+  const std::string alerts = monitor_.report(sm.step, rr, held);
   if (s_.lead && !alerts.empty()) std::printf("%s", alerts.c_str());
   window_parts_ = StepTime{};
   window_comm0_ = comm_now();

@@ -139,7 +139,7 @@ TEST_CASE("another run's checkpoint.dir: locked while it trains, refused after, 
   fs::remove_all(dir);
 }
 
-TEST_CASE("resume auto takes the newest complete checkpoint over an older `latest`; going back sets newer ones aside",
+TEST_CASE("resume auto takes the newest complete checkpoint over an older `latest`, going back sets newer ones aside",
           "[identity][resume][e2e]") {
   const fs::path dir = fresh_dir("latest");
   const std::string cfg = write_config(dir, 12);
