@@ -76,6 +76,7 @@ Watchdog::Watchdog(WatchdogOptions options) : opt_(std::move(options)) {
   if (!opt_.secret) opt_.secret = store_secret_from_env();
   interval_s_ = std::clamp(opt_.timeout_s / 4, 0.05, 1.0);
   stale_after_s_ = std::max(3 * interval_s_, 1.0);
+  dead_after_s_ = std::max(stale_after_s_, 10.0);
   grace_s_ = opt_.grace_s >= 0 ? opt_.grace_s : default_watchdog_grace_s(opt_.timeout_s);
   request_timeout_s_ = std::clamp(opt_.timeout_s / 2, 1.0, 5.0);
   try {
@@ -201,12 +202,36 @@ bool Watchdog::wait_stop(double seconds) {
   return stop_cv_.wait_for(l, std::chrono::duration<double>(seconds), [&] { return stop_; });
 }
 
-// Publishes this rank's step every interval, whatever the main thread does.
+// Publishes this rank's step every interval, whatever the main thread does;
+// while the main thread is blocked, also looks at the others.
 void Watchdog::heartbeat_loop() {
   do {
     const int64_t step = step_.load(std::memory_order_relaxed);
     with_store([&](StoreClient& c) { c.set_heartbeat(opt_.rank, step); }, nullptr, true);
+    look_for_dead_peer();
   } while (!wait_stop(interval_s_));
+}
+
+// Reads the heartbeats only when this rank has made no progress for a
+// heartbeat's staleness: a running job pays nothing (every rank reading every
+// rank's heartbeat each second would grow with the square of the world).
+void Watchdog::look_for_dead_peer() {
+  const int64_t last = last_progress_ns_.load(std::memory_order_acquire);
+  if (last == 0 || opt_.world < 2) return;
+  const double idle = std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(last)).count();
+  if (idle < stale_after_s_) {
+    silent_rank_.store(-1);
+    return;
+  }
+  std::vector<Heartbeat> hb;
+  if (!with_store([&](StoreClient& c) { hb = c.read_heartbeats(opt_.world); }, nullptr, true)) return;
+  int who = -1;
+  double longest = 0;
+  for (const Heartbeat& h : hb)
+    if (h.rank != opt_.rank && h.present && h.age_s > longest) who = h.rank, longest = h.age_s;
+  silent_s_.store(longest);
+  silent_at_ns_.store(Clock::now().time_since_epoch().count());
+  silent_rank_.store(who);
 }
 
 // Never touches the store until it fires, so a store call that hangs cannot
@@ -219,17 +244,43 @@ void Watchdog::timer_loop() {
     const double idle =
         std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(last)).count();
     if (idle > limit_s) fire(idle);
+    // A dead peer while this rank is blocked (the heartbeat thread's look).
+    const int who = silent_rank_.load();
+    if (who >= 0 && idle >= stale_after_s_) {
+      const double since_look =
+          std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(silent_at_ns_.load())).count();
+      const double silent = silent_s_.load() + since_look;
+      bool (*stop)() = stop_requested_.load();
+      const double limit = stop && stop() ? stale_after_s_ : dead_after_s_;
+      // Only when it comes before the collective's own timeout, whose error
+      // names the collective precisely.
+      if (limit < opt_.timeout_s && silent > limit) fire_dead_peer(idle, who, silent);
+    }
   } while (!wait_stop(std::min(interval_s_, 0.25)));
 }
 
-void Watchdog::fire(double idle_s) {
+void Watchdog::fire_dead_peer(double idle_s, int rank, double silent_s) {
+  bool (*stop)() = stop_requested_.load();
+  const std::string line = "watchdog: rank " + std::to_string(opt_.rank) + " has been blocked for " + seconds(idle_s) +
+                           " s at " + where() + " while rank " + std::to_string(rank) + " sent no heartbeat for " +
+                           seconds(silent_s) + " s (dead or stopped" +
+                           (stop && stop() ? "; a stop was requested" : "") + "): not waiting out parallel.timeout_s " +
+                           seconds(opt_.timeout_s) + " s";
+  fire(idle_s, line);
+}
+
+
+void Watchdog::fire(double idle_s, const std::string& headline) {
   const std::string peers = describe_peers();
   const std::string last = last_collective();
-  const std::string line = "watchdog: rank " + std::to_string(opt_.rank) + " made no progress for " +
-                           seconds(idle_s) + " s at " + where() + " (parallel.timeout_s " + seconds(opt_.timeout_s) +
-                           " s + " + seconds(grace_s_) + " s grace): a collective or store call never returned" +
-                           (last.empty() ? "" : " (last collective issued: " + last + ")") + "; heartbeats: " + peers +
-                           "; aborting the communicators and exiting with code " +
+  const std::string what = !headline.empty()
+                               ? headline
+                               : "watchdog: rank " + std::to_string(opt_.rank) + " made no progress for " +
+                                     seconds(idle_s) + " s at " + where() + " (parallel.timeout_s " +
+                                     seconds(opt_.timeout_s) + " s + " + seconds(grace_s_) +
+                                     " s grace): a collective or store call never returned";
+  const std::string line = what + (last.empty() ? "" : " (last collective issued: " + last + ")") +
+                           "; heartbeats: " + peers + "; aborting the communicators and exiting with code " +
                            std::to_string(kWatchdogExitCode) + "\n";
   write_all(STDERR_FILENO, line);
   // Progress lines still buffered; skipped when the main thread holds stdout.

@@ -19,6 +19,17 @@
 //    _exit(kDistributedFailureExitCode). The grace lets the first path, which
 //    names the collective precisely, win whenever it can.
 //
+//  * A peer is dead and this rank is blocked: a collective whose transport
+//    never notices the peer's end (a Gloo send that waits on a socket the
+//    kernel has not reset) would otherwise wait the whole timeout_s, deaf to
+//    SIGTERM. While this rank has made no progress for a heartbeat's
+//    staleness, the heartbeat thread also reads the others' heartbeats; a
+//    peer silent for dead_after_s() (10 s, at least the staleness), or for
+//    the staleness alone once a stop was requested (set_stop_requested:
+//    SIGTERM, SIGINT), fires the watchdog at once, naming that rank, when
+//    that comes before timeout_s (otherwise the collective's own timeout,
+//    which names it precisely, ends the wait first).
+//
 // Heartbeats: the thread publishes Store::set_heartbeat(rank, step) every
 // min(1 s, timeout_s / 4) from its OWN store connection (the shared one may be
 // held by a waiting call), whether or not the main thread is stuck: a stuck
@@ -133,6 +144,12 @@ class Watchdog {
 
   double interval_s() const { return interval_s_; }
   double stale_after_s() const { return stale_after_s_; }
+  double dead_after_s() const { return dead_after_s_; }
+  // Whether the process was asked to stop (a signal): a dead peer then
+  // fires the watchdog as soon as its heartbeat is stale. Set once, before
+  // the first progress(); the function must be async-safe to call from
+  // another thread (an atomic read).
+  void set_stop_requested(bool (*requested)()) { stop_requested_.store(requested); }
   double grace_s() const { return grace_s_; }
 
  private:
@@ -140,7 +157,8 @@ class Watchdog {
   void heartbeat_loop();
   void timer_loop();
   bool wait_stop(double seconds);
-  [[noreturn]] void fire(double idle_s);
+  // headline: what happened ("" : no progress for timeout_s + grace).
+  [[noreturn]] void fire(double idle_s, const std::string& headline = "");
   // Runs fn on the store client; returns false (and sets *error) when the
   // store cannot be reached. Only the heartbeat thread reconnects a dropped
   // connection (which can take seconds when rank 0 is stopped); the others
@@ -152,7 +170,15 @@ class Watchdog {
   std::string summarize(int64_t my_step, std::string* error);
 
   WatchdogOptions opt_;
-  double interval_s_ = 1, stale_after_s_ = 3, grace_s_ = 3, request_timeout_s_ = 2;
+  double interval_s_ = 1, stale_after_s_ = 3, dead_after_s_ = 10, grace_s_ = 3, request_timeout_s_ = 2;
+  // The heartbeat thread's last look at the peers while this rank was
+  // blocked: the longest-silent other rank and how long (-1: none looked).
+  void look_for_dead_peer();
+  std::atomic<int> silent_rank_{-1};
+  std::atomic<double> silent_s_{0};
+  std::atomic<int64_t> silent_at_ns_{0};  // when it was read (Clock ticks)
+  std::atomic<bool (*)()> stop_requested_{nullptr};
+  [[noreturn]] void fire_dead_peer(double idle_s, int rank, double silent_s);
 
   std::atomic<int64_t> step_{0};
   std::atomic<const char*> phase_{"start-up"};

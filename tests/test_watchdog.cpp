@@ -5,6 +5,7 @@
 // exit with kDistributedFailureExitCode within parallel.timeout_s + 6 s, with a
 // message naming the collective, the group, the step and the missing rank.
 #include <catch2/catch.hpp>
+#include <atomic>
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -177,14 +178,33 @@ TEST_CASE("watchdog: heartbeat summary, error path, and a store that went away",
   }  // the destructors stop the threads with the store gone
 }
 
-TEST_CASE("watchdog: no progress for timeout + grace fires and names the stale peer", "[watchdog][serial]") {
+namespace {
+
+bool stop_was_requested() { return true; }
+
+struct Fired {
+  std::string err;
+  double elapsed = 0;
+  int status = 0;
+  bool exited = false;
+};
+
+// A forked rank 0 of 2 whose main thread reports step 3 and then blocks
+// ("stuck in a collective"); its watchdog's stderr and exit, within
+// `window` seconds. `peer_alive`: a thread of this process keeps rank 1's
+// heartbeat fresh meanwhile; otherwise rank 1 beat once and went silent.
+Fired block_rank0(double timeout, double grace, double window, bool peer_alive, bool stop_requested) {
   StoreServer server(kHost, 0, kToken, quiet());
   const int port = server.port();
-  {
+  std::atomic<bool> done{false};
+  std::thread peer([&] {
     StoreClient c(kHost, port, kToken, 10);
-    c.set_heartbeat(1, 2);  // the peer's only heartbeat: stale from now on
-  }
-  const double timeout = 1.0, grace = 1.0;
+    c.set_heartbeat(1, 2);
+    while (peer_alive && !done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      c.set_heartbeat(1, 2);
+    }
+  });
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   std::fflush(stdout);  // the child flushes stdout when it fires: not our lines twice
@@ -199,46 +219,78 @@ TEST_CASE("watchdog: no progress for timeout + grace fires and names the stale p
     o.grace_s = grace;
     o.abort = [] { (void)!::write(STDERR_FILENO, "abort callback ran\n", 19); };
     Watchdog w(o);
+    if (stop_requested) w.set_stop_requested(&stop_was_requested);
     w.progress(3, "gradient reduction");
-    std::this_thread::sleep_for(std::chrono::seconds(20));  // "stuck in a collective"
+    std::this_thread::sleep_for(std::chrono::seconds(int(window) + 10));  // "stuck in a collective"
     ::_exit(99);
   }
   Children guard{{pid}};
   ::close(fds[1]);
-  // Read the child's stderr until it exits (EOF), within a bounded window.
-  std::string err;
-  const double window = timeout + grace + 1.0;
+  Fired f;
   char buf[4096];
-  for (;;) {
+  for (;;) {  // the child's stderr until it exits (EOF), within a bounded window
     const double left = window + 2.0 - since(t0);
     if (left <= 0) break;
     pollfd p{fds[0], POLLIN, 0};
     if (::poll(&p, 1, int(left * 1000) + 1) <= 0) break;
     const ssize_t n = ::read(fds[0], buf, sizeof buf);
     if (n <= 0) break;
-    err.append(buf, size_t(n));
+    f.err.append(buf, size_t(n));
   }
   ::close(fds[0]);
-  int status = 0;
-  pid_t done = 0;
-  while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && since(t0) < window + 2.0)
+  pid_t reaped = 0;
+  while ((reaped = ::waitpid(pid, &f.status, WNOHANG)) == 0 && since(t0) < window + 2.0)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const double elapsed = since(t0);
-  if (done == pid) guard.pids.clear();
-  std::printf("[watchdog] fired after %.2f s (timeout %.1f + grace %.1f, window %.1f s)\n", elapsed, timeout, grace,
+  f.elapsed = since(t0);
+  f.exited = reaped == pid && WIFEXITED(f.status);
+  if (reaped == pid) guard.pids.clear();
+  done = true;
+  peer.join();
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("watchdog: no progress for timeout + grace fires and names the peers", "[watchdog][serial]") {
+  // The peer is alive (heartbeats), so only the timeout can end the wait.
+  const double timeout = 1.0, grace = 1.0, window = timeout + grace + 1.0;
+  const Fired f = block_rank0(timeout, grace, window, true, false);
+  std::printf("[watchdog] fired after %.2f s (timeout %.1f + grace %.1f, window %.1f s)\n", f.elapsed, timeout, grace,
               window);
-  INFO(err);
-  REQUIRE(done == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == kWatchdogExitCode);
-  CHECK(elapsed >= timeout + grace - 0.05);
-  CHECK(elapsed <= window);
-  CHECK(contains(err, "watchdog: rank 0 made no progress for"));
-  CHECK(contains(err, "at step 3 (gradient reduction)"));
-  CHECK(contains(err, "rank 1 last at step 2, "));
-  CHECK(contains(err, "(stale)"));
-  CHECK(contains(err, "exiting with code 3"));
-  CHECK(contains(err, "abort callback ran"));
+  INFO(f.err);
+  REQUIRE(f.exited);
+  CHECK(WEXITSTATUS(f.status) == kWatchdogExitCode);
+  CHECK(f.elapsed >= timeout + grace - 0.05);
+  CHECK(f.elapsed <= window);
+  CHECK(contains(f.err, "watchdog: rank 0 made no progress for"));
+  CHECK(contains(f.err, "at step 3 (gradient reduction)"));
+  CHECK(contains(f.err, "rank 1 at step 2 (behind, alive"));
+  CHECK(contains(f.err, "exiting with code 3"));
+  CHECK(contains(f.err, "abort callback ran"));
+}
+
+TEST_CASE("watchdog: blocked on a dead peer fires after its heartbeat is 10 s old, 3 s once a stop was asked",
+          "[watchdog][serial]") {
+  // timeout_s 60: without the heartbeats the wait would last a minute, and a
+  // transport that never notices the peer's end (a Gloo send to a killed
+  // rank, seen under torchrun) keeps it deaf to SIGTERM all that time.
+  const double timeout = 60, grace = 1;
+  for (const bool stop : {true, false}) {
+    INFO("stop requested " << stop);
+    const double least = stop ? 3.0 : 10.0, window = least + 4.0;
+    const Fired f = block_rank0(timeout, grace, window, false, stop);
+    std::printf("[watchdog] rank 1 silent, %s: fired after %.2f s (heartbeat stale after 3 s, dead after 10 s, "
+                "timeout 60 s)\n", stop ? "a stop requested" : "no stop requested", f.elapsed);
+    INFO(f.err);
+    REQUIRE(f.exited);
+    CHECK(WEXITSTATUS(f.status) == kWatchdogExitCode);
+    CHECK(f.elapsed >= least - 0.05);
+    CHECK(f.elapsed <= window);
+    CHECK(contains(f.err, "watchdog: rank 0 has been blocked for"));
+    CHECK(contains(f.err, "at step 3 (gradient reduction) while rank 1 sent no heartbeat for"));
+    CHECK(contains(f.err, stop ? "a stop was requested" : "(dead or stopped)"));
+    CHECK(contains(f.err, "abort callback ran"));
+  }
 }
 
 namespace {

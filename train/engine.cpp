@@ -169,6 +169,8 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   TrainSummary summary = start_summary(s);
   StepWindow window(window_setup(s), cfg.log);
   install_preemption_handlers();
+  // A rank blocked on a dead peer ends at once once a signal asks it to.
+  if (Watchdog* w = s.dist->watchdog()) w->set_stop_requested(&preemption_requested);
   StepRunner runner(s, window, summary);
   if (s.lead)
     if (const double age = process_age_seconds(); age >= 0)

@@ -29,6 +29,8 @@ void install_preemption_handlers() {
 
 int preemption_requests() { return g_requests.load(); }
 
+bool preemption_requested() { return g_requests.load() > 0; }
+
 const char* preemption_signal() {
   switch (g_signal.load()) {
     case SIGTERM: return "SIGTERM";

@@ -20,6 +20,8 @@ inline constexpr int kPreemptedExitCode = 75;
 void install_preemption_handlers();
 // Signals received so far (0: none), and the last one's name ("SIGTERM").
 int preemption_requests();
+// preemption_requests() > 0, as a plain function (runtime/watchdog.h).
+bool preemption_requested();
 const char* preemption_signal();
 
 }  // namespace trainer
