@@ -73,7 +73,7 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
   rr.time = per;
   // Who the others waited for (observe/wait_attribution.h): milliseconds
   // per step of an average other rank.
-  std::vector<double> held = attribute_waits(*s_.timed, *s_.host, s_.mesh.pp);
+  std::vector<double> held = attribute_waits(*s_.timed, *s_.host, s_.mesh.pp, s_.dims.E > 0);
   for (double& h : held) h *= 1e3 / double(window_iterations_) / double(std::max(1, s_.world_size - 1));
   const std::string alerts = monitor_.report(sm.step, rr, held);
   if (s_.lead && !alerts.empty()) std::printf("%s", alerts.c_str());

@@ -65,10 +65,10 @@ void attribute_group(TimedCommunicator& g, std::vector<double>& caused) {
 }  // namespace
 
 std::vector<double> attribute_waits(const std::vector<std::unique_ptr<TimedCommunicator>>& groups, Communicator& host,
-                                    int pipeline_stages) {
+                                    int pipeline_stages, bool experts) {
   std::vector<double> caused(size_t(host.size()), 0.0);
   for (const auto& g : groups)
-    if (attributes_waits(g->label(), pipeline_stages)) attribute_group(*g, caused);
+    if (attributes_waits(g->label(), pipeline_stages, experts)) attribute_group(*g, caused);
     else g->take_waits();
   if (host.size() > 1) host.all_reduce(Tensor(caused.data(), DType::F64, {int64_t(caused.size())}), ReduceOp::Sum);
   return caused;

@@ -8,8 +8,8 @@
 // them waiting), and it needs no clocks shared between hosts.
 //
 // Only groups whose members run the same program on the same schedule are
-// read: tp, dp_cp, cp, ep, edp, and the host group (the loss and the
-// gradient norm) when there is one pipeline stage. The pipeline's sends and
+// read: tp, dp_cp, cp, ep and edp (with experts), and the host group (the
+// loss and the gradient norm) when there is one pipeline stage. The pipeline's sends and
 // receives pair different ranks per call, and with several stages the host
 // group's collectives span stages whose arrival order the schedule fixes
 // (the first stage ends the backward last in 1F1B): they would blame a
@@ -23,7 +23,10 @@
 
 namespace trainer {
 
-inline bool attributes_waits(const std::string& label, int pipeline_stages) {
+// `experts`: the model has experts (a dense model never uses ep and edp,
+// and their reductions would be the monitor's only calls there).
+inline bool attributes_waits(const std::string& label, int pipeline_stages, bool experts) {
+  if (label == "ep" || label == "edp") return experts;
   return label != "pp" && (label != "host" || pipeline_stages == 1);
 }
 
@@ -35,6 +38,6 @@ inline bool attributes_waits(const std::string& label, int pipeline_stages) {
 // different numbers of calls (a program that is not the same on every
 // member) is skipped by all of them.
 std::vector<double> attribute_waits(const std::vector<std::unique_ptr<TimedCommunicator>>& groups, Communicator& host,
-                                    int pipeline_stages);
+                                    int pipeline_stages, bool experts);
 
 }  // namespace trainer
