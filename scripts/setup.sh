@@ -13,6 +13,7 @@ PACKAGES=(
   python3-sentencepiece libsentencepiece-dev   # SentencePiece tokenizers: scripts/prepare_text.py and the binary
   fortunes   # ~2.5 MB of English text: the quickstart's training data
   slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
+  iproute2 util-linux   # tests/multinode_test.sh: ip netns, tc and unshare (scripts/netns_cluster.sh)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
