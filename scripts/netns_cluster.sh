@@ -2,7 +2,8 @@
 # A test cluster on one machine: N network namespaces, one per "node", each
 # with its loopback up (the ranks of one node talk over it, the emulation's
 # NVLink) and one veth on a shared bridge, the cross-node network, shaped
-# with tc netem (bandwidth and latency). Needs root (CI runs as root).
+# with tc (tbf for the bandwidth, netem for the latency). Needs root (CI
+# runs as root).
 #
 #   scripts/netns_cluster.sh up N [--rate 100mbit] [--delay 1ms] [--prefix trn]
 #       (--rate: tbf; --delay: netem, which some kernels lack: refused then)
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -48,6 +49,8 @@ refuse() {
 
 need_root() {
   [ "$(id -u)" -eq 0 ] || refuse "needs root (network namespaces and tc); run it as root or under sudo"
+  command -v unshare >/dev/null || refuse "the unshare command is missing (Debian package util-linux)"
+  unshare --uts true 2>/dev/null || refuse "UTS namespaces are not permitted here (unshare --uts was refused)"
   command -v ip >/dev/null || refuse "the ip command is missing (Debian package iproute2)"
   command -v tc >/dev/null || refuse "the tc command is missing (Debian package iproute2)"
 }
@@ -78,7 +81,11 @@ shape() {
     fi
     [ -z "$rate" ] || ip netns exec "$ns" tc qdisc add dev eth0 parent 1:1 handle 10: "${tbf[@]}"
   elif [ -n "$rate" ]; then
-    ip netns exec "$ns" tc qdisc add dev eth0 root "${tbf[@]}"
+    ip netns exec "$ns" tc qdisc add dev eth0 root "${tbf[@]}" 2>/dev/null || {
+      trap - ERR
+      down
+      refuse "tc cannot shape a link here (tc qdisc add ... tbf was refused)"
+    }
   fi
 }
 
@@ -179,7 +186,6 @@ case "$cmd" in
     k=${positional[0]:-}
     [[ "$k" =~ ^[0-9]+$ ]] && ((${#positional[@]} >= 2)) || usage
     need_root
-    command -v unshare >/dev/null || refuse "the unshare command is missing (Debian package util-linux)"
     exec ip netns exec "$(ns_of "$k")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$(ns_of "$k")" "${positional[@]:1}"
     ;;
   addr)
