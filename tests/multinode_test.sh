@@ -9,7 +9,9 @@
 #   2. torchrun with the elastic c10d rendezvous (--rdzv_backend c10d
 #      --rdzv_endpoint <node 0>): the same layout;
 #   3. pp 2 across the nodes x tp 2 inside them;
-#   4. dp 4 at ZeRO-3 across the two nodes.
+#   4. dp 4 at ZeRO-3 across the two nodes;
+#   5. mpirun from node 0 with a hostfile of the two nodes, its daemon on
+#      node 1 started through scripts/netns_rsh.sh: tp 2 x dp 2.
 # Ranks of one node reach each other over their namespace's loopback, the
 # other node only over the bridge, so every cross-node byte really crosses
 # the shaped link. Not root, or namespaces refused here: prints why and exits
@@ -111,4 +113,18 @@ two_nodes elastic_tp2_dp2 "--rdzv_backend c10d --rdzv_endpoint $node0:$((port + 
   --set parallel.tp=2
 two_nodes static_pp2_tp2 "--master_addr $node0 --master_port $((port + 20))" --set parallel.tp=2 --set parallel.pp=2
 two_nodes static_dp4_zero3 "--master_addr $node0 --master_port $((port + 30))" --set parallel.zero_stage=3
-say "PASS: 4 two-node launches (static and c10d torchrun; tp2 x dp2, pp2 x tp2, dp4 ZeRO-3) equal one process"
+# mpirun from node 0, its daemon on node 1 started through the namespace
+# "remote shell"; MASTER_ADDR names node 0 as a user's would.
+mpirun_two_nodes() {
+  local label=mpirun_tp2_dp2 run="$work/mpirun_tp2_dp2"
+  command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
+  printf '%s slots=2\n%s slots=2\n' "$prefix-node0" "$prefix-node1" > "$work/hosts"
+  bash "$cluster" exec 0 --prefix "$prefix" timeout 300 mpirun --allow-run-as-root -np 4 --hostfile "$work/hosts" \
+    --mca plm_rsh_agent "$source/scripts/netns_rsh.sh" --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    -x MASTER_ADDR="$prefix-node0" -x MASTER_PORT=$((port + 40)) "$trainer" --config "$work/cfg.yaml" \
+    --set run.dir="$run" --set parallel.tp=2 > "$run.log" 2>&1 || { tail -n 40 "$run.log"; fail "$label: mpirun failed"; }
+  grep -q "launcher: mpirun, rank 0 of 4 (local 0 of 2)" "$run.log" || fail "$label: rank 0 did not report 4 ranks on 2 nodes"
+  same_losses "$run" "$label" || fail "$label: losses differ from the one-process run"
+}
+mpirun_two_nodes
+say "PASS: 5 two-node launches (torchrun static and c10d, mpirun; tp2 x dp2, pp2 x tp2, dp4 ZeRO-3) equal one process"
