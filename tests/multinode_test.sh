@@ -104,6 +104,12 @@ two_nodes() {
   local line
   line=$(grep -h "launcher: torchrun, rank 0 of 4 (local 0 of 2)" -r "$run.tlog0" "$run.tlog1" | head -1)
   [ -n "$line" ] || fail "$label: rank 0 did not report 4 ranks on 2 nodes"
+  # Rank 0 names the nodes and says the tp groups stay inside them.
+  line=$(grep -h "^placement: " -r "$run.tlog0" "$run.tlog1" | head -1)
+  say "$label: $line"
+  [[ "$line" == "placement: 2 nodes ($prefix-node"*": ranks 0-1, $prefix-node"*": ranks 2-3)"* ]] ||
+    fail "$label: no placement line naming both nodes"
+  [[ "$*" != *parallel.tp=2* || "$line" == *"tp groups inside nodes"* ]] || fail "$label: tp groups not inside nodes"
   same_losses "$run" "$label" || fail "$label: losses differ from the one-process run"
 }
 
@@ -124,6 +130,8 @@ mpirun_two_nodes() {
     -x MASTER_ADDR="$prefix-node0" -x MASTER_PORT=$((port + 40)) "$trainer" --config "$work/cfg.yaml" \
     --set run.dir="$run" --set parallel.tp=2 > "$run.log" 2>&1 || { tail -n 40 "$run.log"; fail "$label: mpirun failed"; }
   grep -q "launcher: mpirun, rank 0 of 4 (local 0 of 2)" "$run.log" || fail "$label: rank 0 did not report 4 ranks on 2 nodes"
+  grep -q "^placement: 2 nodes ($prefix-node0: ranks 0-1, $prefix-node1: ranks 2-3); tp groups inside nodes" "$run.log" ||
+    fail "$label: no placement line with the tp groups inside the nodes"
   same_losses "$run" "$label" || fail "$label: losses differ from the one-process run"
 }
 mpirun_two_nodes

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/mesh.h"
+#include "observe/placement_report.h"
 
 using namespace trainer;
 
@@ -258,4 +259,29 @@ TEST_CASE("mesh: layout errors say which numbers conflict", "[mesh]") {
     INFO(msg);
     CHECK(contains(msg, c.message));
   }
+}
+
+TEST_CASE("placement: groups inside nodes, and the groups that span them named", "[mesh][placement]") {
+  // Two nodes of two ranks, tp 2 x dp 2: tp inside, dp across.
+  MeshShape m;
+  m.tp = 2;
+  m.dp = 2;
+  const std::string clean = format_placement(m, {"a", "a", "b", "b"});
+  INFO(clean);
+  CHECK(clean == "placement: 2 nodes (a: ranks 0-1, b: ranks 2-3); tp groups inside nodes; dp_cp crosses nodes\n");
+  // Two nodes of three ranks, tp 2 x dp 3: the middle tp group (ranks 2, 3) spans them.
+  MeshShape odd;
+  odd.tp = 2;
+  odd.dp = 3;
+  const std::string crossing = format_placement(odd, {"a", "a", "a", "b", "b", "b"});
+  INFO(crossing);
+  CHECK(crossing.find("placement: 2 nodes (a: ranks 0-2, b: ranks 3-5)") == 0);
+  CHECK(crossing.find("warning: 1 of 3 tp groups span nodes (ranks 2-3 on a, b): tensor-parallel traffic crosses "
+                      "the network; make parallel.tp divide the ranks per node\n") != std::string::npos);
+  // pp 2 across two nodes, tp 2 inside.
+  MeshShape pp;
+  pp.tp = 2;
+  pp.pp = 2;
+  CHECK(format_placement(pp, {"a", "a", "b", "b"}) ==
+        "placement: 2 nodes (a: ranks 0-1, b: ranks 2-3); tp groups inside nodes; pp crosses nodes\n");
 }
