@@ -126,8 +126,7 @@ constexpr double kLivenessEveryS = 1.0;
 // ranks that set it) are gone according to rv.gone.
 WaitResult get_before(const Rendezvous& rv, const std::string& key, Clock::time_point deadline,
                       const std::vector<int>& waiting_on) {
-  Clock::time_point next_check = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                    std::chrono::duration<double>(kLivenessEveryS));
+  Clock::time_point next_check = deadline_after(kLivenessEveryS);
   for (;;) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     try {
@@ -136,8 +135,7 @@ WaitResult get_before(const Rendezvous& rv, const std::string& key, Clock::time_
       if (left <= 0) return {};
     }
     if (rv.gone && Clock::now() >= next_check) {
-      next_check = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(kLivenessEveryS));
+      next_check = deadline_after(kLivenessEveryS);
       std::string why = rv.gone(waiting_on);
       if (!why.empty()) {
         // It may have set the key just before it went.

@@ -70,6 +70,27 @@ bool plain_file_name(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
+// The optional members of later builds: who wrote the checkpoint and what
+// the step policy knew of its state (absent: unknown). `field` names the
+// member being read, for the caller's error.
+void read_run_fields(const json::Value& root, CheckpointMeta& meta, std::string& field) {
+  field = "run_identity";
+  if (const json::Value* id = json::find(root, "run_identity")) {
+    meta.identity.id = json::as_string(json::at(*id, "id"));
+    meta.identity.model = json::as_string(json::at(*id, "model"));
+    meta.identity.data = json::as_string(json::at(*id, "data"));
+    for (const auto& l : json::as_array(json::at(*id, "lineage"))) meta.identity.lineage.push_back(json::as_string(l));
+    if (meta.identity.id.empty()) throw json::TypeError("empty id");
+  }
+  field = "verdict";
+  if (const json::Value* v = json::find(root, "verdict")) {
+    meta.verdict = json::as_string(*v);
+    if (meta.verdict != kVerdictHealthy && meta.verdict != kVerdictUnconfirmed)
+      throw json::TypeError("\"" + meta.verdict + "\" is neither \"" + kVerdictHealthy + "\" nor \"" +
+                            kVerdictUnconfirmed + "\"");
+  }
+}
+
 Manifest read_manifest(const fs::path& dir) {
   Manifest m;
   const fs::path path = dir / kManifestName;
@@ -142,21 +163,7 @@ Manifest read_manifest(const fs::path& dir) {
     m.meta.config_yaml = json::as_string(json::at(root, "config_yaml"));
     field = "created";
     m.created = json::as_string(json::at(root, "created"));
-    field = "run_identity";
-    if (const json::Value* id = json::find(root, "run_identity")) {
-      m.meta.identity.id = json::as_string(json::at(*id, "id"));
-      m.meta.identity.model = json::as_string(json::at(*id, "model"));
-      m.meta.identity.data = json::as_string(json::at(*id, "data"));
-      for (const auto& l : json::as_array(json::at(*id, "lineage"))) m.meta.identity.lineage.push_back(json::as_string(l));
-      if (m.meta.identity.id.empty()) throw json::TypeError("empty id");
-    }
-    field = "verdict";
-    if (const json::Value* v = json::find(root, "verdict")) {
-      m.meta.verdict = json::as_string(*v);
-      if (m.meta.verdict != kVerdictHealthy && m.meta.verdict != kVerdictUnconfirmed)
-        throw json::TypeError("\"" + m.meta.verdict + "\" is neither \"" + kVerdictHealthy + "\" nor \"" +
-                              kVerdictUnconfirmed + "\"");
-    }
+    read_run_fields(root, m.meta, field);
 
     std::set<std::string> file_names;
     for (const auto& [name, f] : json::as_object(json::at(root, "files")).items()) {
@@ -241,6 +248,21 @@ fs::path strip_trailing_slash(const std::string& s) {
   return p;
 }
 
+// The step directories of a root (step, path), newest first; `with_manifest`:
+// only those holding a manifest. Throws naming the root when it cannot be listed.
+std::vector<std::pair<int64_t, std::string>> scan_step_dirs(const fs::path& root, bool with_manifest) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto step = parse_step_dir_name(it->path().filename().string());
+    if (step && it->is_directory() && (!with_manifest || fs::exists(it->path() / kManifestName)))
+      out.emplace_back(*step, it->path().string());
+  }
+  if (ec) throw std::runtime_error(root.string() + ": cannot list: " + ec.message());
+  std::sort(out.begin(), out.end(), std::greater<>());
+  return out;
+}
+
 // The step directory `latest` names, or nullopt when it is missing or does
 // not look like one.
 std::optional<std::string> read_latest(const fs::path& root) {
@@ -323,20 +345,14 @@ std::vector<std::string> resume_candidates(const std::string& root_str, const st
     if (!fs::exists(root, ec)) return {};
     if (!fs::is_directory(root, ec))
       throw std::runtime_error("checkpoint.dir " + root.string() + " exists but is not a directory");
-    std::vector<std::pair<int64_t, std::string>> candidates;
-    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (auto step = parse_step_dir_name(name); step && it->is_directory()) candidates.emplace_back(*step, name);
-    }
-    if (ec) throw std::runtime_error(root.string() + ": cannot list: " + ec.message());
-    // Newest first. `latest` is only the writer's last word: a kill between
-    // publishing a step and replacing `latest` leaves it naming the one
-    // before, and a newer complete checkpoint is never passed over for it (a
-    // run that resumes from further back sets the newer ones aside:
-    // set_aside_newer).
-    std::sort(candidates.begin(), candidates.end(), std::greater<>());
+    // Every step directory, a manifest or not (one without is reported as
+    // not loadable), newest first. `latest` is only the writer's last word:
+    // a kill between publishing a step and replacing `latest` leaves it
+    // naming the one before, and a newer complete checkpoint is never passed
+    // over for it (a run that resumes from further back sets the newer ones
+    // aside: set_aside_newer).
     std::vector<std::string> out;
-    for (const auto& c : candidates) out.push_back((root / c.second).string());
+    for (const auto& c : scan_step_dirs(root, false)) out.push_back(c.second);
     return out;
   }
 
@@ -412,16 +428,9 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) { return read_manife
 
 std::vector<std::pair<int64_t, std::string>> step_directories(const std::string& root_str) {
   const fs::path root = strip_trailing_slash(root_str);
-  std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto step = parse_step_dir_name(it->path().filename().string());
-    if (step && it->is_directory() && fs::exists(it->path() / kManifestName)) out.emplace_back(*step, it->path().string());
-  }
-  if (ec) throw std::runtime_error(root.string() + ": cannot list: " + ec.message());
-  std::sort(out.begin(), out.end(), std::greater<>());
-  return out;
+  if (!fs::is_directory(root, ec)) return {};
+  return scan_step_dirs(root, true);
 }
 
 std::optional<int64_t> latest_step(const std::string& root) {

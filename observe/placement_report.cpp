@@ -25,21 +25,24 @@ std::string rank_list(const std::vector<int>& r) {
 
 }  // namespace
 
-std::vector<std::string> gather_host_names(Communicator& host) {
+RankPlaces gather_rank_places(Communicator& host, int local_rank) {
   const int n = host.size();
-  constexpr int kInts = kHostBytes / 4;  // the name travels as int32 (no byte dtype)
+  constexpr int kInts = kHostBytes / 4 + 1;  // the name as int32 (no byte dtype), then the local rank
   std::vector<int32_t> mine(kInts, 0), all(size_t(n) * kInts, 0);
   char name[kHostBytes] = {};
   gethostname(name, kHostBytes - 1);
   std::memcpy(mine.data(), name, kHostBytes);
+  mine[kInts - 1] = local_rank;
   if (n > 1)
     host.all_gather(Tensor(all.data(), DType::I32, {int64_t(all.size())}), Tensor(mine.data(), DType::I32, {kInts}));
   else
     all = mine;
-  std::vector<std::string> out;
+  RankPlaces out;
   for (int r = 0; r < n; ++r) {
-    const char* p = reinterpret_cast<const char*>(all.data() + size_t(r) * kInts);
-    out.emplace_back(p, strnlen(p, kHostBytes));
+    const int32_t* at = all.data() + size_t(r) * kInts;
+    const char* p = reinterpret_cast<const char*>(at);
+    out.host.emplace_back(p, strnlen(p, kHostBytes));
+    out.local_rank.push_back(at[kInts - 1]);
   }
   return out;
 }

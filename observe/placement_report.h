@@ -14,8 +14,15 @@
 
 namespace trainer {
 
-// Collective over `host` (every rank): each rank's host name, by rank.
-std::vector<std::string> gather_host_names(Communicator& host);
+// Where each rank runs, by rank: its host name and its local rank there.
+struct RankPlaces {
+  std::vector<std::string> host;
+  std::vector<int> local_rank;
+};
+
+// Collective over `host` (every rank), once at start-up: the placement line
+// and the rank monitor (observe/rank_monitor.h) both read it.
+RankPlaces gather_rank_places(Communicator& host, int local_rank);
 
 // "placement: 2 nodes (trn-node0: ranks 0-1, trn-node1: ranks 2-3); tp groups
 // inside nodes; dp crosses nodes\n", plus a "warning: ..." line per axis of

@@ -11,30 +11,18 @@ namespace trainer {
 
 namespace {
 
-constexpr int kHostInts = 16;  // 64 bytes of host name per rank
 constexpr int kFields = 11;    // per rank and report
 
 }  // namespace
 
-RankMonitor::RankMonitor(Communicator& host, int local_rank, const LogConfig& cfg, const std::string& run_dir,
-                         bool append)
-    : host_(host), threshold_(cfg.straggler_threshold), intervals_(cfg.straggler_intervals) {
+RankMonitor::RankMonitor(Communicator& host, const RankPlaces& places, const LogConfig& cfg,
+                         const std::string& run_dir, bool append)
+    : host_(host),
+      threshold_(cfg.straggler_threshold),
+      intervals_(cfg.straggler_intervals),
+      hosts_(places.host),
+      local_ranks_(places.local_rank) {
   const int n = host.size();
-  std::vector<int32_t> mine(kHostInts + 1, 0), all(size_t(n) * (kHostInts + 1), 0);
-  char name[kHostInts * 4] = {};
-  gethostname(name, sizeof name - 1);
-  std::memcpy(mine.data(), name, sizeof name);
-  mine[kHostInts] = local_rank;
-  if (n > 1)
-    host.all_gather(Tensor(all.data(), DType::I32, {int64_t(all.size())}), Tensor(mine.data(), DType::I32, {kHostInts + 1}));
-  else
-    all = mine;
-  for (int r = 0; r < n; ++r) {
-    char h[kHostInts * 4 + 1] = {};
-    std::memcpy(h, all.data() + size_t(r) * (kHostInts + 1), kHostInts * 4);
-    hosts_.emplace_back(h);
-    local_ranks_.push_back(all[size_t(r) * (kHostInts + 1) + kHostInts]);
-  }
   slow_.assign(size_t(n), 0);
   shares_.assign(size_t(n), {});
   if (host.rank() == 0 && !run_dir.empty()) {

@@ -20,6 +20,7 @@
 
 #include "comm/communicator.h"
 #include "config/config.h"
+#include "observe/placement_report.h"
 #include "observe/step_time.h"
 
 namespace trainer {
@@ -32,8 +33,9 @@ struct RankReport {
 
 class RankMonitor {
  public:
-  // Collective over `host` (every rank): learns every rank's host name.
-  RankMonitor(Communicator& host, int local_rank, const LogConfig& cfg, const std::string& run_dir, bool append);
+  // `places`: every rank's host name and local rank (observe/placement_report.h).
+  RankMonitor(Communicator& host, const RankPlaces& places, const LogConfig& cfg, const std::string& run_dir,
+              bool append);
   ~RankMonitor();
   RankMonitor(const RankMonitor&) = delete;
   RankMonitor& operator=(const RankMonitor&) = delete;

@@ -10,7 +10,7 @@
 namespace trainer {
 
 StepWindow::StepWindow(const Setup& s, const LogConfig& log_cfg)
-    : s_(s), monitor_(*s.host, s.local_rank, log_cfg, s.lead ? s.run_dir : "", s.resumed) {
+    : s_(s), monitor_(*s.host, *s.places, log_cfg, s.lead ? s.run_dir : "", s.resumed) {
   throughput_start_ = clock_type::now();
   window_comm0_ = run_comm0_ = comm_now();
   // Bytes each group moves in the steps of this run (observe/comm_measured.h).

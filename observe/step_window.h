@@ -37,7 +37,8 @@ class StepWindow {
     MeshShape mesh;
     const Simulation* simulated = nullptr;  // the pipeline's predicted bubble
     ModelDims dims;
-    int world_size = 1, local_rank = 0;
+    int world_size = 1;
+    const RankPlaces* places = nullptr;  // every rank's host and local rank
     bool lead = false, quiet = false;
     double model_flops = 0;  // per token (model/flops.h)
     double peak = 0;         // TFLOP/s of one device; 0: unknown

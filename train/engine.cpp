@@ -39,7 +39,7 @@ StepWindow::Setup window_setup(Session& s) {
   w.simulated = &s.simulated;
   w.dims = s.dims;
   w.world_size = s.opt.launch.world_size;
-  w.local_rank = s.opt.launch.local_rank;
+  w.places = &s.places;
   w.lead = s.lead;
   w.quiet = s.opt.quiet;
   w.model_flops = flops_per_token(s.dims);  // the planner's count too (model/flops.h)

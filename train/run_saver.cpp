@@ -23,6 +23,7 @@ RunSaver::RunSaver(const Config& cfg, std::string root, CheckpointGroup group, i
       interval_(cfg.checkpoint.interval),
       watchdog_(watchdog),
       identity_(std::move(identity)),
+      kill_in_save_step_(test_hooks_for(rank).kill_in_save_step),
       writer_(std::move(root), cfg.checkpoint.keep_last, cfg.checkpoint.async, group, cfg.checkpoint.on_save_error,
               lead) {}
 
@@ -87,7 +88,7 @@ void RunSaver::save(StageModels& models, int64_t step, int64_t tokens, int64_t d
 
 bool RunSaver::write(Held h, TrainSummary& summary) {
   const std::string name = root_ + "/" + checkpoint_dir_name(h.snap.meta.step);
-  if (test_hooks_for(rank_).kill_in_save_step == h.snap.meta.step)
+  if (kill_in_save_step_ == h.snap.meta.step)
     checkpoint_inject_fault({"rank_file", ENOSPC, 0, 1, true});
   const bool started = writer_.save(std::move(h.snap));  // [ckpt-integrity] false: failed, on_save_error=continue
   if (started) summary.checkpoints.push_back(name);

@@ -73,6 +73,7 @@ class RunSaver {
   int64_t interval_ = 0;
   Watchdog* watchdog_ = nullptr;
   RunIdentity identity_;
+  int64_t kill_in_save_step_ = -1;  // test hook (train/test_hooks.h)
   bool owed_ = false;
   std::optional<Held> held_;
   CheckpointSaver writer_;

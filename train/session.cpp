@@ -11,7 +11,6 @@
 #include "data/batch_share.h"
 #include "interop/hf_import.h"
 #include "kernels/cpu/blas_info.h"
-#include "observe/placement_report.h"
 #include "optim/adamw.h"
 #include "pipeline/pipeline_plan.h"
 #include "runtime/watchdog.h"
@@ -61,10 +60,8 @@ void Session::open_run() {
   if (lead) std::fputs(format_run_line(cfg, dev, storage, dist->mesh(), omp_get_max_threads()).c_str(), stdout);
   // Which groups sit inside a node (observe/placement_report.h): a tp group
   // across the network is named before it slows every step.
-  if (opt.launch.launched() && opt.launch.world_size > 1) {
-    const std::vector<std::string> hosts = gather_host_names(dist->host());
-    if (lead) std::fputs(format_placement(dist->mesh(), hosts).c_str(), stdout);
-  }
+  places = gather_rank_places(dist->host(), opt.launch.local_rank);
+  if (lead && opt.launch.world_size > 1) std::fputs(format_placement(dist->mesh(), places.host).c_str(), stdout);
 }
 
 // The layers per stage and the step's schedule, checked by the simulator

@@ -21,6 +21,7 @@
 #include "interop/run_tokenizer.h"
 #include "model/sharding.h"
 #include "observe/metrics.h"
+#include "observe/placement_report.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "planner/memory_plan.h"
@@ -46,6 +47,7 @@ class Session {
   std::optional<TokenizerFiles> data_tokenizer;
   std::unique_ptr<DistributedRun> dist;
   std::unique_ptr<RunLock> run_lock;  // one job per run directory, held until the session ends
+  RankPlaces places;                  // every rank's host and local rank (observe/placement_report.h)
   bool lead = false;
   int dp = 1, pp_stage = 0, zero_stage = 0;
   bool counts_loss = true;  // every tp rank of a replica computes the same loss; one counts it
