@@ -432,14 +432,16 @@ std::string four_ranks(const Setup& s, const std::string& run_dir, int stopped, 
 
 }  // namespace
 
-TEST_CASE("the straggler alert names a rank stopped 40% of the time among 4, and no rank of 3 clean runs",
+TEST_CASE("the straggler alert names a rank stopped half the time among 4, and no rank of 3 clean runs",
           "[ops][monitor][e2e][serial]") {
   const Setup s = e2e::make_setup("ops", "stopped", kLlama);
   // A step that computes more than it communicates (one thread per rank,
-  // four ranks on the host's cores); alert at 15% of the step for 3 log
-  // intervals in a row. Measured on 2 cores under load: the stopped rank held
-  // the others 20-32% of the step (stops that land inside a collective
-  // delay every member alike and are nobody's), a clean rank at most 11%.
+  // four ranks on the host's cores); alert at 20% of the step (the default)
+  // averaged over 3 log intervals. Measured on 2 cores: a rank stopped half
+  // the time held the others 22-39% of the step in 11 runs (stops that land
+  // inside a collective delay every member alike and are nobody's); a clean
+  // rank 0, which also writes the logs, averaged up to 15%, so a 40% stop
+  // judged at 15% was too close to call.
   // Before the alert named the rank the others wait for, a stopped rank
   // showed only +5-15% in its own busy time, and a loaded host raised false
   // alerts on the busy time's noise.
@@ -447,7 +449,7 @@ TEST_CASE("the straggler alert names a rank stopped 40% of the time among 4, and
       "--set model.d_model=128 --set model.n_layers=4 --set model.d_ff=256 --set model.max_seq_len=64 "
       "--set train.seq_len=64 --set train.micro_batch_size=4 --set train.global_batch_size=16 --set train.threads=1 "
       "--set train.steps=40 --set train.eval_interval=0 --set log.interval=5 --set checkpoint.interval=0 "
-      "--set log.straggler_threshold=0.15";
+      "--set log.straggler_threshold=0.2";
   for (int run_no = 0; run_no < 3; ++run_no) {
     const std::string out = four_ranks(s, (s.dir / ("clean" + std::to_string(run_no))).string(), -1, 0, set);
     std::printf("[monitor] clean 4-rank run %d: %s\n", run_no,
@@ -455,7 +457,7 @@ TEST_CASE("the straggler alert names a rank stopped 40% of the time among 4, and
     CHECK(out.find("straggler:") == std::string::npos);
   }
   const std::string stopped = (s.dir / "stopped").string();
-  const std::string out = four_ranks(s, stopped, 2, 40, set);
+  const std::string out = four_ranks(s, stopped, 2, 50, set);
   {
     // What the alert judged: each rank's held_others_ms per log step.
     std::istringstream rows(read_file(fs::path(stopped) / "ranks.jsonl"));
@@ -467,7 +469,7 @@ TEST_CASE("the straggler alert names a rank stopped 40% of the time among 4, and
       };
       table += " " + field("step") + "/r" + field("rank") + "=" + field("held_others_ms") + "of" + field("step_ms");
     }
-    std::printf("[monitor] rank 2 stopped 40%%: held_others_ms per step/rank:%s\n", table.c_str());
+    std::printf("[monitor] rank 2 stopped 50%%: held_others_ms per step/rank:%s\n", table.c_str());
   }
   const auto at = out.find("straggler: rank 2 (host ");
   if (at != std::string::npos) std::printf("[monitor] %s", out.substr(at, out.find('\n', at) - at + 1).c_str());
