@@ -80,6 +80,7 @@ struct CheckpointMeta {
   int64_t optimizer_step = 0;       // AdamW bias-correction counter
   std::string config_yaml;          // resolved configuration at save time
   int world_size = 1;               // parallel layout at save time
+  int nodes = 0;                    // hosts the ranks ran on; 0: not recorded (older manifests, one process)
   std::string layout;               // e.g. "tp1.pp1.dp1.cp1.ep1.zero0"
   // Steps of data skipped by rollbacks (train/step_policy.h): step s reads
   // the batch of data step s + data_offset. Absent in older manifests: 0.

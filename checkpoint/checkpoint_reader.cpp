@@ -157,6 +157,12 @@ Manifest read_manifest(const fs::path& dir) {
     const int64_t ws = json::as_int64(json::at(root, "world_size"));
     if (ws < 1 || ws > (1 << 24)) throw json::TypeError("world_size " + std::to_string(ws) + " is out of range");
     m.meta.world_size = int(ws);
+    field = "nodes";
+    if (const json::Value* v = json::find(root, "nodes")) {
+      const int64_t n = json::as_int64(*v);
+      if (n < 1 || n > ws) throw json::TypeError("nodes " + std::to_string(n) + " is outside 1..world_size");
+      m.meta.nodes = int(n);
+    }
     field = "layout";
     m.meta.layout = json::as_string(json::at(root, "layout"));
     field = "config_yaml";

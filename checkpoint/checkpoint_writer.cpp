@@ -187,6 +187,7 @@ json::Value build_manifest(const CheckpointMeta& meta, const std::vector<RankRep
   m["optimizer_step"] = meta.optimizer_step;
   m["data_offset"] = meta.data_offset;
   m["world_size"] = meta.world_size;
+  if (meta.nodes > 0) m["nodes"] = meta.nodes;
   m["layout"] = meta.layout;
   if (meta.identity.known()) {
     json::Value id = json::Value::object();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -24,6 +25,12 @@ std::string rank_list(const std::vector<int>& r) {
 }
 
 }  // namespace
+
+int count_nodes(const std::vector<std::string>& host_of_rank) {
+  std::vector<std::string> h = host_of_rank;
+  std::sort(h.begin(), h.end());
+  return int(std::unique(h.begin(), h.end()) - h.begin());
+}
 
 RankPlaces gather_rank_places(Communicator& host, int local_rank) {
   const int n = host.size();

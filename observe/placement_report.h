@@ -20,6 +20,9 @@ struct RankPlaces {
   std::vector<int> local_rank;
 };
 
+// How many distinct hosts.
+int count_nodes(const std::vector<std::string>& host_of_rank);
+
 // Collective over `host` (every rank), once at start-up: the placement line
 // and the rank monitor (observe/rank_monitor.h) both read it.
 RankPlaces gather_rank_places(Communicator& host, int local_rank);

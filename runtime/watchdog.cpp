@@ -159,6 +159,8 @@ std::string Watchdog::summarize(int64_t my_step, std::string* error) {
       items.push_back("rank " + std::to_string(h.rank) + " at step " + std::to_string(h.step) + " (behind, alive " +
                       seconds(h.age_s) + " s ago)");
   }
+  const std::string lost = lost_nodes(hb);
+  if (!lost.empty()) items.insert(items.begin(), lost);
   if (items.empty())
     return "no rank is stale or behind (" + std::to_string(opt_.world) + " ranks at steps " + std::to_string(lo) +
            ".." + std::to_string(hi) + ")";
@@ -168,11 +170,58 @@ std::string Watchdog::summarize(int64_t my_step, std::string* error) {
   return s;
 }
 
+void Watchdog::set_places(std::vector<std::string> host_of_rank) {
+  std::lock_guard<std::mutex> g(places_mu_);
+  host_of_rank_ = std::move(host_of_rank);
+}
+
+// Nodes other than this rank's whose every rank is stale or never beat: a
+// host or its link is down, which says more than a list of its ranks.
+std::string Watchdog::lost_nodes(const std::vector<Heartbeat>& hb) {
+  std::vector<std::string> host;
+  {
+    std::lock_guard<std::mutex> g(places_mu_);
+    host = host_of_rank_;
+  }
+  if (host.size() != size_t(opt_.world) || hb.size() != host.size()) return "";
+  std::vector<std::string> order;
+  for (const std::string& h : host)
+    if (h != host[size_t(opt_.rank)] && std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
+  std::string s;
+  for (const std::string& node : order) {
+    std::vector<int> ranks;
+    double newest = -1;
+    bool all_silent = true;
+    for (int r = 0; r < opt_.world; ++r) {
+      if (host[size_t(r)] != node) continue;
+      ranks.push_back(r);
+      const Heartbeat& h = hb[size_t(r)];
+      if (h.present && h.age_s <= stale_after_s_) all_silent = false;
+      if (h.present) newest = newest < 0 ? h.age_s : std::min(newest, h.age_s);
+    }
+    if (!all_silent) continue;
+    s += (s.empty() ? "" : "; ") + std::string("node ") + node + " (ranks " + format_rank_list(ranks) +
+         ") is lost: none of its ranks " +
+         (newest < 0 ? std::string("ever sent a heartbeat") : "has sent a heartbeat for " + seconds(newest) + " s") +
+         " (the host, or its network link, is down)";
+  }
+  return s;
+}
+
+// The store is served by rank 0: from another node, not reaching it means
+// this node is the one cut off (or rank 0's node is down).
+std::string Watchdog::unreachable_store_note() {
+  std::lock_guard<std::mutex> g(places_mu_);
+  if (host_of_rank_.size() != size_t(opt_.world) || host_of_rank_[0] == host_of_rank_[size_t(opt_.rank)]) return "";
+  return "; the store is served by rank 0 on node " + host_of_rank_[0] + ", which this node (" +
+         host_of_rank_[size_t(opt_.rank)] + ") cannot reach: this node's network link, or that node, is down";
+}
+
 std::string Watchdog::describe_peers() {
   try {
     std::string error;
     std::string s = summarize(step_.load(std::memory_order_relaxed), &error);
-    if (s.empty()) return "store unreachable (" + error + ")";
+    if (s.empty()) return "store unreachable (" + error + ")" + unreachable_store_note();
     return s;
   } catch (const std::exception& e) {
     return std::string("could not read the heartbeats (") + e.what() + ")";

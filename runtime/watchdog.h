@@ -59,6 +59,7 @@
 namespace trainer {
 
 class StoreClient;
+struct Heartbeat;
 class ProcessGroups;
 
 // The exit code of a run that ended because a collective timed out or a rank
@@ -151,6 +152,11 @@ class Watchdog {
   // another thread (an atomic read).
   void set_stop_requested(bool (*requested)()) { stop_requested_.store(requested); }
   double grace_s() const { return grace_s_; }
+  // Every rank's host name (observe/placement_report.h RankPlaces), once
+  // known: the summaries then name a node whose ranks are all silent ("node
+  // trn-node1 (ranks 2-3) is lost") and, when the store cannot be reached,
+  // the node that serves it. Thread-safe.
+  void set_places(std::vector<std::string> host_of_rank);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -168,6 +174,10 @@ class Watchdog {
   void post_failure_note();
   void linger_for_peers(double max_s);
   std::string summarize(int64_t my_step, std::string* error);
+  std::string lost_nodes(const std::vector<Heartbeat>& hb);
+  std::string unreachable_store_note();
+  std::mutex places_mu_;
+  std::vector<std::string> host_of_rank_;
 
   WatchdogOptions opt_;
   double interval_s_ = 1, stale_after_s_ = 3, dead_after_s_ = 10, grace_s_ = 3, request_timeout_s_ = 2;

@@ -99,10 +99,10 @@ TEST_CASE("another run's checkpoint.dir: locked while it trains, refused after, 
   }
   // Another seed, then other training data: exit 2 whether it would resume
   // (auto) or start over (none, whose saves would rotate the first run's away).
-  for (const std::string& mode : {"auto", "none"}) {
-    const int rc = train_run(cfg, second + " --set run.seed=7 --set checkpoint.resume=" + mode, &out);
+  for (const char* mode : {"auto", "none"}) {
+    const int rc = train_run(cfg, second + " --set run.seed=7 --set checkpoint.resume=" + std::string(mode), &out);
     INFO(e2e::tail(out));
-    std::printf("[identity] seed 7 on seed 1's checkpoints, resume %s: exit %d\n", mode.c_str(), rc);
+    std::printf("[identity] seed 7 on seed 1's checkpoints, resume %s: exit %d\n", mode, rc);
     CHECK(rc == 2);
     CHECK_THAT(out, Contains("checkpoint.dir " + root.string() + " holds 3 checkpoint(s) of another run") &&
                         Contains("seed 1 (this run: 7)") && Contains("checkpoint.load_foreign: true"));

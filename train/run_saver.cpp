@@ -13,12 +13,14 @@
 
 namespace trainer {
 
-RunSaver::RunSaver(const Config& cfg, std::string root, CheckpointGroup group, int rank, int world_size, bool lead,
+RunSaver::RunSaver(const Config& cfg, std::string root, CheckpointGroup group, int rank, int world_size, int nodes,
+                   bool lead,
                    bool quiet, Watchdog* watchdog, RunIdentity identity)
     : cfg_(cfg),
       root_(root),
       rank_(rank),
       world_size_(world_size),
+      nodes_(nodes),
       quiet_(quiet),
       interval_(cfg.checkpoint.interval),
       watchdog_(watchdog),
@@ -76,6 +78,7 @@ void RunSaver::save(StageModels& models, int64_t step, int64_t tokens, int64_t d
   Held h;
   h.snap = take_snapshot(cfg_, models.states(), step, tokens, rank_, world_size_);
   h.snap.meta.data_offset = data_offset;
+  h.snap.meta.nodes = nodes_;
   h.snap.meta.identity = identity_;
   h.snap.meta.verdict = kVerdictUnconfirmed;
   h.snap_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();

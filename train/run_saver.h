@@ -29,8 +29,9 @@ struct TrainSummary;
 
 class RunSaver {
  public:
-  // `identity` goes into every manifest (train/run_identity.h).
-  RunSaver(const Config& cfg, std::string root, CheckpointGroup group, int rank, int world_size, bool lead,
+  // `identity` goes into every manifest (train/run_identity.h), and `nodes`
+  // (the hosts the ranks run on), which a resume on another world reports.
+  RunSaver(const Config& cfg, std::string root, CheckpointGroup group, int rank, int world_size, int nodes, bool lead,
            bool quiet, Watchdog* watchdog, RunIdentity identity);
 
   // After applied step `step` (1-based): whether a save is due — at
@@ -68,7 +69,7 @@ class RunSaver {
 
   const Config& cfg_;
   std::string root_;
-  int rank_ = 0, world_size_ = 1;
+  int rank_ = 0, world_size_ = 1, nodes_ = 0;
   bool quiet_ = false;
   int64_t interval_ = 0;
   Watchdog* watchdog_ = nullptr;

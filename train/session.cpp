@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "optim/adamw.h"
 #include "pipeline/pipeline_plan.h"
 #include "runtime/watchdog.h"
+#include "train/world_change.h"
 #include "train/checkpointing.h"
 #include "train/startup_report.h"
 
@@ -62,6 +64,7 @@ void Session::open_run() {
   // across the network is named before it slows every step.
   places = gather_rank_places(dist->host(), opt.launch.local_rank);
   if (lead && opt.launch.world_size > 1) std::fputs(format_placement(dist->mesh(), places.host).c_str(), stdout);
+  if (Watchdog* wd = dist->watchdog()) wd->set_places(places.host);
 }
 
 // The layers per stage and the step's schedule, checked by the simulator
@@ -152,7 +155,18 @@ void Session::resume() {
   check_checkpoint_root(cfg, ckpt_root, identity, &notes);
   if (lead)
     for (const std::string& n : notes) std::printf("%s\n", n.c_str());
-  if (auto ck = load_resume_checkpoint(ckpt_root, cfg.checkpoint.resume, models->states(), dist->host(), lead)) {
+  // A launcher's restart (torchrun --max_restarts, a Slurm requeue)
+  // continues the job: starting again from step 0 would throw its progress
+  // away and set its checkpoints aside.
+  std::string mode = cfg.checkpoint.resume;
+  if (mode == "none" && opt.launch.restart_count > 0) {
+    mode = "auto";
+    if (lead)
+      std::printf("checkpoint: %s restart %d with checkpoint.resume none: resuming from the newest complete "
+                  "checkpoint, as a restart continues the job (a path in checkpoint.resume chooses another)\n",
+                  opt.launch.launcher.c_str(), opt.launch.restart_count);
+  }
+  if (auto ck = load_resume_checkpoint(ckpt_root, mode, models->states(), dist->host(), lead)) {
     if (const std::string d = foreign_difference(identity, cfg.run.seed, ck->meta); !d.empty() && lead)
       std::printf("checkpoint: %s was written by another run (%s); continuing it as checkpoint.resume names it\n",
                   ck->dir.c_str(), d.c_str());
@@ -164,12 +178,19 @@ void Session::resume() {
     if (lead)
       std::printf("resumed from %s at step %lld (%lld tokens seen)\n", ck->dir.c_str(), (long long)start_step,
                   (long long)tokens);
+    if (lead) {
+      const char* group_world = std::getenv("GROUP_WORLD_SIZE");  // torchrun: the nodes of this round
+      std::fputs(describe_world_change(ck->meta, cfg, opt.launch, count_nodes(places.host), dp,
+                                       group_world ? std::atoi(group_world) : 0)
+                     .c_str(),
+                 stdout);
+    }
     const auto latest = latest_step(ckpt_root);
-    if (lead && cfg.checkpoint.resume == "auto" && latest && *latest < start_step)
+    if (lead && mode == "auto" && latest && *latest < start_step)
       std::printf("checkpoint: `latest` in %s names step %lld, but step %lld is newer and complete: resumed from "
                   "the newest\n",
                   ckpt_root.c_str(), (long long)*latest, (long long)start_step);
-  } else if (cfg.checkpoint.resume == "auto" && lead) {
+  } else if (mode == "auto" && lead) {
     std::printf("checkpoint: no complete checkpoint under %s, starting from step 0\n", ckpt_root.c_str());
   }
   set_aside_left_timeline(ckpt_root, start_step, lead, opt.quiet);
@@ -190,7 +211,7 @@ void Session::open_outputs() {
   if (Watchdog* wd = dist->watchdog()) group.gone = [wd](const std::vector<int>& ranks) { return wd->gone_among(ranks); };
   saver = std::make_unique<RunSaver>(
       cfg, ckpt_root, group,
-      opt.launch.rank, opt.launch.world_size, lead, opt.quiet, dist->watchdog(), identity);
+      opt.launch.rank, opt.launch.world_size, count_nodes(places.host), lead, opt.quiet, dist->watchdog(), identity);
   if (!opt.dump_reference_dir.empty())
     dump = std::make_unique<ReferenceDump>(opt.dump_reference_dir, cfg, models->model(0), M);
 }

@@ -27,7 +27,7 @@ void check_roundtrip(const FinishedRun& run, TrainSummary& sum) {
   std::string error;
   try {
     CheckpointWriter w(root, 0, false,
-                       CheckpointGroup{dist.store(), launch.rank, launch.world_size, cfg.parallel.timeout_s});
+                       CheckpointGroup{dist.store(), launch.rank, launch.world_size, cfg.parallel.timeout_s, {}});
     Snapshot snap = take_snapshot(cfg, models.states(), step, tokens, launch.rank, launch.world_size);
     w.save(snap);
     const LoadedCheckpoint ck = load_checkpoint(w.last_completed(), shard_filter(models.states()));
