@@ -5,6 +5,7 @@
 
 #include "config/config_schema.h"
 #include "model/sharding.h"
+#include "observe/placement_report.h"
 #include "pipeline/pipeline_plan.h"
 #include "planner/comm_plan.h"
 #include "planner/layout_search.h"
@@ -161,6 +162,14 @@ std::string describe_plan(const Config& c, const PlanOptions& o) {
   if (o.layout_error.empty()) {
     const MeshShape mesh = resolve_mesh(cfg.parallel, world, std::min(world, hw.gpus_per_node));
     out += "this configuration: " + describe_layout(cfg, mesh, hw);
+    // The run's own placement line (observe/placement_report.h) for ranks
+    // numbered node after node, as launchers number them: what the time
+    // model counts as in-node or network is what the run will report.
+    if (world > 1) {
+      std::vector<std::string> host_of_rank;
+      for (int r = 0; r < world; ++r) host_of_rank.push_back("node" + std::to_string(r / std::max(1, hw.gpus_per_node)));
+      out += format_placement(mesh, host_of_rank);
+    }
   } else {
     out += "this configuration is no layout of " + std::to_string(world) + " GPUs (" + o.layout_error +
            "); the search chooses tp, pp, cp and dp itself\n";

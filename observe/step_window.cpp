@@ -117,7 +117,35 @@ void StepWindow::report_traffic(bool preempted) {
     const std::string measured = comm_measured_report(*s_.timed, run_bytes0_, run_iterations_, *s_.host, &json);
     if (s_.lead && !s_.quiet) std::printf("%s", measured.c_str());
     if (s_.lead && !measured.empty()) s_.log->record(json);
+    if (s_.lead && s_.places) report_links();
   }
+}
+
+// Rank 0's groups, inside a node or across, measured against the plan.
+void StepWindow::report_links() {
+  const StepTime comm = comm_delta(run_comm0_);
+  const double steps = double(std::max<int64_t>(1, run_iterations_));
+  std::vector<LinkUse> uses;
+  for (size_t i = 0; i < s_.timed->size(); ++i) {
+    const TimedCommunicator& g = *(*s_.timed)[i];
+    if (g.label() == "host") continue;
+    const CommBytes d = g.bytes() - run_bytes0_[i];
+    LinkUse u{g.label(), g.size(), 0, 0};
+    // As the planner counts a payload: pp and cp by their sends.
+    if (u.label == "pp" || u.label == "cp")
+      u.bytes = double(d.of(CommKind::Send));
+    else
+      for (int64_t b : d.bytes) u.bytes += double(b);
+    u.bytes /= steps;
+    for (const auto& [label, t] : comm.comm)
+      if (label == u.label) u.seconds = t / steps;
+    uses.push_back(u);
+  }
+  std::string json;
+  const std::string text =
+      format_link_report(s_.mesh, s_.rank, s_.places->host, uses, s_.predicted, s_.hardware, &json);
+  if (!s_.quiet) std::printf("%s", text.c_str());
+  if (!json.empty()) s_.log->record(json);
 }
 
 }  // namespace trainer

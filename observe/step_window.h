@@ -21,6 +21,7 @@
 #include "observe/comm_measured.h"
 #include "observe/metrics.h"
 #include "observe/rank_monitor.h"
+#include "observe/link_report.h"
 #include "observe/step_time.h"
 #include "pipeline/simulate.h"
 
@@ -39,6 +40,11 @@ class StepWindow {
     ModelDims dims;
     int world_size = 1;
     const RankPlaces* places = nullptr;  // every rank's host and local rank
+    int rank = 0;
+    // The planner's step on the configuration's `hardware:` entry, when it
+    // has one: the end-of-run link report compares (observe/link_report.h).
+    const StepEstimate* predicted = nullptr;
+    const Hardware* hardware = nullptr;
     bool lead = false, quiet = false;
     double model_flops = 0;  // per token (model/flops.h)
     double peak = 0;         // TFLOP/s of one device; 0: unknown
@@ -99,6 +105,7 @@ class StepWindow {
   StepTime comm_now() const;
   StepTime comm_delta(const StepTime& from) const;
   void close_window(const StepMetrics& sm, double secs, double rank_grad_norm);
+  void report_links();
 
   Setup s_;
   RankMonitor monitor_;

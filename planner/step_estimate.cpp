@@ -194,6 +194,7 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
   e.exposed_comm_s = w.critical + w.dp + w.pp;
   e.optimizer_s = w.optimizer;
   e.groups = w.groups;
+  for (const RankWork& each : work) e.stage_groups.push_back(each.groups);
   e.idle_s = std::max(0.0, e.step_s - w.total());
   e.tokens_per_s = double(e.tokens_per_step) / e.step_s;
   e.model_flops_per_step = flops_per_token(g) * double(e.tokens_per_step);

@@ -67,6 +67,7 @@ struct StepEstimate {
   double textbook_bubble = 0;  // (p-1)/(m+p-1) or the schedule's own formula
   const char* textbook_formula = "";
   std::vector<GroupTime> groups;  // of the critical stage
+  std::vector<std::vector<GroupTime>> stage_groups;  // of every pipeline stage, by stage
   double step_s = 0;
   double tokens_per_s = 0;
   // model FLOPs (model/flops.h, as a run's MFU counts them) / (step x world

@@ -69,6 +69,9 @@ data: {train: [$work/tokens.bin]}
 checkpoint: {interval: 0}
 log: {interval: 1, progress: lines}
 parallel: {timeout_s: 60}
+# The emulated cluster for the planner's prediction in the end-of-run link
+# report: 1 Gbit/s per node shared by its 2 ranks.
+hardware: {gpu: netns-1gbit, memory_gib: 24, bf16_tflops: 0.02, hbm_gb_s: 10, nvlink_gb_s: 4, network_gbit_s: 0.5, gpus_per_node: 2, matmul_efficiency: 1}
 EOF
 
 # The one-process references: 10 steps, and 40 (the learning-rate schedule
@@ -126,6 +129,27 @@ two_nodes() {
     fail "$label: no placement line naming both nodes"
   [[ "$*" != *parallel.tp=2* || "$line" == *"tp groups inside nodes"* ]] || fail "$label: tp groups not inside nodes"
   same_losses "$run" "$label" || fail "$label: losses differ from the one-process run"
+  same_links "$run" "$label" || fail "$label: the link report's bytes differ from the planner's, or a group sits on the wrong side"
+}
+
+# The end-of-run link report (metrics.jsonl "links_per_step"): each group's
+# measured bytes per step equal the planner's for the hardware entry, tp
+# inside a node, dp_cp and pp across the two.
+same_links() {  # RUN_DIR LABEL
+  python3 - "$1/metrics.jsonl" "$2" <<'EOF'
+import json, sys
+rec = [json.loads(l)["links_per_step"] for l in open(sys.argv[1]) if '"links_per_step"' in l]
+if len(rec) != 1:
+    sys.exit(f"multinode: FAIL: {sys.argv[2]}: {len(rec)} link reports")
+bad = []
+for g, v in rec[0].items():
+    want_across = g in ("dp_cp", "pp", "dp")
+    if v.get("planned_bytes") != v["bytes"] or v["across_nodes"] != want_across:
+        bad.append(g)
+    print(f"multinode: {sys.argv[2]}: {g} {'across nodes' if v['across_nodes'] else 'inside a node'}: "
+          f"{v['bytes']} B/step in {v['ms']:.1f} ms measured, planner {v.get('planned_bytes')} B in {v.get('planned_ms', 0):.2f} ms")
+sys.exit(1 if bad or not rec[0] else 0)
+EOF
 }
 
 port=$((20000 + $$ % 20000))
@@ -147,7 +171,7 @@ mpirun_two_nodes() {
   grep -q "launcher: mpirun, rank 0 of 4 (local 0 of 2)" "$run.log" || fail "$label: rank 0 did not report 4 ranks on 2 nodes"
   grep -q "^placement: 2 nodes ($prefix-node0: ranks 0-1, $prefix-node1: ranks 2-3); tp groups inside nodes" "$run.log" ||
     fail "$label: no placement line with the tp groups inside the nodes"
-  same_losses "$run" "$label" || fail "$label: losses differ from the one-process run"
+  same_losses "$run" "$label" || fail "$label: losses differ from the one-process run"  same_links "$run" "$label" || fail "$label: the link report's bytes differ from the planner's, or a group sits on the wrong side"
 }
 mpirun_two_nodes
 

@@ -40,6 +40,9 @@ StepWindow::Setup window_setup(Session& s) {
   w.dims = s.dims;
   w.world_size = s.opt.launch.world_size;
   w.places = &s.places;
+  w.rank = s.opt.launch.rank;
+  w.predicted = s.predicted ? &*s.predicted : nullptr;
+  w.hardware = s.hardware ? &*s.hardware : nullptr;
   w.lead = s.lead;
   w.quiet = s.opt.quiet;
   w.model_flops = flops_per_token(s.dims);  // the planner's count too (model/flops.h)

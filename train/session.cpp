@@ -86,6 +86,12 @@ void Session::plan_layout() {
                              format_bytes(double(dev.memory_bytes)) +
                              ": lower train.micro_batch_size (more micro-batches keep the global batch)");
   if (lead) std::fputs((format_model_line(cfg, dims) + format_batch_line(cfg, M)).c_str(), stdout);
+  const bool has_hardware = std::any_of(cfg.given.begin(), cfg.given.end(),
+                                        [](const std::string& k) { return k.rfind("hardware.", 0) == 0; });
+  if (has_hardware && lead) {
+    hardware = resolve_hardware(cfg);
+    predicted = estimate_step(cfg, mesh, *hardware, storage);
+  }
 }
 
 // This rank's share of every step (data/batch_share.h): the union over the

@@ -24,7 +24,9 @@
 #include "observe/placement_report.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
+#include "planner/hardware.h"
 #include "planner/memory_plan.h"
+#include "planner/step_estimate.h"
 #include "runtime/device_select.h"
 #include "runtime/distributed_run.h"
 #include "train/engine.h"
@@ -60,6 +62,11 @@ class Session {
   Schedule schedule;
   Simulation simulated;
   MemoryPlan plan;
+  // The planner's step on the configuration's `hardware:` entry, only when
+  // the configuration has one (runs otherwise ignore the section): the
+  // end-of-run link report sets its prediction beside the measurement.
+  std::optional<Hardware> hardware;
+  std::optional<StepEstimate> predicted;
 
   // The data: training batches prefetched, the validation batches read once.
   std::unique_ptr<BatchSampler> train_data;
