@@ -6,6 +6,15 @@
 #   srun -n 2 -N 1 hostname
 #   bash scripts/slurm_local.sh stop DIR    # kills the three daemons, removes DIR
 #
+# Several nodes: with the namespace test cluster up (scripts/netns_cluster.sh
+# up N --prefix P), `start DIR --netns P` makes each namespace a node of its
+# own: slurmctld in node 0, one slurmd per node under its own host name
+# (<P>-node<k>, its address on the bridge), each with its own spool, pid and
+# log file. Its clients must run inside a node, as on a real login node:
+#   bash scripts/netns_cluster.sh exec 0 --prefix P srun -N 2 -n 4 hostname
+# Debian's slurmd needs no --enable-multiple-slurmd build for this, because
+# each daemon has a network stack and host name of its own.
+#
 # Nothing system-wide is used or changed: the munge key, socket and seed, the
 # slurm.conf, the controller's state, slurmd's spool, the logs and the pid
 # files all live in DIR; the clients find the cluster through SLURM_CONF, and
@@ -20,10 +29,16 @@
 # `start` made.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop|status DIR" >&2; exit 1; }
-[ $# -eq 2 ] || usage
+usage() { echo "usage: $0 start DIR [--netns PREFIX] | stop DIR | status DIR" >&2; exit 1; }
+[ $# -eq 2 ] || [ $# -eq 4 ] || usage
 cmd=$1
 dir=$2
+netns=""
+if [ $# -eq 4 ]; then
+  [ "$cmd" = start ] && [ "$3" = --netns ] || usage
+  netns=$4
+fi
+netns_cluster="$(cd "$(dirname "$0")" && pwd)/netns_cluster.sh"
 marker=".slurm_local"
 
 log() { echo "slurm_local: $*"; }
@@ -192,10 +207,25 @@ start() {
   munge -n --socket="$sock" | unmunge --socket="$sock" > "$dir/log/munge-check.txt" 2>&1 ||
     cannot "munged runs but a credential does not round-trip: $(cat "$dir/log/munge-check.txt")"
 
-  # --- slurm.conf: this host is controller and the only node.
-  local host cpus ctld_port slurmd_port first_job
+  # --- slurm.conf: this host is controller and the only node, or (--netns)
+  # node 0 is the controller and every namespace of the cluster a node.
+  local host cpus ctld_port slurmd_port first_job ctld_addr=127.0.0.1 nodes=() k
   host=$(hostname -s)
   cpus=$(nproc)
+  if [ -n "$netns" ]; then
+    for k in $(seq 0 63); do
+      ip netns list 2> /dev/null | awk '{print $1}' | grep -qx "$netns-node$k" || break
+      nodes+=("$netns-node$k")
+    done
+    ((${#nodes[@]})) || cannot "no namespace $netns-node0: bring the cluster up first (scripts/netns_cluster.sh up N --prefix $netns)"
+    host=${nodes[0]}
+    ctld_addr=$(bash "$netns_cluster" addr 0 --prefix "$netns")
+    for k in "${!nodes[@]}"; do mkdir -p "$dir/spool/${nodes[$k]}"; done
+    # ip netns exec mounts a fresh /sys without the cgroup hierarchies that
+    # slurmd 22.05 looks for even when no plugin uses them: a tmpfs there and
+    # the v1 plugin with automount satisfy it (proctrack/linuxproc tracks).
+    printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\n' > "$dir/cgroup.conf"
+  fi
   ctld_port=$(free_port)
   slurmd_port=$(free_port)
   while [ "$slurmd_port" = "$ctld_port" ]; do slurmd_port=$(free_port); done
@@ -203,7 +233,7 @@ start() {
   cat > "$dir/slurm.conf" << EOF
 # Written by scripts/slurm_local.sh: a throwaway one-node cluster in $dir.
 ClusterName=trainer-local
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -215,11 +245,11 @@ CredType=cred/munge
 AuthInfo=socket=$sock,cred_expire=10
 SchedulerParameters=sched_interval=2
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool${netns:+/%n}
 SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd.pid
+SlurmdPidFile=$dir/run/slurmd${netns:+.%n}.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd${netns:+.%n}.log
 SlurmctldDebug=info
 SlurmdDebug=info
 # No cgroups: processes tracked by their parent links, tasks not bound.
@@ -240,9 +270,15 @@ KillWait=5
 MinJobAge=300
 FirstJobId=$first_job
 MailProg=/bin/true
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+  if [ -z "$netns" ]; then
+    echo "NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN" >> "$dir/slurm.conf"
+  else
+    for k in "${!nodes[@]}"; do
+      echo "NodeName=${nodes[$k]} NodeAddr=$(bash "$netns_cluster" addr "$k" --prefix "$netns") CPUs=$cpus State=UNKNOWN"
+    done >> "$dir/slurm.conf"
+  fi
   cat > "$dir/env" << EOF
 # source this file to talk to the cluster in $dir
 export SLURM_CONF=$dir/slurm.conf
@@ -251,26 +287,51 @@ EOF
   export SLURM_CONF="$dir/slurm.conf"
 
   # --- the daemons, in the foreground of their own sessions (-D), fresh state (-c).
-  spawn slurmctld slurmctld -D -c -f "$SLURM_CONF"
+  # The clients run where the controller is reachable: node 0 under --netns.
+  local at=()
+  [ -z "$netns" ] || at=(bash "$netns_cluster" exec 0 --prefix "$netns")
+  # The prefix and the controller port make the names of the per-node
+  # daemons unique in the pids file (two clusters' files never mix anyway).
+  if [ -z "$netns" ]; then
+    spawn slurmctld slurmctld -D -c -f "$SLURM_CONF"
+  else
+    spawn slurmctld "${at[@]}" slurmctld -D -c -f "$SLURM_CONF"
+  fi
   local ready=""
   for _ in $(seq 1 150); do
     alive slurmctld || cannot "slurmctld exited at start"
-    if scontrol ping 2> /dev/null | grep -q "is UP"; then ready=1; break; fi
+    if "${at[@]}" scontrol ping 2> /dev/null | grep -q "is UP"; then ready=1; break; fi
     sleep 0.2
   done
   [ -n "$ready" ] || cannot "slurmctld did not answer scontrol ping within 30 s"
 
-  spawn slurmd slurmd -D -f "$SLURM_CONF" -N "$host"
-  local state=""
-  for _ in $(seq 1 300); do
-    alive slurmd || cannot "slurmd exited at start"
-    state=$(sinfo -h -N -n "$host" -o '%T' 2> /dev/null | head -n 1)
-    [ "$state" = "idle" ] && break
-    sleep 0.2
+  local names=("$host")
+  if [ -z "$netns" ]; then
+    spawn slurmd slurmd -D -f "$SLURM_CONF" -N "$host"
+  else
+    names=("${nodes[@]}")
+    for k in "${!nodes[@]}"; do
+      spawn "slurmd-${nodes[$k]}" bash "$netns_cluster" exec "$k" --prefix "$netns" \
+        sh -c 'mount -t tmpfs cgroup /sys/fs/cgroup && exec slurmd -D -f "$0"' "$SLURM_CONF"
+    done
+  fi
+  local state="" name
+  for name in "${names[@]}"; do
+    for _ in $(seq 1 300); do
+      awk '$1 ~ /^slurmd/ {print $1}' "$(pids_file)" | while read -r d; do alive "$d" || echo "$d"; done | grep -q . &&
+        cannot "a slurmd exited at start"
+      state=$("${at[@]}" sinfo -h -N -n "$name" -o '%T' 2> /dev/null | head -n 1)
+      [ "$state" = "idle" ] && break
+      sleep 0.2
+    done
+    [ "$state" = "idle" ] || cannot "node $name is '${state:-unknown}' after 60 s, not idle"
   done
-  [ "$state" = "idle" ] || cannot "node $host is '${state:-unknown}' after 60 s, not idle"
-  log "cluster up in $dir: node $host ($cpus CPUs) idle, slurmctld port $ctld_port, slurmd port $slurmd_port, first job id $first_job"
-  log "use it with: export SLURM_CONF=$dir/slurm.conf"
+  log "cluster up in $dir: ${#names[@]} node(s) ${names[*]} ($cpus CPUs each) idle, slurmctld port $ctld_port, slurmd port $slurmd_port, first job id $first_job"
+  if [ -z "$netns" ]; then
+    log "use it with: export SLURM_CONF=$dir/slurm.conf"
+  else
+    log "use it inside node 0: source $dir/env; bash scripts/netns_cluster.sh exec 0 --prefix $netns srun ..."
+  fi
 }
 
 stop() {
