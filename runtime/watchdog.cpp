@@ -200,7 +200,8 @@ std::string Watchdog::lost_nodes(const std::vector<Heartbeat>& hb) {
       if (h.present) newest = newest < 0 ? h.age_s : std::min(newest, h.age_s);
     }
     if (!all_silent) continue;
-    s += (s.empty() ? "" : "; ") + std::string("node ") + node + " (ranks " + format_rank_list(ranks) +
+    s += (s.empty() ? "" : "; ") + std::string("node ") + node + (ranks.size() == 1 ? " (rank " : " (ranks ") +
+         format_rank_list(ranks) +
          ") is lost: none of its ranks " +
          (newest < 0 ? std::string("ever sent a heartbeat") : "has sent a heartbeat for " + seconds(newest) + " s") +
          " (the host, or its network link, is down)";

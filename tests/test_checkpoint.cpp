@@ -496,6 +496,26 @@ TEST_CASE("checkpoint: manifest records everything needed to resume and verify",
   CHECK_THAT(text, Contains("manifest checksum crc32c " + m.at("manifest_crc32c").get<std::string>() + " ok"));
 }
 
+TEST_CASE("checkpoint: the node count round-trips and one outside the world is refused", "[checkpoint]") {
+  TempDir dir;
+  CheckpointWriter w(dir.str(), 0, false);
+  Snapshot s = make_snapshot(3);
+  w.save(s);  // nodes 0: not recorded
+  s = make_snapshot(4);
+  s.meta.nodes = 1;
+  w.save(s);
+  w.wait();
+  CHECK(read_text(dir / "step_00000003/manifest.json").find("\"nodes\"") == std::string::npos);
+  CHECK(read_checkpoint_meta(dir / "step_00000003").nodes == 0);
+  CHECK(read_checkpoint_meta(dir / "step_00000004").nodes == 1);
+  // More nodes than ranks is no manifest a run writes.
+  std::string text = read_text(dir / "step_00000004/manifest.json");
+  text.replace(text.find("\"nodes\": 1"), 10, "\"nodes\": 2");
+  write_text(dir / "step_00000004/manifest.json", text);
+  reseal_manifest(dir / "step_00000004/manifest.json");
+  CHECK_THROWS_WITH(load_checkpoint(dir / "step_00000004"), Contains("nodes 2 is outside 1..world_size"));
+}
+
 TEST_CASE("checkpoint: async save returns before the write completes", "[checkpoint]") {
   TempDir dir;
   Snapshot s = make_snapshot(1);
@@ -1229,10 +1249,10 @@ TEST_CASE("checkpoint: a rank that never saves is named by the timeout", "[check
 
 TEST_CASE("checkpoint: group writers refuse inconsistent ranks and snapshots", "[checkpoint][multirank]") {
   TempDir dir;
-  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false, CheckpointGroup{nullptr, 0, 4, 1}),
+  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false, CheckpointGroup{nullptr, 0, 4, 1, {}}),
                     Contains("several ranks need a store"));
   Ranks ranks(dir.str(), false, 30);
-  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false, CheckpointGroup{ranks.clients[0].get(), 4, 4, 1}),
+  CHECK_THROWS_WITH(CheckpointWriter(dir.str(), 0, false, CheckpointGroup{ranks.clients[0].get(), 4, 4, 1, {}}),
                     Contains("rank outside the world"));
   // Rank 0 handed rank 1's snapshot: fails at once, before touching the disk.
   CHECK_THROWS_WITH(ranks.writers[0]->save(rank_snapshot(1, 1)),

@@ -193,7 +193,9 @@ struct Fired {
 // ("stuck in a collective"); its watchdog's stderr and exit, within
 // `window` seconds. `peer_alive`: a thread of this process keeps rank 1's
 // heartbeat fresh meanwhile; otherwise rank 1 beat once and went silent.
-Fired block_rank0(double timeout, double grace, double window, bool peer_alive, bool stop_requested) {
+// `hosts`: every rank's host for Watchdog::set_places (empty: not given).
+Fired block_rank0(double timeout, double grace, double window, bool peer_alive, bool stop_requested,
+                  const std::vector<std::string>& hosts = {}) {
   StoreServer server(kHost, 0, kToken, quiet());
   const int port = server.port();
   std::atomic<bool> done{false};
@@ -220,6 +222,7 @@ Fired block_rank0(double timeout, double grace, double window, bool peer_alive, 
     o.abort = [] { (void)!::write(STDERR_FILENO, "abort callback ran\n", 19); };
     Watchdog w(o);
     if (stop_requested) w.set_stop_requested(&stop_was_requested);
+    if (!hosts.empty()) w.set_places(hosts);
     w.progress(3, "gradient reduction");
     std::this_thread::sleep_for(std::chrono::seconds(int(window) + 10));  // "stuck in a collective"
     ::_exit(99);
@@ -291,6 +294,17 @@ TEST_CASE("watchdog: blocked on a dead peer fires after its heartbeat is 10 s ol
     CHECK(contains(f.err, stop ? "a stop was requested" : "(dead or stopped)"));
     CHECK(contains(f.err, "abort callback ran"));
   }
+}
+
+TEST_CASE("watchdog: a node whose every rank is silent is named", "[watchdog][serial]") {
+  // Rank 1 alone on host nodeB: its silence is that node's loss (the cut
+  // link of the multinode test, where a real second host is not at hand).
+  const Fired f = block_rank0(60, 1, 7.0, false, true, {"nodeA", "nodeB"});
+  std::printf("[watchdog] rank 1's node silent: fired after %.2f s\n", f.elapsed);
+  INFO(f.err);
+  REQUIRE(f.exited);
+  CHECK(contains(f.err, "heartbeats: node nodeB (rank 1) is lost: none of its ranks has sent a heartbeat for"));
+  CHECK(contains(f.err, "(the host, or its network link, is down)"));
 }
 
 namespace {
