@@ -43,12 +43,18 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // After wait(): how long the communication itself ran on the backend's
+  // own thread, whether or not anyone waited for it (the busy time that
+  // overlap hides); < 0 when the backend does not know (then the wait is
+  // all that is known of it).
+  virtual double busy_seconds() const { return -1; }
 };
 
 // Work that was complete when it was returned.
 class CompletedWork final : public Work {
  public:
   void wait() override {}
+  double busy_seconds() const override { return 0; }
 };
 
 struct P2POp {

@@ -24,6 +24,7 @@
 #include <gloo/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -119,11 +120,14 @@ std::string route_source_address(const std::string& host) {
 
 class GlooWork final : public Work {
  public:
-  explicit GlooWork(std::shared_future<void> f) : f_(std::move(f)) {}
+  GlooWork(std::shared_future<void> f, std::shared_ptr<std::atomic<double>> busy)
+      : f_(std::move(f)), busy_(std::move(busy)) {}
   void wait() override { f_.get(); }
+  double busy_seconds() const override { return busy_->load(); }
 
  private:
   std::shared_future<void> f_;
+  std::shared_ptr<std::atomic<double>> busy_;  // the task's run time on the worker
 };
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -340,7 +344,16 @@ struct GlooCommunicator::Impl {
   }
 
   std::unique_ptr<Work> submit(std::function<void()> fn) {
-    std::packaged_task<void()> task(std::move(fn));
+    auto busy = std::make_shared<std::atomic<double>>(0.0);
+    std::packaged_task<void()> task([fn = std::move(fn), busy] {
+      const auto t0 = std::chrono::steady_clock::now();
+      struct Timed {
+        std::chrono::steady_clock::time_point t0;
+        std::atomic<double>& busy;
+        ~Timed() { busy.store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
+      } timed{t0, *busy};
+      fn();
+    });
     std::shared_future<void> f = task.get_future().share();
     {
       std::lock_guard<std::mutex> g(mu);
@@ -348,7 +361,7 @@ struct GlooCommunicator::Impl {
       if (!worker.joinable()) worker = std::thread([this] { work_loop(); });
     }
     wake.notify_one();
-    return std::make_unique<GlooWork>(std::move(f));
+    return std::make_unique<GlooWork>(std::move(f), std::move(busy));
   }
 
   void work_loop() {

@@ -11,23 +11,25 @@ std::atomic<int64_t> g_blocked_ns{0};
 
 using clock_type = std::chrono::steady_clock;
 
-// Times one call on the calling thread; `collective`: a synchronous
-// collective, whose time is also kept per call.
+// Times one call on the calling thread; `collective`: a collective (or its
+// wait), whose time is also kept per call; `busy`: the call is the
+// communication itself (synchronous), so its time is busy time too.
 template <typename F>
-auto timed(TimedCommunicator& c, F&& f, bool collective = false) {
+auto timed(TimedCommunicator& c, F&& f, bool collective = false, bool busy = false) {
   const auto t0 = clock_type::now();
   struct Done {
     TimedCommunicator& c;
     clock_type::time_point t0;
-    bool collective;
+    bool collective, busy;
     ~Done() {
       const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
       if (collective)
         c.add_collective(s);
       else
         c.add(s);
+      if (busy) c.add_busy(s);
     }
-  } done{c, t0, collective};
+  } done{c, t0, collective, busy};
   return f();
 }
 
@@ -36,8 +38,12 @@ class TimedWork final : public Work {
   // p2p: sends and receives, whose waits pair different ranks per call.
   TimedWork(TimedCommunicator& c, std::unique_ptr<Work> w, bool p2p = false) : c_(c), w_(std::move(w)), p2p_(p2p) {}
   void wait() override {
+    const double blocked0 = c_.blocked_seconds();
     timed(c_, [&] { w_->wait(); }, !p2p_);
+    const double busy = w_->busy_seconds();
+    c_.add_busy(busy >= 0 ? busy : c_.blocked_seconds() - blocked0);
   }
+  double busy_seconds() const override { return w_->busy_seconds(); }
 
  private:
   TimedCommunicator& c_;
@@ -87,41 +93,41 @@ void TimedCommunicator::add_collective(double seconds) {
 
 void TimedCommunicator::do_all_reduce(Tensor t, ReduceOp op) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));
-  timed(*this, [&] { inner_.all_reduce(t, op); }, true);
+  timed(*this, [&] { inner_.all_reduce(t, op); }, true, true);
 }
 void TimedCommunicator::do_reduce_scatter(Tensor out, Tensor in) {
   bytes_.add(CommKind::ReduceScatter, int64_t(in.nbytes()));
-  timed(*this, [&] { inner_.reduce_scatter(out, in); }, true);
+  timed(*this, [&] { inner_.reduce_scatter(out, in); }, true, true);
 }
 void TimedCommunicator::do_all_gather(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllGather, int64_t(out.nbytes()));
-  timed(*this, [&] { inner_.all_gather(out, in); }, true);
+  timed(*this, [&] { inner_.all_gather(out, in); }, true, true);
 }
 void TimedCommunicator::do_broadcast(Tensor t, int root) {
   bytes_.add(CommKind::Broadcast, int64_t(t.nbytes()));
-  timed(*this, [&] { inner_.broadcast(t, root); }, true);
+  timed(*this, [&] { inner_.broadcast(t, root); }, true, true);
 }
 void TimedCommunicator::do_all_to_all(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllToAll, int64_t(in.nbytes()));
-  timed(*this, [&] { inner_.all_to_all(out, in); }, true);
+  timed(*this, [&] { inner_.all_to_all(out, in); }, true, true);
 }
 void TimedCommunicator::do_all_to_all_v(Tensor out, const std::vector<int64_t>& out_counts, Tensor in,
                                      const std::vector<int64_t>& in_counts) {
   int64_t elems = 0;
   for (int64_t n : in_counts) elems += n;
   bytes_.add(CommKind::AllToAll, elems * int64_t(dtype_size(in.dtype)));
-  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); }, true);
+  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); }, true, true);
 }
 void TimedCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
   count_p2p(ops);
-  timed(*this, [&] { inner_.batch_send_recv(ops); });
+  timed(*this, [&] { inner_.batch_send_recv(ops); }, false, true);
 }
 std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
   count_p2p(ops);
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }), true);
 }
 void TimedCommunicator::do_barrier() {
-  timed(*this, [&] { inner_.barrier(); }, true);
+  timed(*this, [&] { inner_.barrier(); }, true, true);
 }
 std::unique_ptr<Work> TimedCommunicator::do_all_reduce_async(Tensor t) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));

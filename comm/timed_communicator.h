@@ -57,6 +57,11 @@ class TimedCommunicator final : public Communicator {
   TimedCommunicator(Communicator& inner, std::string label) : inner_(inner), label_(std::move(label)) {}
   const std::string& label() const { return label_; }
   double blocked_seconds() const { return blocked_s_; }
+  // Seconds the group's communication ran: a synchronous call's time, and an
+  // asynchronous one's run on the backend's thread (Work::busy_seconds; its
+  // wait where the backend cannot tell). busy - blocked is what overlap hid.
+  double busy_seconds() const { return busy_s_; }
+  void add_busy(double seconds) { busy_s_ += seconds; }
   const CommBytes& bytes() const { return bytes_; }
   Communicator& inner() { return inner_; }
   // The seconds of each collective (or wait) since the last call (at most
@@ -93,7 +98,7 @@ class TimedCommunicator final : public Communicator {
  private:
   Communicator& inner_;
   std::string label_;
-  double blocked_s_ = 0;
+  double blocked_s_ = 0, busy_s_ = 0;
   std::vector<float> waits_;
   CommBytes bytes_;
   void count_p2p(const std::vector<P2POp>& ops);

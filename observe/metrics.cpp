@@ -109,6 +109,10 @@ void MetricsLog::record(const std::string& json) {
   std::fflush(jsonl_);
 }
 
+void MetricsLog::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+  if (tb_) tb_->scalars(step, values);
+}
+
 void MetricsLog::eval(int64_t step, double val_loss) {
   clear_bar();
   std::printf("eval @ step %lld | val loss %.4f\n", (long long)step, val_loss);

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace trainer {
 
@@ -41,6 +43,8 @@ class MetricsLog {
   void eval(int64_t step, double val_loss);
   // One more JSON object (a line of metrics.jsonl), e.g. the experts' load.
   void record(const std::string& json);
+  // TensorBoard scalars only (no-op without log.tensorboard).
+  void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
   // Between log lines: redraws the progress line (no-op in lines mode).
   void progress(const StepMetrics& m);
 

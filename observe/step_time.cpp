@@ -23,6 +23,15 @@ void StepTime::add_comm(const std::string& group, double seconds) {
   comm.emplace_back(group, seconds);
 }
 
+void StepTime::add_busy(const std::string& group, double seconds) {
+  for (auto& [g, t] : busy)
+    if (g == group) {
+      t += seconds;
+      return;
+    }
+  busy.emplace_back(group, seconds);
+}
+
 StepTime& StepTime::operator+=(const StepTime& o) {
   data += o.data;
   forward += o.forward;
@@ -32,6 +41,7 @@ StepTime& StepTime::operator+=(const StepTime& o) {
   eval += o.eval;
   other += o.other;
   for (const auto& [g, t] : o.comm) add_comm(g, t);
+  for (const auto& [g, t] : o.busy) add_busy(g, t);
   return *this;
 }
 
@@ -40,6 +50,7 @@ StepTime per_step(StepTime w, double wall, int64_t steps) {
   const double k = steps > 0 ? 1.0 / double(steps) : 0;
   for (double* x : {&w.data, &w.forward, &w.backward, &w.optimizer, &w.checkpoint, &w.eval, &w.other}) *x *= k;
   for (auto& [g, t] : w.comm) t *= k;
+  for (auto& [g, t] : w.busy) t *= k;
   return w;
 }
 
@@ -58,6 +69,8 @@ std::string step_time_json(const StepTime& t) {
   put("eval", t.eval);
   for (const auto& [g, v] : t.comm) put("comm_" + g, v);
   put("other", t.other);
+  s += "}, \"comm_busy_ms\": {";
+  for (size_t i = 0; i < t.busy.size(); ++i) put(t.busy[i].first, t.busy[i].second, i == 0);
   return s + "}";
 }
 
@@ -80,6 +93,30 @@ std::string format_step_time(const StepTime& total, double wall, int64_t steps) 
   row("evaluation", t.eval);
   row("other", t.other);
   row("step", step);
+  // Overlap, measured: of each group's communication, what the rank waited
+  // for and what ran while it computed.
+  std::string hidden;
+  for (const auto& [g, b] : t.busy) {
+    double exposed = 0;
+    for (const auto& [h, v] : t.comm)
+      if (h == g) exposed = v;
+    if (b <= 0) continue;
+    std::snprintf(buf, sizeof buf, "  %-10s exposed %9.2f of busy %9.2f ms per step, %5.1f%% hidden\n", g.c_str(),
+                  1e3 * exposed, 1e3 * b, 100 * std::max(0.0, b - exposed) / b);
+    hidden += buf;
+  }
+  if (!hidden.empty())
+    out += "communication exposed (rank 0 waited) of busy (the group's collectives ran), per group:\n" + hidden;
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> step_time_scalars(const StepTime& t) {
+  std::vector<std::pair<std::string, double>> out = {
+      {"time/forward_ms", 1e3 * t.forward},     {"time/backward_ms", 1e3 * t.backward},
+      {"time/optimizer_ms", 1e3 * t.optimizer}, {"time/data_ms", 1e3 * t.data},
+      {"time/checkpoint_ms", 1e3 * t.checkpoint}, {"time/other_ms", 1e3 * t.other}};
+  for (const auto& [g, v] : t.comm) out.emplace_back("comm/" + g + "_exposed_ms", 1e3 * v);
+  for (const auto& [g, v] : t.busy) out.emplace_back("comm/" + g + "_busy_ms", 1e3 * v);
   return out;
 }
 

@@ -31,7 +31,10 @@ ExpertLoad* StepWindow::expert_load_of_step(bool log_step) {
 
 StepTime StepWindow::comm_now() const {
   StepTime t;
-  for (const auto& g : *s_.timed) t.add_comm(g->label(), g->blocked_seconds());
+  for (const auto& g : *s_.timed) {
+    t.add_comm(g->label(), g->blocked_seconds());
+    t.add_busy(g->label(), g->busy_seconds());
+  }
   return t;
 }
 
@@ -39,6 +42,7 @@ StepTime StepWindow::comm_delta(const StepTime& from) const {
   StepTime d;
   const StepTime now = comm_now();
   for (size_t i = 0; i < now.comm.size(); ++i) d.add_comm(now.comm[i].first, now.comm[i].second - from.comm[i].second);
+  for (size_t i = 0; i < now.busy.size(); ++i) d.add_busy(now.busy[i].first, now.busy[i].second - from.busy[i].second);
   return d;
 }
 
@@ -62,10 +66,15 @@ void StepWindow::applied_step(StepMetrics sm, int64_t step_tokens, bool log_step
 // load and the pipeline's idle time; then the next window starts.
 void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_grad_norm) {
   StepTime w = window_parts_;
-  for (const auto& [g, t] : comm_delta(window_comm0_).comm) w.add_comm(g, t);
+  const StepTime window_comm = comm_delta(window_comm0_);
+  for (const auto& [g, t] : window_comm.comm) w.add_comm(g, t);
+  for (const auto& [g, t] : window_comm.busy) w.add_busy(g, t);
   const StepTime per = per_step(w, seconds_since(window_wall0_), window_iterations_);
   run_parts_ += window_parts_;
-  if (s_.lead) s_.log->record("{\"step\": " + std::to_string(sm.step) + ", " + step_time_json(per) + "}");
+  if (s_.lead) {
+    s_.log->record("{\"step\": " + std::to_string(sm.step) + ", " + step_time_json(per) + "}");
+    s_.log->scalars(sm.step, step_time_scalars(per));
+  }
   RankReport rr;
   rr.tokens_per_s = sm.tokens_per_s / double(s_.world_size);
   rr.step_ms = 1e3 * seconds_since(window_wall0_) / double(window_iterations_);
@@ -105,7 +114,9 @@ bool StepWindow::print_step_time() {
   if (!s_.lead || s_.quiet || run_iterations_ == 0) return false;
   StepTime all = run_parts_;
   all += window_parts_;
-  for (const auto& [g, t] : comm_delta(run_comm0_).comm) all.add_comm(g, t);
+  const StepTime run_comm = comm_delta(run_comm0_);
+  for (const auto& [g, t] : run_comm.comm) all.add_comm(g, t);
+  for (const auto& [g, t] : run_comm.busy) all.add_busy(g, t);
   std::printf("%s", format_step_time(all, seconds_since(run_wall0_), run_iterations_).c_str());
   return true;
 }

@@ -41,7 +41,7 @@ cmd = [trainer, "--config", os.path.join(source, "configs/tiny.yaml"),
        "--set", f"data.train={tokens}", "--set", f"data.valid={tokens}", "--set", "log.progress=lines"]
 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
-steps, evals = [], []
+steps, evals, times = [], [], []
 with open(os.path.join(run_dir, "metrics.jsonl")) as f:
     for line in f:
         j = json.loads(line)
@@ -49,11 +49,17 @@ with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             evals.append(j)
         elif "loss" in j:  # time_ms and expert-load records share the file
             steps.append(j)
+        elif "time_ms" in j:
+            times.append(j)
 
 acc = EventAccumulator(os.path.join(run_dir, "tensorboard"))
 acc.Reload()
 tags = acc.Tags()["scalars"]
 want_tags = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/tflops_per_device", "val/loss"}
+# Each logged window's time per step: its parts, and each group's exposed and
+# busy communication (observe/step_time.h step_time_scalars).
+want_tags |= {f"time/{p}_ms" for p in ("forward", "backward", "optimizer", "data", "checkpoint", "other")}
+want_tags |= {f"comm/{g}_{k}_ms" for g in times[0]["comm_busy_ms"] for k in ("exposed", "busy")}
 if set(tags) != want_tags:
     sys.exit(f"tensorboard_reader: tags {sorted(tags)}, expected {sorted(want_tags)}")
 
@@ -69,6 +75,19 @@ for tag, rows, key in [("train/loss", steps, "loss"), ("train/lr", steps, "lr"),
     got = [(e.step, e.value) for e in acc.Scalars(tag)]
     want = [(r["step"], f32(r[key])) for r in rows]
     if got != want:
+        sys.exit(f"tensorboard_reader: {tag}: tensorboard read {got}, metrics.jsonl has {want}")
+    compared += len(got)
+for tag in sorted(t for t in want_tags if t.startswith(("time/", "comm/"))):
+    name = tag.split("/", 1)[1][:-3]
+    if tag.startswith("time/"):
+        want = [(r["step"], r["time_ms"][name]) for r in times]
+    elif name.endswith("_exposed"):
+        want = [(r["step"], r["time_ms"]["comm_" + name[:-8]]) for r in times]
+    else:
+        want = [(r["step"], r["comm_busy_ms"][name[:-5]]) for r in times]
+    got = [(e.step, e.value) for e in acc.Scalars(tag)]
+    # metrics.jsonl keeps 4 decimals of the milliseconds.
+    if [s for s, _ in got] != [s for s, _ in want] or any(abs(a - b) > 6e-5 + 1e-6 * abs(b) for (_, a), (_, b) in zip(got, want)):
         sys.exit(f"tensorboard_reader: {tag}: tensorboard read {got}, metrics.jsonl has {want}")
     compared += len(got)
 last = acc.Scalars("train/loss")[-1]

@@ -560,6 +560,39 @@ TEST_CASE("comm: waits in collectives are charged to the rank that arrived last"
   require_all_passed(results);
 }
 
+TEST_CASE("comm: an asynchronous collective's run is busy time, only its wait is exposed", "[comm][overlap][serial]") {
+  // Two ranks; rank 1 joins the asynchronous all-reduce 300 ms late while
+  // rank 0, which issued it at once, computes (sleeps) 500 ms before its
+  // wait: rank 0's collective runs about 300 ms on the group's thread
+  // (busy) and its wait finds it done (exposed near 0). A synchronous
+  // collective is both. Synthetic sleeps: wide tolerances.
+  Run run;
+  run.world = 2;
+  run.mesh.dp = 2;
+  const auto results = run_ranks(run, [](ProcessGroups& pg, std::string& note) {
+    TimedCommunicator dp(pg.world(), "dp_cp");
+    std::vector<float> x(1024, 1.f);
+    dp.all_reduce(view(x, DType::F32));  // both connected before the clock starts
+    const double busy0 = dp.busy_seconds(), blocked0 = dp.blocked_seconds();
+    CHILD_CHECK(busy0 == blocked0, "a synchronous collective is busy exactly as long as it blocks");
+    if (pg.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto work = dp.all_reduce_async(view(x, DType::F32));
+    if (pg.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    work->wait();
+    const double busy = dp.busy_seconds() - busy0, exposed = dp.blocked_seconds() - blocked0;
+    note = "busy " + std::to_string(busy) + " s, exposed " + std::to_string(exposed) + " s";
+    CHILD_CHECK(x[0] == 4.f, "the sum of two all-reduces of ones over 2 ranks");
+    if (pg.rank() == 0) {
+      CHILD_CHECK(busy > 0.2, "the late peer's 300 ms ran on the group's thread: " + note);
+      CHILD_CHECK(exposed < 0.1, "and hid behind the 500 ms of compute: " + note);
+    }
+    CHILD_CHECK(busy >= 0 && exposed >= 0, note);
+    pg.finalize();
+  });
+  for (const auto& r : results) std::printf("[overlap] rank %d: %s\n", r.rank, r.report.c_str());
+  require_all_passed(results);
+}
+
 TEST_CASE("comm: sub-groups of the mesh, each collective stays inside its group", "[comm]") {
   struct Case {
     MeshShape mesh;

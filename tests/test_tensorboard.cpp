@@ -234,21 +234,48 @@ TEST_CASE("tensorboard: a run's event file holds metrics.jsonl's scalars", "[ten
   int crcs = 0;
   const auto ev = read_events(files[0].string(), &crcs);
 
-  // metrics.jsonl: step rows and val_loss rows, in order.
-  std::vector<nlohmann::json> steps, evals;
+  // metrics.jsonl: step rows, val_loss rows and the windows' time rows, in order.
+  std::vector<nlohmann::json> steps, evals, times;
   std::ifstream jl(dir / "run/metrics.jsonl");
   for (std::string line; std::getline(jl, line);) {
     auto j = nlohmann::json::parse(line);
     if (j.contains("val_loss")) evals.push_back(j);
     else if (j.contains("loss")) steps.push_back(j);
+    else if (j.contains("time_ms")) times.push_back(j);
   }
   REQUIRE(steps.size() == 4);  // steps 2, 4, 6, 8
   REQUIRE(evals.size() == 2);  // steps 4, 8
-  REQUIRE(ev.size() == 1 + steps.size() + evals.size());
+  REQUIRE(times.size() == 4);  // each logged window's time per step
+  REQUIRE(ev.size() == 1 + steps.size() + evals.size() + times.size());
   CHECK(ev[0].file_version == "brain.Event:2");
-  size_t si = 0, vi = 0, compared = 0;
+  size_t si = 0, vi = 0, ti = 0, compared = 0;
   for (size_t i = 1; i < ev.size(); ++i) {
     const Event& e = ev[i];
+    if (e.scalars.count("time/forward_ms")) {
+      // The time parts ("time/<part>_ms"), each group's exposed and busy
+      // communication ("comm/<group>_exposed_ms", "_busy_ms"), to the 4
+      // decimals of metrics.jsonl's milliseconds.
+      REQUIRE(ti < times.size());
+      const auto& j = times[ti++];
+      CHECK(e.step == j["step"].get<int64_t>());
+      for (const auto& [tag, value] : e.scalars) {
+        INFO(tag);
+        const std::string name = tag.substr(tag.find('/') + 1, tag.size() - tag.find('/') - 4);  // without "_ms"
+        double want = 0;
+        if (tag.rfind("time/", 0) == 0) {
+          want = j["time_ms"].at(name).get<double>();
+        } else if (name.size() > 8 && name.compare(name.size() - 8, 8, "_exposed") == 0) {
+          want = j["time_ms"].at("comm_" + name.substr(0, name.size() - 8)).get<double>();
+        } else {
+          REQUIRE(name.size() > 5);
+          REQUIRE(name.compare(name.size() - 5, 5, "_busy") == 0);
+          want = j["comm_busy_ms"].at(name.substr(0, name.size() - 5)).get<double>();
+        }
+        CHECK(std::abs(double(value) - want) <= 6e-5 + 1e-6 * std::abs(want));
+        ++compared;
+      }
+      continue;
+    }
     if (e.scalars.count("val/loss")) {
       REQUIRE(vi < evals.size());
       CHECK(e.step == evals[vi]["step"].get<int64_t>());
@@ -276,11 +303,15 @@ TEST_CASE("tensorboard: a run's event file holds metrics.jsonl's scalars", "[ten
   }
   CHECK(si == steps.size());
   CHECK(vi == evals.size());
+  CHECK(ti == times.size());
+  const Event* last = nullptr;
+  for (const Event& e : ev)
+    if (e.scalars.count("train/loss")) last = &e;
+  REQUIRE(last);
   std::printf("[tensorboard] run: %zu events, %d CRCs checked, %zu scalars equal to metrics.jsonl's "
               "(step 8: loss %.4f, aux %.4f, loss scale %g)\n",
-              ev.size(), crcs, compared, ev[ev.size() - 2].scalars.count("train/loss") ? ev[ev.size() - 2].scalars.at("train/loss") : NAN,
-              ev[ev.size() - 2].scalars.count("train/aux_loss") ? ev[ev.size() - 2].scalars.at("train/aux_loss") : NAN,
-              ev[ev.size() - 2].scalars.count("train/loss_scale") ? ev[ev.size() - 2].scalars.at("train/loss_scale") : NAN);
+              ev.size(), crcs, compared, last->scalars.at("train/loss"), last->scalars.at("train/aux_loss"),
+              last->scalars.at("train/loss_scale"));
 
   // Off by default: no directory at all.
   std::string out2;
