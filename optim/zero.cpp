@@ -347,6 +347,7 @@ bool ZeroOptimizer::weights_resident(int unit, const std::vector<int>& pinned) {
 
 // Best effort: without a free buffer the unit is gathered when it is used.
 void ZeroOptimizer::prefetch_weights(int unit, const std::vector<int>& pinned) {
+  if (!overlap_) return;
   for (const Slot& s : wslots_)
     if (s.unit == unit) return;
   Slot* slot = take_slot(wslots_, unit, pinned);
@@ -435,6 +436,10 @@ void ZeroOptimizer::issue_reduction(int unit) {
     pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));
   else
     pending_.push_back(comm(unit).reduce_scatter_async(own_shard(m_.grad_arena, unit), unit_range(m_.grad_arena, unit)));
+  if (!overlap_) {
+    pending_.back()->wait();
+    pending_.pop_back();
+  }
 }
 
 void ZeroOptimizer::backward_end(Model&, int unit, const MicroBatch& mb) {
@@ -497,6 +502,7 @@ void ZeroOptimizer::close_grads(int unit) {
       maybe_poison(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
       s.pending = comm(unit).reduce_scatter_async(flat(s.staging.data, m_.dims.act, 0, se),
                                                   flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
+      if (!overlap_) land(s);
       return;
     }
   throw std::logic_error("ZeRO: gradients of unit " + std::to_string(unit) + " closed but never opened");

@@ -71,6 +71,10 @@ class ZeroOptimizer final : public UnitHooks {
   // reduction, once all of this step's backwards ran (finish_backward).
   // Stages 0-1 only: ZeRO-2/3 reduce every micro-batch.
   void set_pipeline(Communicator* pp);
+  // false: every reduction and gather is waited for as soon as it is issued
+  // and ZeRO-3 prefetches nothing (parallel.overlap): the same arithmetic in
+  // the same order, without the overlap.
+  void set_overlap(bool on) { overlap_ = on; }
 
   int stage() const { return stage_; }
   int64_t optimizer_step() const { return step_; }
@@ -172,6 +176,7 @@ class ZeroOptimizer final : public UnitHooks {
   AdamWConfig cfg_;
   int64_t step_ = 0;
   bool poison_ = false;
+  bool overlap_ = true;
   double local_sum_squares_ = 0;
   void maybe_poison(Tensor grads);
   bool mixed_ = false;

@@ -103,7 +103,7 @@ double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::
 
 PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
                                      const std::vector<Action>& actions, float ce_scale, float aux_grad,
-                                     const MicroBatchLoader& load) {
+                                     const MicroBatchLoader& load, bool overlap) {
   PipelineStepResult r;
   const std::vector<std::vector<SlotRef>> releases = slot_releases(actions, pp.rank(), pp.size());
   PendingSends pending;
@@ -120,6 +120,7 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
       size_t j = i;
       while (j < actions.size() && is_transfer(actions[j].kind)) ++j;
       r.wait_s += transfer(chunks, pp, actions, i, j, load, pending);
+      if (!overlap) r.wait_s += pending.wait_all();
       release(j - 1);
       i = j;
       continue;

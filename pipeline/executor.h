@@ -39,9 +39,11 @@ using MicroBatchLoader = std::function<void(Model& chunk, int64_t mb)>;
 // `pp` is the pipeline group (rank = stage); chunks[c] is this rank's model
 // chunk c (one without interleaving). Parameter gradients accumulate; the
 // unit hooks learn from MicroBatch::last which backward completes them.
+// `overlap` false: each batch's sends are waited for at once (the
+// no-overlap baseline of parallel.overlap), not when their slot is reused.
 PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
                                      const std::vector<Action>& actions, float ce_scale, float aux_grad,
-                                     const MicroBatchLoader& load);
+                                     const MicroBatchLoader& load, bool overlap = true);
 
 // Forwards only (evaluation): micro-batches 0..n-1, each through the
 // virtual stages in order, activations passed to the next one.
