@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Overlap measured on a shaped link: two namespace "nodes" of two ranks each
+# (scripts/netns_cluster.sh, root), the link between them shaped to RATE, and
+# per layout the exposed communication per step (the time rank 0 waited in
+# the data-parallel group; the pipeline's idle for pp) with
+# parallel.overlap true and false (the no-overlap baseline), the group's
+# busy time, the step time, and for the pipeline the measured idle next to
+# the simulated bubble. Prints a markdown table. Not a test: nothing is
+# asserted.
+#   bash bench/overlap_netns.sh [TRAINER_BIN] [RATE] [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$(realpath "${1:-build/trainer}")
+RATE=${2:-100mbit}
+STEPS=${3:-12}
+WORK=$(mktemp -d /tmp/overlap_bench.XXXXXX)
+PREFIX="ob$$"
+trap 'bash scripts/netns_cluster.sh down --prefix "$PREFIX" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+bash scripts/netns_cluster.sh up 2 --rate "$RATE" --prefix "$PREFIX" >&2
+node0=$(bash scripts/netns_cluster.sh addr 0 --prefix "$PREFIX")
+python3 scripts/prepare_text.py --out-dir "$WORK/data" '/usr/share/common-licenses/*' > /dev/null
+cat > "$WORK/cfg.yaml" <<YAML
+run: {name: overlap, seed: 1}
+model: {arch: llama, vocab_size: 256, d_model: 128, n_layers: 4, n_heads: 4, n_kv_heads: 4, max_seq_len: 64}
+train: {steps: $STEPS, seq_len: 64, micro_batch_size: 4, global_batch_size: 16, threads: 1, device: cpu}
+optim: {lr: 1.0e-3, warmup_steps: 2}
+data: {train: [$WORK/data/train.bin]}
+checkpoint: {interval: 0}
+log: {interval: 4, progress: lines}
+parallel: {timeout_s: 120}
+YAML
+port=$((20000 + $$ % 20000))
+run() {  # NAME SETTINGS...: one torchrun per node; rank 0's output in $WORK/NAME.log
+  local name=$1 pids=() k
+  shift
+  port=$((port + 1))
+  for k in 0 1; do
+    bash scripts/netns_cluster.sh exec "$k" --prefix "$PREFIX" torchrun -r 1 -t 2 --log_dir "$WORK/$name.tl$k" \
+      --nnodes 2 --nproc_per_node 2 --node_rank "$k" --master_addr "$node0" --master_port "$port" --no_python \
+      "$BIN" --config "$WORK/cfg.yaml" --set run.dir="$WORK/$name" "$@" > "$WORK/$name.node$k.log" 2>&1 &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k"; done
+  cat "$WORK/$name.tl0"/*/attempt_0/0/stdout.log > "$WORK/$name.log"
+}
+# Per step, over the windows after the first (start-up excluded): step ms,
+# the group's exposed and busy ms.
+window_means() {  # RUN_DIR GROUP
+  python3 - "$1/metrics.jsonl" "$2" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if "ms_per_step" in r][1:]
+times = [r for r in rows if "time_ms" in r][1:]
+g = sys.argv[2]
+step = sum(r["ms_per_step"] for r in steps) / len(steps)
+exposed = sum(r["time_ms"]["comm_" + g] for r in times) / len(times)
+busy = sum(r["comm_busy_ms"][g] for r in times) / len(times)
+print(f"{step:.1f} {exposed:.1f} {busy:.1f}")
+EOF
+}
+echo "| layout (2 nodes x 2 ranks, link $RATE) | step ms, overlap | step ms, none | exposed ms, overlap | exposed ms, none | exposed / baseline | busy ms, overlap |"
+echo "|---|---|---|---|---|---|---|"
+for layout in "dp4 ZeRO-0|--set parallel.zero_stage=0" "dp4 ZeRO-3|--set parallel.zero_stage=3"; do
+  label=${layout%%|*}
+  set -- ${layout#*|}
+  run on "$@" --set parallel.overlap=true
+  run off "$@" --set parallel.overlap=false
+  read -r s_on e_on b_on < <(window_means "$WORK/on" dp_cp)
+  read -r s_off e_off b_off < <(window_means "$WORK/off" dp_cp)
+  ratio=$(python3 -c "print(f'{$e_on / $e_off:.0%}' if $e_off > 0 else '-')")
+  echo "| $label | $s_on | $s_off | $e_on | $e_off | $ratio | $b_on |"
+  rm -rf "$WORK/on" "$WORK/off"
+done
+echo
+echo "| pipeline (pp 2 across the nodes x dp 2 inside) | step ms | measured idle per stage | simulated bubble |"
+echo "|---|---|---|---|"
+for sched in 1f1b zb-h1; do
+  run "pp_$sched" --set parallel.pp=2 --set parallel.pp_schedule=$sched --set train.micro_batch_size=1
+  read -r s_pp _ _ < <(window_means "$WORK/pp_$sched" pp)
+  idle=$(grep "pipeline idle (waiting" "$WORK/pp_$sched.log" | tail -1 | sed -E 's/.*per stage: (.*) \(simulated bubble ([0-9]+%)\)/\1/')
+  sim=$(grep "pipeline idle (waiting" "$WORK/pp_$sched.log" | tail -1 | sed -E 's/.*\(simulated bubble ([0-9]+%)\)/\1/')
+  echo "| $sched | $s_pp | $idle | $sim |"
+done
