@@ -14,23 +14,23 @@ double StepTime::comm_total() const {
 
 double StepTime::named() const { return data + forward + backward + optimizer + checkpoint + eval + comm_total(); }
 
-void StepTime::add_comm(const std::string& group, double seconds) {
-  for (auto& [g, t] : comm)
+namespace {
+
+// Adds to the group's entry, appending it the first time (first-seen order).
+void add_to(std::vector<std::pair<std::string, double>>& per_group, const std::string& group, double seconds) {
+  for (auto& [g, t] : per_group)
     if (g == group) {
       t += seconds;
       return;
     }
-  comm.emplace_back(group, seconds);
+  per_group.emplace_back(group, seconds);
 }
 
-void StepTime::add_busy(const std::string& group, double seconds) {
-  for (auto& [g, t] : busy)
-    if (g == group) {
-      t += seconds;
-      return;
-    }
-  busy.emplace_back(group, seconds);
-}
+}  // namespace
+
+void StepTime::add_comm(const std::string& group, double seconds) { add_to(comm, group, seconds); }
+
+void StepTime::add_busy(const std::string& group, double seconds) { add_to(busy, group, seconds); }
 
 StepTime& StepTime::operator+=(const StepTime& o) {
   data += o.data;

@@ -10,20 +10,10 @@
 # of the one-process run within rel 1e-5. Not root, no namespaces, or Slurm
 # unable to run here: prints why and exits 77 (skipped, never passed).
 set -euo pipefail
-trainer=$1 source=$2 work=$3
-SKIP=77
-say() { echo "multinode_slurm: $*"; }
-fail() { say "FAIL: $*"; exit 1; }
-
-rm -rf "$work" && mkdir -p "$work"
-trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
+name=multinode_slurm
+# shellcheck source=tests/launch_test_lib.sh
+source "$(dirname "$0")/launch_test_lib.sh" "$@"
 netns="$source/scripts/netns_cluster.sh"
-while IFS= read -r name; do
-  case "$name" in SLURM_* | OMPI_* | PMIX_* | RANK | WORLD_SIZE | LOCAL_RANK | LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | TORCHELASTIC_*)
-    unset "$name" ;;
-  esac
-done < <(compgen -e)
-unset TRAINER_TEST_HOOKS
 
 prefix="ms$$"
 slurm=$(mktemp -d /tmp/trainer-slurmns.XXXXXX)  # munge's socket path must be short
@@ -48,11 +38,7 @@ set -e
 # shellcheck source=/dev/null
 source "$slurm/env"
 
-python3 - "$work/tokens.bin" <<'EOF'
-import struct, sys
-text = open("/usr/share/common-licenses/GPL-3", "rb").read()
-open(sys.argv[1], "wb").write(struct.pack("<%dH" % len(text), *text))
-EOF
+write_gpl_tokens "$work/tokens.bin"
 cat > "$work/cfg.yaml" <<EOF
 run: {name: multinode_slurm}
 model: {arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}

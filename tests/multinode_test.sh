@@ -28,20 +28,10 @@
 # the shaped link. Not root, or namespaces refused here: prints why and exits
 # 77, which ctest reports as skipped (never as passed).
 set -euo pipefail
-trainer=$1 source=$2 work=$3
-SKIP=77
-say() { echo "multinode: $*"; }
-fail() { say "FAIL: $*"; exit 1; }
-
-rm -rf "$work" && mkdir -p "$work"
-trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
+name=multinode
+# shellcheck source=tests/launch_test_lib.sh
+source "$(dirname "$0")/launch_test_lib.sh" "$@"
 cluster="$source/scripts/netns_cluster.sh"
-# Nothing of an enclosing launcher may leak into the runs.
-while IFS= read -r name; do
-  case "$name" in SLURM_* | OMPI_* | PMIX_* | RANK | WORLD_SIZE | LOCAL_RANK | LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | TORCHELASTIC_*)
-    unset "$name" ;;
-  esac
-done < <(compgen -e)
 
 command -v torchrun >/dev/null || { say "SKIP: torchrun not found (python3-torch)"; exit $SKIP; }
 prefix="mn$$"
@@ -54,12 +44,7 @@ if [ $rc -eq 77 ]; then say "SKIP: no test cluster here (see the line above)"; e
 [ $rc -eq 0 ] || fail "scripts/netns_cluster.sh up 2 failed (exit $rc)"
 node0=$(bash "$cluster" addr 0 --prefix "$prefix")
 
-# Byte tokens of a license text.
-python3 - "$work/tokens.bin" <<'EOF'
-import struct, sys
-text = open("/usr/share/common-licenses/GPL-3", "rb").read()
-open(sys.argv[1], "wb").write(struct.pack("<%dH" % len(text), *text))
-EOF
+write_gpl_tokens "$work/tokens.bin"
 cat > "$work/cfg.yaml" <<EOF
 run: {name: multinode}
 model: {arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}

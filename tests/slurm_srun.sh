@@ -14,23 +14,11 @@
 # that forbids them) it prints why and exits 77, which ctest reports as
 # skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt), never as passed.
 set -euo pipefail
-trainer=$1 source=$2 work=$3
-SKIP=77
-say() { echo "slurm_srun: $*"; }
-fail() { say "FAIL: $*"; exit 1; }
-
-rm -rf "$work" && mkdir -p "$work"
-trainer=$(cd "$(dirname "$trainer")" && pwd)/$(basename "$trainer")
-
-# This test's own cluster only: nothing from an enclosing Slurm job (ctest run
-# inside an allocation) or launcher may leak into the runs below, or the
-# one-process reference would think it is a rank of something.
-while IFS= read -r name; do
-  case "$name" in SLURM_* | OMPI_* | PMIX_* | RANK | WORLD_SIZE | LOCAL_RANK | LOCAL_WORLD_SIZE | MASTER_ADDR | MASTER_PORT | TORCHELASTIC_*)
-    unset "$name" ;;
-  esac
-done < <(compgen -e)
-unset TRAINER_TEST_HOOKS
+name=slurm_srun
+# This test's own cluster only: nothing from an enclosing Slurm job or
+# launcher reaches the runs below (tests/launch_test_lib.sh).
+# shellcheck source=tests/launch_test_lib.sh
+source "$(dirname "$0")/launch_test_lib.sh" "$@"
 
 # munge's socket path must be short: the cluster lives under /tmp, not in the build tree.
 cluster=$(mktemp -d /tmp/trainer-slurm.XXXXXX)
