@@ -173,6 +173,9 @@ struct HardwareConfig {
   double network_gbit_s = 0;
   int gpus_per_node = 0;
   double matmul_efficiency = 0;
+  double collective_latency_us = 0;  // per collective call; 0: the table's
+  double nvlink_latency_us = 0;      // per ring step inside a node; 0: the table's
+  double network_latency_us = 0;     // per ring step across nodes; 0: the table's
 };
 
 struct SmokeConfig {

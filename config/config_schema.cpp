@@ -305,6 +305,15 @@ std::vector<KeySpec> build_schema() {
       Row("hardware.matmul_efficiency", FIELD(hardware.matmul_efficiency),
           "share of the bf16 peak the model's matmuls reach; 0: 0.5 (well-tuned dense training reaches 0.4-0.55)")
           .between(0, 1).aka("efficiency mfu"),
+      Row("hardware.collective_latency_us", FIELD(hardware.collective_latency_us),
+          "fixed cost of one collective call in microseconds; 0: 8.4 (NCCL's ring model)")
+          .at_least(0).aka("base_latency launch_latency"),
+      Row("hardware.nvlink_latency_us", FIELD(hardware.nvlink_latency_us),
+          "latency of one ring step (one message) inside a node in microseconds; 0: 3.4 (NCCL's ring model, NVLink)")
+          .at_least(0).aka("intra_node_latency"),
+      Row("hardware.network_latency_us", FIELD(hardware.network_latency_us),
+          "latency of one ring step (one message) across nodes in microseconds; 0: 9.6 (NCCL's ring model, network)")
+          .at_least(0).aka("latency inter_node_latency"),
   };
 }
 

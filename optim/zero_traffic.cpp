@@ -30,6 +30,7 @@ class WeightPoolReplay {
   // Bytes gathered per group (0: dense, 1: experts), and whether the
   // replay is in a backward.
   int64_t gathered[2][2] = {{0, 0}, {0, 0}};
+  int64_t gathers[2] = {0, 0};  // calls, per group
   bool in_backward = false;
 
   void forward(int unit) {
@@ -79,6 +80,7 @@ class WeightPoolReplay {
     s.used = ++clock_;
     const UnitLayout& u = units_[size_t(unit)];
     gathered[u.group == GradGroup::Edp ? 1 : 0][in_backward ? 1 : 0] += int64_t(u.bytes);
+    if (u.bytes > 0) ++gathers[u.group == GradGroup::Edp ? 1 : 0];
   }
   bool resident(int unit, const std::vector<int>& pinned) {
     for (Slot& s : slots_)
@@ -136,10 +138,10 @@ ZeroTraffic zero_traffic(const ShardingPlan& plan, int stage, int64_t micro_batc
     if (u.bytes == 0) continue;
     const int64_t b = int64_t(u.bytes);
     ZeroGroupTraffic& g = group(u);
-    if (stage == 0 && u.shards > 1) g.all_reduce += b;
-    if (stage == 1 && u.shards > 1) g.reduce_scatter += b;
-    if (stage >= 2) g.reduce_scatter += b * micro_batches;
-    if ((stage == 1 || stage == 2) && u.shards > 1) g.all_gather += b;
+    if (stage == 0 && u.shards > 1) g.all_reduce += b, ++g.all_reduce_calls;
+    if (stage == 1 && u.shards > 1) g.reduce_scatter += b, ++g.reduce_scatter_calls;
+    if (stage >= 2) g.reduce_scatter += b * micro_batches, g.reduce_scatter_calls += micro_batches;
+    if ((stage == 1 || stage == 2) && u.shards > 1) g.all_gather += b, ++g.all_gather_calls;
   }
   if (stage < 3) return t;
   // Gathered weights from the replayed pool, micro-batch by micro-batch;
@@ -158,6 +160,7 @@ ZeroTraffic zero_traffic(const ShardingPlan& plan, int stage, int64_t micro_batc
     z.all_gather_forward = pool.gathered[g][0];
     z.all_gather_backward = pool.gathered[g][1];
     z.all_gather += z.all_gather_forward + z.all_gather_backward;
+    z.all_gather_calls += pool.gathers[g];
   }
   return t;
 }

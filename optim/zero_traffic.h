@@ -29,6 +29,7 @@ struct ZeroGroupTraffic {
   int size = 1;  // ranks of the group
   int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // payload bytes per step
   int64_t all_gather_forward = 0, all_gather_backward = 0;     // stage 3: the part of all_gather before use
+  int64_t all_reduce_calls = 0, reduce_scatter_calls = 0, all_gather_calls = 0;  // per step (the latency term)
   int64_t total() const { return all_reduce + reduce_scatter + all_gather; }
   // Ring bytes each rank sends: 2 (p-1)/p x all-reduce, (p-1)/p x the others.
   double wire_bytes() const;

@@ -112,6 +112,9 @@ void zero_group(GroupTraffic& g, const ZeroGroupTraffic& z, int stage, int64_t m
   g.payload.bytes[size_t(CommKind::AllReduce)] += z.all_reduce;
   g.payload.bytes[size_t(CommKind::ReduceScatter)] += z.reduce_scatter;
   g.payload.bytes[size_t(CommKind::AllGather)] += z.all_gather;
+  g.payload.calls[size_t(CommKind::AllReduce)] += z.all_reduce_calls;
+  g.payload.calls[size_t(CommKind::ReduceScatter)] += z.reduce_scatter_calls;
+  g.payload.calls[size_t(CommKind::AllGather)] += z.all_gather_calls;
   const double f = ring(z.size);
   g.wire_bytes += z.wire_bytes();
   g.wire_overlap += 2 * f * double(z.all_reduce) + f * double(z.reduce_scatter) +

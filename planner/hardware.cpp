@@ -105,6 +105,9 @@ Hardware resolve_hardware(const Config& c, const std::string& gpu_override) {
   if (h.network_gbit_s > 0) out.network_gbit_s = h.network_gbit_s;
   if (h.gpus_per_node > 0) out.gpus_per_node = h.gpus_per_node;
   if (h.matmul_efficiency > 0) out.matmul_efficiency = h.matmul_efficiency;
+  if (h.collective_latency_us > 0) out.collective_latency_us = h.collective_latency_us;
+  if (h.nvlink_latency_us > 0) out.nvlink_latency_us = h.nvlink_latency_us;
+  if (h.network_latency_us > 0) out.network_latency_us = h.network_latency_us;
   return out;
 }
 

@@ -26,6 +26,14 @@ struct Hardware {
   // dense training is commonly 0.4-0.55, so 0.5 unless configured.
   double matmul_efficiency = 0.5;
   const char* source = "";    // where the numbers come from
+  // Latency, microseconds: a collective costs collective_latency_us plus
+  // one step latency per message of its ring (all-reduce 2(p-1), all-gather,
+  // reduce-scatter, all-to-all and broadcast p-1, a send 1). The defaults
+  // are NCCL's own tuning model (src/graph/tuning.cc, ring with the Simple
+  // protocol: base 8.4 us; per step 3.4 us on NVLink, 9.6 us on the network).
+  double collective_latency_us = 8.4;
+  double nvlink_latency_us = 3.4;
+  double network_latency_us = 9.6;
 };
 
 // The built-in entries, in the order the error message lists them.

@@ -24,6 +24,31 @@ Axis axis_of(const std::string& label) {
   return Axis::DP_CP;
 }
 
+int64_t calls_of(const GroupTraffic& gt) {
+  int64_t n = 0;
+  for (int64_t c : gt.payload.calls) n += c;
+  return n;
+}
+
+// Latency of a group's calls in a step: each collective's fixed cost plus
+// one step latency per message of its ring; a send or receive one message.
+double group_latency(const GroupTraffic& gt, double step_latency, const Hardware& hw) {
+  const double p = double(std::max(1, gt.size));
+  double s = 0;
+  for (int k = 0; k < kCommKinds; ++k) {
+    const double calls = double(gt.payload.calls[size_t(k)]);
+    if (calls == 0) continue;
+    const CommKind kind = CommKind(k);
+    if (kind == CommKind::Send || kind == CommKind::Recv) {
+      if (kind == CommKind::Send) s += calls * step_latency;
+      continue;
+    }
+    const double steps = kind == CommKind::AllReduce ? 2 * (p - 1) : p - 1;
+    s += calls * (1e-6 * hw.collective_latency_us + steps * step_latency);
+  }
+  return s;
+}
+
 // Forward FLOPs per micro-batch that a layer's recompute repeats in backward.
 double recompute_flops(const ModelDims& g, int64_t layer, Recompute r) {
   if (r == Recompute::Full) return layer_flops(g, layer);
@@ -85,6 +110,7 @@ GroupTime link_of(const MeshShape& mesh, Axis axis, const Hardware& hw) {
     if (r / G == ranks.front() / G) ++here;
   }
   t.bandwidth = t.across_nodes ? hw.network_gbit_s * 1e9 / 8 * double(here) : hw.nvlink_gb_s * 1e9 / 2;
+  t.step_latency = 1e-6 * (t.across_nodes ? hw.network_latency_us : hw.nvlink_latency_us);
   return t;
 }
 
@@ -131,13 +157,15 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
       t.wire_bytes = gt.wire_bytes;
       for (int64_t b : gt.payload.bytes) t.payload += double(b);
       if (gt.label == "pp" || gt.label == "cp") t.payload = double(gt.payload.of(CommKind::Send));
-      t.seconds = gt.wire_bytes / t.bandwidth;
+      t.latency = group_latency(gt, t.step_latency, hw);
+      t.seconds = gt.wire_bytes / t.bandwidth + t.latency;
       if (gt.label == "tp" || gt.label == "ep") {
         t.exposed = t.seconds;
         w.critical += t.exposed;
       } else if (gt.label == "cp") {
         // The ring hides behind attention; MoE's routing collectives cannot.
         t.exposed = std::max(0.0, gt.wire_overlap / t.bandwidth - double(m) * at) + gt.wire_critical / t.bandwidth;
+        t.exposed = std::min(t.seconds, t.exposed + t.latency);  // each message's latency stalls the ring
         w.critical += t.exposed;
       } else if (gt.label == "pp") {
         t.exposed = t.seconds;
@@ -152,6 +180,8 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
         const double last = std::min(per_round, gt.wire_last_bucket / t.bandwidth);
         t.exposed = gt.wire_overlap > 0 ? rounds * std::max(per_round - hide, last) : 0;
         t.exposed += gt.wire_after_step / t.bandwidth;
+        // The last unit's reduction waits its calls' latency too.
+        if (gt.wire_overlap > 0 || gt.wire_after_step > 0) t.exposed = std::min(t.seconds, t.exposed + t.latency / double(std::max<int64_t>(1, calls_of(gt))));
         w.dp += t.exposed;
       }
       w.groups.push_back(t);

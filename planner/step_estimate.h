@@ -24,7 +24,10 @@
 //
 // Links: a group inside a node at nvlink_gb_s / 2 per direction; a group
 // across nodes at network_gbit_s per GPU times its members per node (the
-// node's NICs are shared by the groups crossing it at once).
+// node's NICs are shared by the groups crossing it at once). Latency: each
+// call collective_latency_us, plus a step latency (nvlink_latency_us or
+// network_latency_us) per message of its ring: 2(p-1) for an all-reduce,
+// p-1 for the other collectives, 1 for a pipeline send.
 #pragma once
 
 #include <string>
@@ -46,7 +49,9 @@ struct GroupTime {
   double bandwidth = 0;  // bytes/s per rank, per direction
   double payload = 0;    // bytes per step as a run counts them (pp, cp: the sends)
   double wire_bytes = 0; // bytes per step this rank sends (planner/comm_plan.h)
-  double seconds = 0;    // all of the group's wire bytes at that bandwidth
+  double seconds = 0;    // all of the group's wire bytes at that bandwidth, plus latency
+  double latency = 0;    // the part of seconds that is latency: per call and per ring step
+  double step_latency = 0;  // seconds per message on this group's link
   double exposed = 0;    // on the critical path, 0 <= exposed <= seconds
   std::string note;      // how the bytes come about and what hides them
 };

@@ -21,6 +21,7 @@
 #include "planner/layout_search.h"
 #include "app/plan_command.h"
 #include "verify/smoke.h"
+#include "planner/comm_plan.h"
 #include "planner/step_estimate.h"
 
 using namespace trainer;
@@ -200,4 +201,49 @@ TEST_CASE("search ranking: step time to the ms, then less memory, then the simpl
   CHECK(out.find("equal times by memory per GPU (more headroom first), then by simplicity") != std::string::npos);
   const SearchResult s = search(c, 8, hw);
   for (size_t i = 1; i < s.fitting.size(); ++i) CHECK(!ranks_before(s.fitting[i], s.fitting[i - 1]));
+}
+
+TEST_CASE("step estimate: each collective pays its call and ring-step latency (NCCL's ring model)", "[plan][estimate]") {
+  // tp 2 inside a node x dp 4 across nodes, ZeRO 1: the tp group's time
+  // grows by calls x (base + 2(p-1) steps) for its all-reduces, and (p-1)
+  // steps for the others, when the latencies are added.
+  Config c = small_7b({"parallel.tp=2", "parallel.zero_stage=1"}, 8);
+  c.hardware.gpus_per_node = 2;
+  const MeshShape mesh = resolve_mesh(c.parallel, 8, 2);
+  Hardware fast = resolve_hardware(c, "h100");
+  fast.collective_latency_us = fast.nvlink_latency_us = fast.network_latency_us = 0;
+  Hardware slow = fast;
+  slow.collective_latency_us = 10;
+  slow.nvlink_latency_us = 2;
+  slow.network_latency_us = 50;
+  const StepEstimate a = estimate_step(c, mesh, fast, DType::BF16), b = estimate_step(c, mesh, slow, DType::BF16);
+  const StepTraffic traffic = step_traffic(c, DType::BF16, mesh, coords_of(mesh, 0), a.microbatches);
+  int checked = 0;
+  for (const GroupTime& ga : a.groups) {
+    const GroupTraffic* gt = traffic.find(ga.label);
+    REQUIRE(gt);
+    const GroupTime* gb = nullptr;
+    for (const GroupTime& g : b.groups)
+      if (g.label == ga.label) gb = &g;
+    REQUIRE(gb);
+    const double p = gt->size, hop = ga.across_nodes ? 50e-6 : 2e-6;
+    double want = 0;
+    for (int k = 0; k < kCommKinds; ++k) {
+      const double calls = double(gt->payload.calls[size_t(k)]);
+      if (CommKind(k) == CommKind::Send) want += calls * hop;
+      if (CommKind(k) == CommKind::Send || CommKind(k) == CommKind::Recv) continue;
+      want += calls * (10e-6 + (CommKind(k) == CommKind::AllReduce ? 2 * (p - 1) : p - 1) * hop);
+    }
+    std::printf("[estimate] %s (%s): latency %.3f ms per step, time %.3f -> %.3f ms\n", ga.label.c_str(),
+                ga.across_nodes ? "network" : "in-node", 1e3 * gb->latency, 1e3 * ga.seconds, 1e3 * gb->seconds);
+    INFO(ga.label);
+    CHECK(ga.latency == 0);
+    CHECK(want > 0);
+    CHECK(gb->latency == Approx(want).epsilon(1e-12));
+    CHECK(gb->seconds == Approx(ga.seconds + want).epsilon(1e-12));
+    CHECK(gb->exposed >= ga.exposed);
+    ++checked;
+  }
+  CHECK(checked == 2);  // tp and dp_cp
+  CHECK(b.step_s > a.step_s);
 }
