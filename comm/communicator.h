@@ -151,6 +151,16 @@ class Communicator {
     check_send_recv(*this, ops);
     return do_batch_send_recv_posted(ops);
   }
+  // As batch_send_recv, but returns at once: the receive tensors are filled
+  // and the send tensors may be reused only after wait(). The context-
+  // parallel ring passes the next key/value block this way while it
+  // computes on the current one. Gloo posts every message and its
+  // transport moves them in the background; the default runs
+  // batch_send_recv.
+  std::unique_ptr<Work> batch_send_recv_async(const std::vector<P2POp>& ops) {
+    check_send_recv(*this, ops);
+    return do_batch_send_recv_async(ops);
+  }
   void barrier() { do_barrier(); }
 
   // Asynchronous all-reduce / reduce-scatter for overlapping gradient
@@ -197,6 +207,10 @@ class Communicator {
   virtual void do_batch_send_recv(const std::vector<P2POp>& ops) = 0;
   // Default: do_batch_send_recv, then nothing left to wait for.
   virtual std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
+    do_batch_send_recv(ops);
+    return std::make_unique<CompletedWork>();
+  }
+  virtual std::unique_ptr<Work> do_batch_send_recv_async(const std::vector<P2POp>& ops) {
     do_batch_send_recv(ops);
     return std::make_unique<CompletedWork>();
   }

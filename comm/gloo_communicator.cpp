@@ -720,9 +720,43 @@ class GlooSendWork final : public Work {
   std::vector<GlooCommunicator::PostedMessage> sends_;
 };
 
+// Receives still on their way, then the batch's sends (batch_send_recv_async).
+class GlooBatchWork final : public Work {
+ public:
+  GlooBatchWork(GlooCommunicator& c, std::vector<GlooCommunicator::PostedMessage> recvs,
+                std::unique_ptr<Work> sends)
+      : c_(c), recvs_(std::move(recvs)), sends_(std::move(sends)) {}
+  void wait() override {
+    for (GlooCommunicator::PostedMessage& p : recvs_)
+      if (p.buf) {
+        c_.wait_message(p);
+        p.buf.reset();
+      }
+    if (sends_) sends_->wait();
+  }
+
+ private:
+  GlooCommunicator& c_;
+  std::vector<GlooCommunicator::PostedMessage> recvs_;
+  std::unique_ptr<Work> sends_;
+};
+
 void GlooCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) { do_batch_send_recv_posted(ops)->wait(); }
 
 std::unique_ptr<Work> GlooCommunicator::do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
+  std::vector<PostedMessage> recvs;
+  std::unique_ptr<Work> sends = post_batch(ops, recvs);
+  for (PostedMessage& p : recvs) wait_message(p);
+  return sends;
+}
+
+std::unique_ptr<Work> GlooCommunicator::do_batch_send_recv_async(const std::vector<P2POp>& ops) {
+  std::vector<PostedMessage> recvs;
+  std::unique_ptr<Work> sends = post_batch(ops, recvs);
+  return std::make_unique<GlooBatchWork>(*this, std::move(recvs), std::move(sends));
+}
+
+std::unique_ptr<Work> GlooCommunicator::post_batch(const std::vector<P2POp>& ops, std::vector<PostedMessage>& recvs) {
   Impl& m = *impl_;
   const char* op = "batch_send_recv";
   for (const P2POp& p : ops) m.need_host(op, p.send ? "a send tensor" : "a receive tensor", p.tensor);
@@ -736,7 +770,7 @@ std::unique_ptr<Work> GlooCommunicator::do_batch_send_recv_posted(const std::vec
   for (size_t i = 0; i < self_sends.size(); ++i)
     std::memmove(self_recvs[i]->tensor.data, self_sends[i]->tensor.data, self_sends[i]->tensor.nbytes());
 
-  std::vector<PostedMessage> recvs, sends;
+  std::vector<PostedMessage> sends;
   // Receives first, so that every incoming message finds its buffer.
   for (int pass = 0; pass < 2; ++pass) {
     const bool sending = pass == 1;
@@ -762,7 +796,6 @@ std::unique_ptr<Work> GlooCommunicator::do_batch_send_recv_posted(const std::vec
       (sending ? sends : recvs).push_back({sending, p.peer, p.tensor.nbytes(), std::move(buf)});
     }
   }
-  for (PostedMessage& p : recvs) wait_message(p);
   return std::make_unique<GlooSendWork>(*this, std::move(sends));
 }
 

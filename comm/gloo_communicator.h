@@ -81,12 +81,17 @@ class GlooCommunicator final : public Communicator {
                        const std::vector<int64_t>& in_counts) override;
   void do_batch_send_recv(const std::vector<P2POp>& ops) override;
   std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> do_batch_send_recv_async(const std::vector<P2POp>& ops) override;
 
  public:
   // A posted message of batch_send_recv_posted and the wait for it, which
   // names the peer on failure (gloo_communicator.cpp).
   struct PostedMessage;
   void wait_message(PostedMessage& p);
+  // Posts every message of a batch (receives first, after the queue of
+  // asynchronous collectives drained); the posted receives go to `recvs`,
+  // the sends into the returned Work.
+  std::unique_ptr<Work> post_batch(const std::vector<P2POp>& ops, std::vector<PostedMessage>& recvs);
 
  protected:
   void do_barrier() override;

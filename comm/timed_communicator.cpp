@@ -126,6 +126,10 @@ std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_posted(const std::ve
   count_p2p(ops);
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }), true);
 }
+std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_async(const std::vector<P2POp>& ops) {
+  count_p2p(ops);
+  return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_async(ops); }), true);
+}
 void TimedCommunicator::do_barrier() {
   timed(*this, [&] { inner_.barrier(); }, true, true);
 }

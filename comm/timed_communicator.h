@@ -84,6 +84,7 @@ class TimedCommunicator final : public Communicator {
                        const std::vector<int64_t>& in_counts) override;
   void do_batch_send_recv(const std::vector<P2POp>& ops) override;
   std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> do_batch_send_recv_async(const std::vector<P2POp>& ops) override;
   void do_barrier() override;
   std::unique_ptr<Work> do_all_reduce_async(Tensor t) override;
   std::unique_ptr<Work> do_reduce_scatter_async(Tensor out, Tensor in) override;

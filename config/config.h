@@ -72,8 +72,9 @@ struct ParallelConfig {
   std::vector<int> pp_layers;        // layers per (virtual) stage; empty: balanced (pipeline/stage_split.h)
   int zero_stage = 0;
   double timeout_s = 600;
-  // Gradient reductions, ZeRO-3 weight gathers and pipeline sends run
-  // asynchronously and are waited for when their result is needed; false
+  // Gradient reductions, ZeRO-3 weight gathers, pipeline sends and the
+  // context-parallel ring's passes run asynchronously and are waited for
+  // when their result is needed; false
   // waits for each at once (the no-overlap baseline: the same results, bit
   // for bit, later).
   bool overlap = true;

@@ -143,8 +143,8 @@ std::vector<KeySpec> build_schema() {
       Row("parallel.timeout_s", FIELD(parallel.timeout_s), "seconds a collective or rendezvous may wait before failing")
           .above(0).aka("timeout nccl_timeout"),
       Row("parallel.overlap", FIELD(parallel.overlap),
-          "run gradient reductions, ZeRO-3 gathers and pipeline sends behind compute (false: wait for each at once, "
-          "the no-overlap baseline; same results)")
+          "run gradient reductions, ZeRO-3 gathers, pipeline sends and the context-parallel ring's passes behind "
+          "compute (false: wait for each at once, the no-overlap baseline; same results)")
           .aka("overlap_comm overlap_grad_reduce overlap_param_gather"),
 
       Row("train.device", FIELD(train.device), "where to run; auto: CUDA when a GPU answers, else CPU")

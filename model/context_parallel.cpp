@@ -36,20 +36,22 @@ void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Ten
   Tensor kc = k, vc = v;  // the block in hand: rank (r - s) mod P's at step s
   for (int s = 0; s < P; ++s) {
     const int src = (r - s + P) % P;
+    // Pass the block on, take the previous rank's, while computing on it:
+    // the buffer received into is never the one being sent or read.
+    std::unique_ptr<Work> pass;
+    const Tensor kn = cp.k[s % 2], vn = cp.v[s % 2];
+    if (s + 1 < P)
+      pass = cp.group->batch_send_recv_async(
+          {{true, kc, (r + 1) % P}, {true, vc, (r + 1) % P}, {false, kn, (r + P - 1) % P}, {false, vn, (r + P - 1) % P}});
+    if (pass && !cp.overlap) pass->wait();
     // A block every query has left behind (window) adds nothing: not even
     // its merge runs. It still travels on: later ranks may need it.
     if (ring_block_needed(T_global, P, r, src, window)) {
       ops::attention_forward_pos(cp.part_o, cp.part_lse, q, kc, vc, q_pos, cp.positions_of(src), window);
       ops::attention_merge(o, lse, cp.part_o, cp.part_lse);
     }
-    if (s + 1 == P) break;
-    // Pass the block on, take the previous rank's: the buffer received
-    // into is never the one being sent.
-    const Tensor kn = cp.k[s % 2], vn = cp.v[s % 2];
-    cp.group->batch_send_recv({{true, kc, (r + 1) % P},
-                               {true, vc, (r + 1) % P},
-                               {false, kn, (r + P - 1) % P},
-                               {false, vn, (r + P - 1) % P}});
+    if (!pass) break;
+    if (cp.overlap) pass->wait();
     kc = kn;
     vc = vn;
   }
@@ -68,20 +70,21 @@ void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Te
   Tensor kc = k, vc = v, dkc = dk, dvc = dv;
   for (int s = 0; s < P; ++s) {
     const int src = (r - s + P) % P;
+    const int next = (r + 1) % P, prev = (r + P - 1) % P;
+    const bool last = s + 1 == P;
+    // The next key/value block travels while this one's gradients are
+    // computed; the gradients, made by that computation, follow it.
+    std::unique_ptr<Work> pass;
+    if (P > 1 && !last)
+      pass = cp.group->batch_send_recv_async(
+          {{true, kc, next}, {true, vc, next}, {false, cp.k[s % 2], prev}, {false, cp.v[s % 2], prev}});
+    if (pass && !cp.overlap) pass->wait();
     if (ring_block_needed(T_global, P, r, src, window))
       ops::attention_backward_pos(dq, dkc, dvc, dout, q, kc, vc, o, lse, q_pos, cp.positions_of(src), window);
     if (P == 1) break;
-    const int next = (r + 1) % P, prev = (r + P - 1) % P;
-    const bool last = s + 1 == P;
     const Tensor dkn = last ? dk : cp.dk[s % 2], dvn = last ? dv : cp.dv[s % 2];
-    std::vector<P2POp> ops_ = {{true, dkc, next}, {true, dvc, next}, {false, dkn, prev}, {false, dvn, prev}};
-    if (!last) {
-      ops_.push_back({true, kc, next});
-      ops_.push_back({true, vc, next});
-      ops_.push_back({false, cp.k[s % 2], prev});
-      ops_.push_back({false, cp.v[s % 2], prev});
-    }
-    cp.group->batch_send_recv(ops_);
+    cp.group->batch_send_recv({{true, dkc, next}, {true, dvc, next}, {false, dkn, prev}, {false, dvn, prev}});
+    if (pass && cp.overlap) pass->wait();
     if (last) break;
     kc = cp.k[s % 2];
     vc = cp.v[s % 2];

@@ -38,6 +38,8 @@ struct ContextParallel {
   // rank order and in sequence order, that plan's offsets [E + 1], and this
   // rank's admissions [N, K]. Present with cp > 1, MoE and a capacity.
   Tensor moe_all_rows, moe_all_idx, moe_all_offsets, moe_admitted;
+  // Post the next block's pass before computing on this one, wait after.
+  bool overlap = true;
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
   Tensor positions_of(int r) const;

@@ -95,6 +95,7 @@ Communicator& solo_cp(Device device) {
 ContextParallel cp_of(Model& m) {
   ContextParallel cp;
   cp.group = m.cp ? m.cp : &solo_cp(model_device(m));
+  cp.overlap = m.overlap_comm;
   if (cp.size() != m.dims.cp)
     throw std::logic_error("the model is split for cp=" + std::to_string(m.dims.cp) + ", its context-parallel group " +
                            cp.group->describe() + " has " + std::to_string(cp.size()) + " rank(s)");

@@ -58,6 +58,9 @@ struct Model {
   Communicator* ep = nullptr;
   // Context-parallel group (model/context_parallel.h); its size must be the plan's cp.
   Communicator* cp = nullptr;
+  // The ring passes the next key/value block while it computes on this one
+  // (parallel.overlap); false: each pass is waited for first.
+  bool overlap_comm = true;
   // When set, every MoE layer's forward adds its routing (model/expert_load.h).
   ExpertLoad* expert_load = nullptr;
   // Called at unit boundaries (model/units.h); null for a plain replica.

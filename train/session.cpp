@@ -121,7 +121,10 @@ void Session::build_models() {
                       pipeline_chunks(cfg));
   models = std::make_unique<StageModels>(plans, dev.device, zero_stage, simulated.peak_chunk_slots[size_t(pp_stage)],
                                          stage_groups(*dist), adamw_config(cfg));
-  for (const ChunkState& c : models->states()) c.opt->set_overlap(cfg.parallel.overlap);
+  for (const ChunkState& c : models->states()) {
+    c.opt->set_overlap(cfg.parallel.overlap);
+    c.model->overlap_comm = cfg.parallel.overlap;
+  }
   if (lead)
     std::fputs(format_layout_report(cfg, dims, stage_layers, schedule, simulated, storage, mesh, plans, M).c_str(),
                stdout);
