@@ -70,3 +70,11 @@ TEST_CASE("world change: another launcher and an older manifest without nodes", 
   CHECK_THAT(s, Contains("written by 4 ranks (tp2"));  // no node count to state
   CHECK_THAT(s, Contains("why: the launcher (mpirun) started 2 ranks where the checkpoint had 4"));
 }
+
+TEST_CASE("world change: the same world on another layout says the configuration changed", "[world_change]") {
+  Config c = two_node_config();
+  c.parallel.tp = 1;
+  const std::string s = describe_world_change(saved_by(4, 2, "tp2.pp1.dp2.cp1.ep1.zero0"), c, torchrun(4, 0), 2, 4, 2);
+  CHECK_THAT(s, Contains("(tp2.pp1.dp2.cp1.ep1.zero0 -> tp1.pp1.dp4.cp1.ep1.zero0): data parallel 2 -> 4"));
+  CHECK_THAT(s, Contains("why: the configuration's parallel layout differs from the checkpoint's"));
+}

@@ -55,7 +55,9 @@ std::string describe_world_change(const CheckpointMeta& saved, const Config& cfg
   s += ", the state resharded from the checkpoint";
   // Why, as far as the launcher tells: an elastic restart's node count.
   const int nodes_before = saved.nodes;
-  if (launch.launcher == "torchrun" && launch.restart_count > 0) {
+  if (saved.world_size == launch.world_size) {
+    s += "; why: the configuration's parallel layout differs from the checkpoint's";
+  } else if (launch.launcher == "torchrun" && launch.restart_count > 0) {
     s += "; why: torchrun restart " + std::to_string(launch.restart_count);
     if (group_world_size > 0) s += " admitted " + count(group_world_size, "node");
     if (nodes_before > 0 && nodes_now < nodes_before)
