@@ -58,17 +58,22 @@ busy = sum(r["comm_busy_ms"][g] for r in times) / len(times)
 print(f"{step:.1f} {exposed:.1f} {busy:.1f}")
 EOF
 }
-echo "| layout (2 nodes x 2 ranks, link $RATE) | step ms, overlap | step ms, none | exposed ms, overlap | exposed ms, none | exposed / baseline | busy ms, overlap |"
-echo "|---|---|---|---|---|---|---|"
-for layout in "dp4 ZeRO-0|--set parallel.zero_stage=0" "dp4 ZeRO-3|--set parallel.zero_stage=3"; do
+echo "| layout (2 nodes x 2 ranks, link $RATE) | group | step ms, overlap | step ms, none | exposed ms, overlap | exposed ms, none | exposed / baseline | busy ms, overlap |"
+echo "|---|---|---|---|---|---|---|---|"
+# label|group|settings: dp over all four ranks, and the context-parallel
+# ring over all four (its passes cross the link twice per ring).
+for layout in "dp4 ZeRO-0|dp_cp|--set parallel.zero_stage=0" "dp4 ZeRO-3|dp_cp|--set parallel.zero_stage=3" \
+              "cp4|cp|--set parallel.cp=4"; do
   label=${layout%%|*}
-  set -- ${layout#*|}
+  rest=${layout#*|}
+  group=${rest%%|*}
+  set -- ${rest#*|}
   run on "$@" --set parallel.overlap=true
   run off "$@" --set parallel.overlap=false
-  read -r s_on e_on b_on < <(window_means "$WORK/on" dp_cp)
-  read -r s_off e_off b_off < <(window_means "$WORK/off" dp_cp)
+  read -r s_on e_on b_on < <(window_means "$WORK/on" "$group")
+  read -r s_off e_off b_off < <(window_means "$WORK/off" "$group")
   ratio=$(python3 -c "print(f'{$e_on / $e_off:.0%}' if $e_off > 0 else '-')")
-  echo "| $label | $s_on | $s_off | $e_on | $e_off | $ratio | $b_on |"
+  echo "| $label | $group | $s_on | $s_off | $e_on | $e_off | $ratio | $b_on |"
   rm -rf "$WORK/on" "$WORK/off"
 done
 echo
