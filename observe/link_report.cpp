@@ -90,4 +90,24 @@ std::string format_link_report(const MeshShape& mesh, int rank, const std::vecto
   return out;
 }
 
+std::string format_step_model(const StepEstimate& e, const Hardware& hw, double measured_s, int64_t steps,
+                              std::string* json) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "step time model on hardware '%s': predicted %.1f ms (compute %.1f + exposed communication %.1f + "
+                "idle %.1f + optimizer %.1f); measured %.1f ms per step (rank 0, mean of %lld steps)\n",
+                hw.name.c_str(), 1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s,
+                1e3 * e.optimizer_s, 1e3 * measured_s, (long long)steps);
+  if (json) {
+    char js[512];
+    std::snprintf(js, sizeof js,
+                  "{\"step_model\": {\"predicted_ms\": %.4f, \"compute_ms\": %.4f, \"exposed_ms\": %.4f, "
+                  "\"idle_ms\": %.4f, \"optimizer_ms\": %.4f, \"measured_ms\": %.4f, \"steps\": %lld}}",
+                  1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s, 1e3 * e.optimizer_s,
+                  1e3 * measured_s, (long long)steps);
+    *json = js;
+  }
+  return buf;
+}
+
 }  // namespace trainer

@@ -157,6 +157,12 @@ void StepWindow::report_links() {
       format_link_report(s_.mesh, s_.rank, s_.places->host, uses, s_.predicted, s_.hardware, &json);
   if (!s_.quiet) std::printf("%s", text.c_str());
   if (!json.empty()) s_.log->record(json);
+  if (s_.predicted && s_.hardware) {
+    const std::string model = format_step_model(*s_.predicted, *s_.hardware, seconds_since(run_wall0_) / steps,
+                                                run_iterations_, &json);
+    if (!s_.quiet) std::printf("%s", model.c_str());
+    s_.log->record(json);
+  }
 }
 
 }  // namespace trainer
