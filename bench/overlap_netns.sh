@@ -10,39 +10,8 @@
 #   bash bench/overlap_netns.sh [TRAINER_BIN] [RATE] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$(realpath "${1:-build/trainer}")
-RATE=${2:-100mbit}
-STEPS=${3:-12}
-WORK=$(mktemp -d /tmp/overlap_bench.XXXXXX)
-PREFIX="ob$$"
-trap 'bash scripts/netns_cluster.sh down --prefix "$PREFIX" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
-bash scripts/netns_cluster.sh up 2 --rate "$RATE" --prefix "$PREFIX" >&2
-node0=$(bash scripts/netns_cluster.sh addr 0 --prefix "$PREFIX")
-python3 scripts/prepare_text.py --out-dir "$WORK/data" '/usr/share/common-licenses/*' > /dev/null
-cat > "$WORK/cfg.yaml" <<YAML
-run: {name: overlap, seed: 1}
-model: {arch: llama, vocab_size: 256, d_model: 128, n_layers: 4, n_heads: 4, n_kv_heads: 4, max_seq_len: 64}
-train: {steps: $STEPS, seq_len: 64, micro_batch_size: 4, global_batch_size: 16, threads: 1, device: cpu}
-optim: {lr: 1.0e-3, warmup_steps: 2}
-data: {train: [$WORK/data/train.bin]}
-checkpoint: {interval: 0}
-log: {interval: 4, progress: lines}
-parallel: {timeout_s: 120}
-YAML
-port=$((20000 + $$ % 20000))
-run() {  # NAME SETTINGS...: one torchrun per node; rank 0's output in $WORK/NAME.log
-  local name=$1 pids=() k
-  shift
-  port=$((port + 1))
-  for k in 0 1; do
-    bash scripts/netns_cluster.sh exec "$k" --prefix "$PREFIX" torchrun -r 1 -t 2 --log_dir "$WORK/$name.tl$k" \
-      --nnodes 2 --nproc_per_node 2 --node_rank "$k" --master_addr "$node0" --master_port "$port" --no_python \
-      "$BIN" --config "$WORK/cfg.yaml" --set run.dir="$WORK/$name" "$@" > "$WORK/$name.node$k.log" 2>&1 &
-    pids+=($!)
-  done
-  for k in "${pids[@]}"; do wait "$k"; done
-  cat "$WORK/$name.tl0"/*/attempt_0/0/stdout.log > "$WORK/$name.log"
-}
+# shellcheck source=bench/netns_bench_lib.sh
+source bench/netns_bench_lib.sh "$@"
 # Per step, over the windows after the first (start-up excluded): step ms,
 # the group's exposed and busy ms.
 window_means() {  # RUN_DIR GROUP

@@ -16,27 +16,9 @@
 #     TCP ping-pong of one byte, across the bridge and on a node's loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$(realpath "${1:-build/trainer}")
-RATE=${2:-1gbit}
-STEPS=${3:-12}
-WORK=$(mktemp -d /tmp/time_model.XXXXXX)
-PREFIX="tm$$"
-trap 'bash scripts/netns_cluster.sh down --prefix "$PREFIX" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
-bash scripts/netns_cluster.sh up 2 --rate "$RATE" --prefix "$PREFIX" >&2
-node0=$(bash scripts/netns_cluster.sh addr 0 --prefix "$PREFIX")
+# shellcheck source=bench/netns_bench_lib.sh
+source bench/netns_bench_lib.sh "$@"
 node1=$(bash scripts/netns_cluster.sh addr 1 --prefix "$PREFIX")
-python3 scripts/prepare_text.py --out-dir "$WORK/data" '/usr/share/common-licenses/*' > /dev/null
-cat > "$WORK/cfg.yaml" <<YAML
-run: {name: timemodel, seed: 1}
-model: {arch: llama, vocab_size: 256, d_model: 128, n_layers: 4, n_heads: 4, n_kv_heads: 4, max_seq_len: 64}
-train: {steps: $STEPS, seq_len: 64, micro_batch_size: 4, global_batch_size: 16, threads: 1, device: cpu}
-optim: {lr: 1.0e-3, warmup_steps: 2}
-data: {train: [$WORK/data/train.bin]}
-checkpoint: {interval: 0}
-log: {interval: 4, progress: lines}
-parallel: {timeout_s: 120}
-YAML
-
 # One-way latency in microseconds: 2000 round trips of one byte, halved.
 latency_us() {  # SERVER_NODE SERVER_ADDR CLIENT_NODE
   local port=$((30000 + RANDOM % 20000))
@@ -81,28 +63,13 @@ per_rank=$(python3 -c "print(f'{$gflops * min(1.0, $cores / 4) / 1000:.6f}')")
 rate_gbit=$(python3 -c "import re; r='$RATE'; m=re.match(r'([0-9.]+)([kmg]?)bit', r); print(float(m.group(1)) * {'k':1e-6,'m':1e-3,'g':1,'':1e-9}[m.group(2)] / 2)")
 echo "hardware entry: ${gflops} GFLOP/s one core on this model, ${per_rank} TFLOP/s per rank (${cores} cores, 4 ranks);" \
      "network ${rate_gbit} Gbit/s per rank (${RATE} per node, 2 ranks), one-way latency ${net_lat} us across, ${loop_lat} us in a node"
-hw="--set hardware.gpu=netns --set hardware.memory_gib=24 --set hardware.bf16_tflops=$per_rank --set hardware.matmul_efficiency=1
+EXTRA="--set hardware.gpu=netns --set hardware.memory_gib=24 --set hardware.bf16_tflops=$per_rank --set hardware.matmul_efficiency=1
     --set hardware.hbm_gb_s=10 --set hardware.nvlink_gb_s=2 --set hardware.network_gbit_s=$rate_gbit --set hardware.gpus_per_node=2
     --set hardware.network_latency_us=$net_lat --set hardware.nvlink_latency_us=$loop_lat --set hardware.collective_latency_us=$loop_lat"
 
-port=$((20000 + $$ % 20000))
-run() {  # NAME SETTINGS...
-  local name=$1 pids=() k
-  shift
-  port=$((port + 1))
-  for k in 0 1; do
-    # shellcheck disable=SC2086  # the hardware settings are words
-    bash scripts/netns_cluster.sh exec "$k" --prefix "$PREFIX" torchrun -r 1 -t 2 --log_dir "$WORK/$name.tl$k" \
-      --nnodes 2 --nproc_per_node 2 --node_rank "$k" --master_addr "$node0" --master_port "$port" --no_python \
-      "$BIN" --config "$WORK/cfg.yaml" --set run.dir="$WORK/$name" $hw "$@" > "$WORK/$name.node$k.log" 2>&1 &
-    pids+=($!)
-  done
-  for k in "${pids[@]}"; do wait "$k"; done
-}
 echo
 echo "| layout (2 nodes x 2 ranks, link $RATE) | predicted step ms | measured step ms | predicted / measured | predicted exposed ms | measured exposed ms |"
 echo "|---|---|---|---|---|---|"
-rows=()
 for layout in "dp4 ZeRO-0|--set parallel.zero_stage=0" "dp4 ZeRO-3|--set parallel.zero_stage=3" \
               "tp2 (in node) x dp2|--set parallel.tp=2" "pp2 (across) x dp2, 1f1b|--set parallel.pp=2 --set parallel.pp_schedule=1f1b" \
               "pp2 (across) x dp2, zb-h1|--set parallel.pp=2 --set parallel.pp_schedule=zb-h1" "cp2 (in node) x dp2|--set parallel.cp=2"; do
