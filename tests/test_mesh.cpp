@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/mesh.h"
+#include "observe/link_report.h"
 #include "observe/placement_report.h"
 
 using namespace trainer;
@@ -284,4 +285,42 @@ TEST_CASE("placement: groups inside nodes, and the groups that span them named",
   pp.pp = 2;
   CHECK(format_placement(pp, {"a", "a", "b", "b"}) ==
         "placement: 2 nodes (a: ranks 0-1, b: ranks 2-3); tp groups inside nodes; pp crosses nodes\n");
+}
+
+TEST_CASE("link report: each group inside a node or across, measured next to the planner's", "[mesh][placement]") {
+  // tp 2 inside two nodes x dp 2 across them, rank 0's view.
+  MeshShape m;
+  m.tp = 2;
+  m.dp = 2;
+  const std::vector<std::string> hosts = {"a", "a", "b", "b"};
+  const std::vector<LinkUse> measured = {{"tp", 2, 166912, 0.0567}, {"dp_cp", 2, 70272, 0.0093}, {"edp", 2, 0, 0}};
+  std::string json;
+  const std::string alone = format_link_report(m, 0, hosts, measured, nullptr, nullptr, &json);
+  INFO(alone);
+  CHECK(alone == "links per step, rank 0 (2 nodes): tp inside node a: 166912 B in 56.7 ms; dp_cp across nodes: "
+                 "70272 B in 9.300 ms (7.6 MB/s)\n");  // edp moved nothing and has no plan: left out
+  CHECK(json.find("\"dp_cp\": {\"across_nodes\": true, \"bytes\": 70272") != std::string::npos);
+  // With the planner's groups of stage 0.
+  StepEstimate e;
+  GroupTime tp, dp;
+  tp.label = "tp", tp.payload = 166912, tp.seconds = 0.000083;
+  dp.label = "dp_cp", dp.payload = 70272, dp.seconds = 0.001124;
+  e.stage_groups = {{tp, dp}};
+  Hardware hw;
+  hw.name = "netns";
+  hw.nvlink_gb_s = 4;
+  hw.network_gbit_s = 0.5;
+  hw.gpus_per_node = 2;
+  const std::string both = format_link_report(m, 0, hosts, measured, &e, &hw, &json);
+  INFO(both);
+  CHECK(both.find("links per step, planner on hardware 'netns' (in-node 4 GB/s, network 0.5 Gbit/s per rank, 2 per "
+                  "node): tp 166912 B in 0.083 ms; dp_cp 70272 B in 1.124 ms\n") != std::string::npos);
+  CHECK(json.find("\"planned_bytes\": 70272") != std::string::npos);
+  // The step model's line.
+  e.step_s = 0.0521, e.compute_s = 0.0302, e.exposed_comm_s = 0.02, e.idle_s = 0.0014, e.optimizer_s = 0.0005;
+  const std::string model = format_step_model(e, hw, 0.0613, 12, &json);
+  CHECK(model == "step time model on hardware 'netns': predicted 52.1 ms (compute 30.2 + exposed communication 20.0 + "
+                 "idle 1.4 + optimizer 0.5); measured 61.3 ms per step (rank 0, mean of 12 steps)\n");
+  CHECK(json.find("\"predicted_ms\": 52.1000") != std::string::npos);
+  CHECK(json.find("\"measured_ms\": 61.3000") != std::string::npos);
 }
