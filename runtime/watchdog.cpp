@@ -233,13 +233,19 @@ std::string Watchdog::gone_among(const std::vector<int>& ranks) {
   try {
     std::vector<Heartbeat> hb;
     if (!with_store([&](StoreClient& c) { hb = c.read_heartbeats(opt_.world); }, nullptr, false)) return "";
+    std::vector<std::string> host;
+    {
+      std::lock_guard<std::mutex> g(places_mu_);
+      host = host_of_rank_;
+    }
     std::string s;
     for (int r : ranks) {
       if (r < 0 || r >= int(hb.size()) || r == opt_.rank) continue;
       const Heartbeat& h = hb[size_t(r)];
       if (!h.present || h.age_s <= stale_after_s_) continue;
-      s += (s.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": last heartbeat " + seconds(h.age_s) +
-           " s ago, at step " + std::to_string(h.step) + ", dead or stopped";
+      s += (s.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+           (size_t(r) < host.size() ? " on node " + host[size_t(r)] : std::string()) + ": last heartbeat " +
+           seconds(h.age_s) + " s ago, at step " + std::to_string(h.step) + ", dead or stopped";
     }
     return s;
   } catch (const std::exception&) {

@@ -126,7 +126,8 @@ class Watchdog {
   std::string describe_peers();
 
   // Which of `ranks` are gone, dead or stopped: their heartbeat is stale
-  // ("rank 3: last heartbeat 4.2 s ago, at step 25"), "" when all of them
+  // ("rank 3 on node n1: last heartbeat 4.2 s ago, at step 25"; the node
+  // once set_places gave it), "" when all of them
   // beat (or never sent one: not started) or the store cannot be read (it
   // cannot tell). For waits outside collectives that would otherwise only
   // end at timeout_s (the checkpoint group's, checkpoint.h PeerLiveness).

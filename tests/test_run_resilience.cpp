@@ -350,8 +350,9 @@ TEST_CASE("a rank killed while it writes an async checkpoint: its peers stop wai
     CHECK(codes[1] == 128 + SIGKILL);
     CHECK(codes[0] != 0);
     CHECK(by_hand_s < bound_s);
-    // Rank 0 names rank 1: the save's wait, or the collective's heartbeat summary.
-    CHECK((out.find("rank 1 is gone (rank 1: last heartbeat") != std::string::npos ||
+    // Rank 0 names rank 1 and its node: the save's wait, or the
+    // collective's heartbeat summary.
+    CHECK((out.find("rank 1 is gone (rank 1 on node ") != std::string::npos ||
            out.find("rank 1 last at step") != std::string::npos));
     CHECK(!fs::exists(s.dir / "by_hand/ckpt/step_00000010"));
     CHECK(fs::exists(s.dir / "by_hand/ckpt/step_00000005/manifest.json"));
