@@ -141,13 +141,7 @@ void StepWindow::report_links() {
     const TimedCommunicator& g = *(*s_.timed)[i];
     if (g.label() == "host") continue;
     const CommBytes d = g.bytes() - run_bytes0_[i];
-    LinkUse u{g.label(), g.size(), 0, 0};
-    // As the planner counts a payload: pp and cp by their sends.
-    if (u.label == "pp" || u.label == "cp")
-      u.bytes = double(d.of(CommKind::Send));
-    else
-      for (int64_t b : d.bytes) u.bytes += double(b);
-    u.bytes /= steps;
+    LinkUse u{g.label(), g.size(), group_payload(g.label(), d) / steps, 0};
     for (const auto& [label, t] : comm.comm)
       if (label == u.label) u.seconds = t / steps;
     uses.push_back(u);

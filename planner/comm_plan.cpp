@@ -10,6 +10,13 @@
 
 namespace trainer {
 
+double group_payload(const std::string& label, const CommBytes& bytes) {
+  if (label == "pp" || label == "cp") return double(bytes.of(CommKind::Send));
+  double total = 0;
+  for (int64_t b : bytes.bytes) total += double(b);
+  return total;
+}
+
 const GroupTraffic* StepTraffic::find(const std::string& label) const {
   for (const GroupTraffic& g : groups)
     if (g.label == label) return &g;

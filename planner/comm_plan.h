@@ -62,6 +62,11 @@ struct RecomputeRepeats {
 };
 RecomputeRepeats recompute_repeats(Recompute r);
 
+// A group's bytes per step as one number, the way the time model and the
+// run's link report both count them: every kind, but pp and cp (whose
+// batches send as much as they receive) by their sends.
+double group_payload(const std::string& label, const CommBytes& bytes);
+
 // One step of `micro_batches` micro-batches on the rank at `at`.
 StepTraffic step_traffic(const Config& c, DType storage, const MeshShape& mesh, const Coords& at,
                          int64_t micro_batches);

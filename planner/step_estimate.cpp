@@ -155,8 +155,7 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
       t.size = gt.size;
       t.note = gt.note;
       t.wire_bytes = gt.wire_bytes;
-      for (int64_t b : gt.payload.bytes) t.payload += double(b);
-      if (gt.label == "pp" || gt.label == "cp") t.payload = double(gt.payload.of(CommKind::Send));
+      t.payload = group_payload(gt.label, gt.payload);
       t.latency = group_latency(gt, t.step_latency, hw);
       t.seconds = gt.wire_bytes / t.bandwidth + t.latency;
       if (gt.label == "tp" || gt.label == "ep") {

@@ -175,14 +175,15 @@ void Watchdog::set_places(std::vector<std::string> host_of_rank) {
   host_of_rank_ = std::move(host_of_rank);
 }
 
+std::vector<std::string> Watchdog::places() {
+  std::lock_guard<std::mutex> g(places_mu_);
+  return host_of_rank_;
+}
+
 // Nodes other than this rank's whose every rank is stale or never beat: a
 // host or its link is down, which says more than a list of its ranks.
 std::string Watchdog::lost_nodes(const std::vector<Heartbeat>& hb) {
-  std::vector<std::string> host;
-  {
-    std::lock_guard<std::mutex> g(places_mu_);
-    host = host_of_rank_;
-  }
+  const std::vector<std::string> host = places();
   if (host.size() != size_t(opt_.world) || hb.size() != host.size()) return "";
   std::vector<std::string> order;
   for (const std::string& h : host)
@@ -212,10 +213,10 @@ std::string Watchdog::lost_nodes(const std::vector<Heartbeat>& hb) {
 // The store is served by rank 0: from another node, not reaching it means
 // this node is the one cut off (or rank 0's node is down).
 std::string Watchdog::unreachable_store_note() {
-  std::lock_guard<std::mutex> g(places_mu_);
-  if (host_of_rank_.size() != size_t(opt_.world) || host_of_rank_[0] == host_of_rank_[size_t(opt_.rank)]) return "";
-  return "; the store is served by rank 0 on node " + host_of_rank_[0] + ", which this node (" +
-         host_of_rank_[size_t(opt_.rank)] + ") cannot reach: this node's network link, or that node, is down";
+  const std::vector<std::string> host = places();
+  if (host.size() != size_t(opt_.world) || host[0] == host[size_t(opt_.rank)]) return "";
+  return "; the store is served by rank 0 on node " + host[0] + ", which this node (" + host[size_t(opt_.rank)] +
+         ") cannot reach: this node's network link, or that node, is down";
 }
 
 std::string Watchdog::describe_peers() {
@@ -233,11 +234,7 @@ std::string Watchdog::gone_among(const std::vector<int>& ranks) {
   try {
     std::vector<Heartbeat> hb;
     if (!with_store([&](StoreClient& c) { hb = c.read_heartbeats(opt_.world); }, nullptr, false)) return "";
-    std::vector<std::string> host;
-    {
-      std::lock_guard<std::mutex> g(places_mu_);
-      host = host_of_rank_;
-    }
+    const std::vector<std::string> host = places();
     std::string s;
     for (int r : ranks) {
       if (r < 0 || r >= int(hb.size()) || r == opt_.rank) continue;

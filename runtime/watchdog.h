@@ -177,6 +177,7 @@ class Watchdog {
   std::string summarize(int64_t my_step, std::string* error);
   std::string lost_nodes(const std::vector<Heartbeat>& hb);
   std::string unreachable_store_note();
+  std::vector<std::string> places();  // a copy of host_of_rank_ (empty until set_places)
   std::mutex places_mu_;
   std::vector<std::string> host_of_rank_;
 
