@@ -161,6 +161,21 @@ class Communicator {
     check_send_recv(*this, ops);
     return do_batch_send_recv_async(ops);
   }
+  // Posts receives now, to be waited for when their tensors are needed:
+  // the senders' data moves while this rank computes (the pipeline posts
+  // the next batch's receives as soon as the current batch is done). The
+  // tensors must stay untouched until wait(). Receives from a peer pair up
+  // with its sends in the order posted, with those of later batches.
+  // nullptr where the backend cannot post a receive on its own without
+  // blocking (NCCL: a receive runs in a group with its batch's sends, on
+  // the compute stream); the caller then receives them in its batch.
+  std::unique_ptr<Work> post_receives(const std::vector<P2POp>& receives) {
+    check_send_recv(*this, receives);
+    for (const P2POp& op : receives)
+      if (op.send) throw std::invalid_argument("post_receives on group " + describe() + ": given a send to rank " +
+                                               std::to_string(op.peer) + " (receives only)");
+    return do_post_receives(receives);
+  }
   void barrier() { do_barrier(); }
 
   // Asynchronous all-reduce / reduce-scatter for overlapping gradient
@@ -214,6 +229,7 @@ class Communicator {
     do_batch_send_recv(ops);
     return std::make_unique<CompletedWork>();
   }
+  virtual std::unique_ptr<Work> do_post_receives(const std::vector<P2POp>&) { return nullptr; }
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<Work> do_all_reduce_async(Tensor t) = 0;
   virtual std::unique_ptr<Work> do_reduce_scatter_async(Tensor out, Tensor in) = 0;

@@ -82,6 +82,7 @@ class GlooCommunicator final : public Communicator {
   void do_batch_send_recv(const std::vector<P2POp>& ops) override;
   std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) override;
   std::unique_ptr<Work> do_batch_send_recv_async(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> do_post_receives(const std::vector<P2POp>& receives) override;
 
  public:
   // A posted message of batch_send_recv_posted and the wait for it, which

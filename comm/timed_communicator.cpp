@@ -130,6 +130,12 @@ std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_async(const std::vec
   count_p2p(ops);
   return std::make_unique<TimedWork>(*this, timed(*this, [&] { return inner_.batch_send_recv_async(ops); }), true);
 }
+std::unique_ptr<Work> TimedCommunicator::do_post_receives(const std::vector<P2POp>& receives) {
+  std::unique_ptr<Work> w = timed(*this, [&] { return inner_.post_receives(receives); });
+  if (!w) return nullptr;
+  count_p2p(receives);
+  return std::make_unique<TimedWork>(*this, std::move(w), true);
+}
 void TimedCommunicator::do_barrier() {
   timed(*this, [&] { inner_.barrier(); }, true, true);
 }

@@ -85,6 +85,7 @@ class TimedCommunicator final : public Communicator {
   void do_batch_send_recv(const std::vector<P2POp>& ops) override;
   std::unique_ptr<Work> do_batch_send_recv_posted(const std::vector<P2POp>& ops) override;
   std::unique_ptr<Work> do_batch_send_recv_async(const std::vector<P2POp>& ops) override;
+  std::unique_ptr<Work> do_post_receives(const std::vector<P2POp>& receives) override;
   void do_barrier() override;
   std::unique_ptr<Work> do_all_reduce_async(Tensor t) override;
   std::unique_ptr<Work> do_reduce_scatter_async(Tensor out, Tensor in) override;

@@ -1,6 +1,8 @@
 #include "pipeline/executor.h"
 
 #include <chrono>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -64,24 +66,62 @@ struct PendingSends {
   }
 };
 
-// The transfers actions[first, last) as one batch; returns once its
-// receives arrived, its sends left with `pending`.
+// Receives posted one batch ahead: the Work of each posting, by the index
+// of each receive in it, waited for in the receive's batch.
+struct EarlyReceives {
+  std::map<size_t, std::shared_ptr<Work>> works;
+  // Posts actions[receives]; the backend may decline (then they stay in
+  // their batch). Their activation slots are taken now either way.
+  void post(const std::vector<Model*>& chunks, Communicator& pp, const std::vector<Action>& actions,
+            const std::vector<size_t>& receives, const MicroBatchLoader& load) {
+    if (receives.empty()) return;
+    std::vector<P2POp> ops;
+    std::vector<size_t> posted;
+    for (size_t k : receives) {
+      const Action& a = actions[k];
+      Model& m = chunk_of(chunks, a);
+      if (a.kind == ActionKind::RecvActivation) touch(m, a.mb, load);
+      // A chunk's message to another chunk of this rank is a copy in its batch.
+      if (a.peer == pp.rank()) continue;
+      ops.push_back({false, a.kind == ActionKind::RecvActivation ? stage_input(m, a.mb) : activation_grad(m, a.mb), a.peer});
+      posted.push_back(k);
+    }
+    if (ops.empty()) return;
+    const std::shared_ptr<Work> w = pp.post_receives(ops);
+    if (w)
+      for (size_t k : posted) works[k] = w;
+  }
+  // Waits for the postings of actions[first, last) that were posted early.
+  void wait(size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      const auto it = works.find(i);
+      if (it == works.end()) continue;
+      const std::shared_ptr<Work> w = it->second;
+      w->wait();
+      for (auto j = works.begin(); j != works.end();) j = j->second == w ? works.erase(j) : std::next(j);
+    }
+  }
+};
+
+// The transfers actions[first, last) as one batch (less the receives posted
+// early); returns once its receives arrived, its sends left with `pending`.
 double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::vector<Action>& actions, size_t first,
-                size_t last, const MicroBatchLoader& load, PendingSends& pending) {
+                size_t last, const MicroBatchLoader& load, PendingSends& pending, EarlyReceives& early) {
   std::vector<P2POp> ops;
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
     Model& m = chunk_of(chunks, a);
+    const bool posted = early.works.count(i) > 0;
     switch (a.kind) {
       case ActionKind::RecvActivation:
         touch(m, a.mb, load);
-        ops.push_back({false, stage_input(m, a.mb), a.peer});
+        if (!posted) ops.push_back({false, stage_input(m, a.mb), a.peer});
         break;
       case ActionKind::SendActivation:
         ops.push_back({true, stage_output(m, a.mb), a.peer});
         break;
       case ActionKind::RecvGradient:
-        ops.push_back({false, activation_grad(m, a.mb), a.peer});
+        if (!posted) ops.push_back({false, activation_grad(m, a.mb), a.peer});
         break;
       case ActionKind::SendGradient:
         ops.push_back({true, activation_grad(m, a.mb), a.peer});
@@ -91,36 +131,52 @@ double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::
     }
   }
   const auto t0 = clock_type::now();
-  const std::shared_ptr<Work> sends = pp.batch_send_recv_posted(ops);
-  const double waited = std::chrono::duration<double>(clock_type::now() - t0).count();
-  for (size_t i = first; i < last; ++i)
-    if (actions[i].kind == ActionKind::SendActivation || actions[i].kind == ActionKind::SendGradient)
-      pending.works.push_back({{actions[i].mb, actions[i].chunk}, sends});
-  return waited;
+  if (!ops.empty()) {
+    const std::shared_ptr<Work> sends = pp.batch_send_recv_posted(ops);
+    for (size_t i = first; i < last; ++i)
+      if (actions[i].kind == ActionKind::SendActivation || actions[i].kind == ActionKind::SendGradient)
+        pending.works.push_back({{actions[i].mb, actions[i].chunk}, sends});
+  }
+  early.wait(first, last);
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
 }  // namespace
 
 PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
                                      const std::vector<Action>& actions, float ce_scale, float aux_grad,
-                                     const MicroBatchLoader& load, bool overlap) {
+                                     const MicroBatchLoader& load, const PipelineStepOptions& options) {
   PipelineStepResult r;
+  const auto step0 = clock_type::now();
+  auto since_start = [&](clock_type::time_point t) { return std::chrono::duration<double>(t - step0).count(); };
   const std::vector<std::vector<SlotRef>> releases = slot_releases(actions, pp.rank(), pp.size());
+  const ReceivePosting posting = early_receive_posting(actions);
+  const bool early_receives = options.mode.early_receives;
   PendingSends pending;
-  // A micro-batch done with a chunk gives its slot back once its sends left.
+  EarlyReceives early;
+  auto post_early = [&](const std::vector<size_t>& receives) {
+    if (!early_receives) return;
+    const auto t0 = clock_type::now();
+    early.post(chunks, pp, actions, receives, load);
+    r.wait_s += since_start(clock_type::now()) - since_start(t0);
+  };
+  // A micro-batch done with a chunk gives its slot back once its sends
+  // left; then the receives due there are posted.
   auto release = [&](size_t after) {
     for (const SlotRef& ref : releases[after]) {
       r.wait_s += pending.wait(ref);
       release_activations(*chunks[size_t(ref.chunk)], ref.mb);
     }
+    post_early(posting.after[after]);
   };
+  post_early(posting.at_start);
   for (size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     if (is_transfer(a.kind)) {
       size_t j = i;
       while (j < actions.size() && is_transfer(actions[j].kind)) ++j;
-      r.wait_s += transfer(chunks, pp, actions, i, j, load, pending);
-      if (!overlap) r.wait_s += pending.wait_all();
+      r.wait_s += transfer(chunks, pp, actions, i, j, load, pending, early);
+      if (!options.mode.nonblocking_sends) r.wait_s += pending.wait_all();
       release(j - 1);
       i = j;
       continue;
@@ -129,6 +185,7 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
     const ModelDims& d = m.dims;
     const auto t0 = clock_type::now();
     const double blocked0 = total_blocked_seconds();
+    if (options.on_compute) options.on_compute(a);
     switch (a.kind) {
       case ActionKind::Forward:
         touch(m, a.mb, load);
@@ -158,9 +215,10 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
       default:
         throw std::logic_error("pipeline executor: " + describe(a) + " is not a compute action");
     }
-    const double busy = std::chrono::duration<double>(clock_type::now() - t0).count() -
-                        (total_blocked_seconds() - blocked0);
+    const auto t1 = clock_type::now();
+    const double busy = std::chrono::duration<double>(t1 - t0).count() - (total_blocked_seconds() - blocked0);
     (a.kind == ActionKind::Forward ? r.forward_s : r.backward_s) += busy;
+    r.timeline.push_back({a, since_start(t0), since_start(t1)});
     release(i);
     ++i;
   }

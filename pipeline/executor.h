@@ -6,7 +6,7 @@
 // gradient has been sent (slot_releases); the transfers of consecutive
 // actions in one batch_send_recv_posted over the pipeline group, whose
 // sends are waited for only when their slot is given back (or at the end of
-// the step). Split backwards (BI, BW) run the model's input and weight
+// the step), and whose receives were posted when the batch before finished. Split backwards (BI, BW) run the model's input and weight
 // halves. One process is a pipeline of one stage, which runs the same code.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "model/transformer.h"
 #include "pipeline/schedule.h"
+#include "pipeline/simulate.h"
 
 namespace trainer {
 
@@ -28,6 +29,17 @@ struct PipelineStepResult {
   // without the time their collectives (tp, ep, cp) blocked
   // (comm/timed_communicator.h).
   double forward_s = 0, backward_s = 0;
+  // This rank's compute actions as they ran, in seconds from the step's
+  // start: the simulator's timeline, measured.
+  std::vector<TimedAction> timeline;
+};
+
+// How a step transfers (pipeline/simulate.h TransferMode, whose simulation
+// is what the step does), and a call as each compute action starts (a
+// profiler's range; a test stands in a known cost with it).
+struct PipelineStepOptions {
+  TransferMode mode;
+  std::function<void(const Action&)> on_compute;
 };
 
 // Loads micro-batch mb's tokens into its (already acquired) activation slot
@@ -39,11 +51,14 @@ using MicroBatchLoader = std::function<void(Model& chunk, int64_t mb)>;
 // `pp` is the pipeline group (rank = stage); chunks[c] is this rank's model
 // chunk c (one without interleaving). Parameter gradients accumulate; the
 // unit hooks learn from MicroBatch::last which backward completes them.
-// `overlap` false: each batch's sends are waited for at once (the
-// no-overlap baseline of parallel.overlap), not when their slot is reused.
+// Blocking sends (the no-overlap baseline of parallel.overlap) are waited
+// for as soon as their batch is posted, not when their slot is reused.
+// Early receives are posted one batch ahead where the backend can
+// (Communicator::post_receives), else in their batch; their slots are taken
+// one batch ahead either way, as the simulator counts them.
 PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
                                      const std::vector<Action>& actions, float ce_scale, float aux_grad,
-                                     const MicroBatchLoader& load, bool overlap = true);
+                                     const MicroBatchLoader& load, const PipelineStepOptions& options = {});
 
 // Forwards only (evaluation): micro-batches 0..n-1, each through the
 // virtual stages in order, activations passed to the next one.

@@ -8,19 +8,21 @@ namespace trainer {
 
 int64_t long_simulation_cutoff(int stages, int chunks) { return 4 * int64_t(stages) * chunks; }
 
-Simulation simulate_long(const Config& c, int stages, int64_t m, const std::vector<ActionCosts>& costs) {
+Simulation simulate_long(const Config& c, int stages, int64_t m, const std::vector<ActionCosts>& costs, double message_s) {
+  TransferMode mode = planned_transfer_mode(c);
+  mode.transfer = message_s;
   const int chunks = pipeline_chunks(c);
   const int64_t cut = long_simulation_cutoff(stages, chunks);
   if (stages == 1 || m <= cut) {
-    Simulation s = simulate(schedule_for(c, stages, m), costs);
+    Simulation s = simulate(schedule_for(c, stages, m), costs, mode);
     s.timeline.clear();
     return s;
   }
   // Two runs in the periodic regime, m1 and m2 multiples of the stages
   // (interleaving runs micro-batches in groups of pp).
   const int64_t m1 = cut / 2, m2 = cut;
-  const Simulation a = simulate(schedule_for(c, stages, m1), costs);
-  const Simulation b = simulate(schedule_for(c, stages, m2), costs);
+  const Simulation a = simulate(schedule_for(c, stages, m1), costs, mode);
+  const Simulation b = simulate(schedule_for(c, stages, m2), costs, mode);
   if (!a.ok) return a;
   if (!b.ok) return b;
   const double k = double(m - m2) / double(m2 - m1);

@@ -20,8 +20,10 @@ namespace trainer {
 int64_t long_simulation_cutoff(int stages, int chunks);
 
 // This run's schedule (parallel.pp_schedule, `stages` stages, m micro-batches)
-// with these costs; the result has no timeline. Throws what schedule_for throws.
+// with these costs, transferring as planned_transfer_mode says; the result
+// has no timeline. Throws what schedule_for throws.
+// message_s: the time of one pipeline message (TransferMode::transfer).
 Simulation simulate_long(const Config& c, int stages, int64_t microbatches,
-                         const std::vector<ActionCosts>& costs = {ActionCosts{}});
+                         const std::vector<ActionCosts>& costs = {ActionCosts{}}, double message_s = 0);
 
 }  // namespace trainer

@@ -53,4 +53,14 @@ Schedule schedule_for(const Config& c, int stages, int64_t microbatches) {
   return make_schedule(parse_schedule(c.parallel.pp_schedule), stages, int(microbatches), pipeline_chunks(c));
 }
 
+TransferMode transfer_mode_for(const Config& c, Device d) {
+  TransferMode m;
+  m.nonblocking_sends = m.early_receives = c.parallel.overlap && d == Device::CPU;
+  return m;
+}
+
+TransferMode planned_transfer_mode(const Config& c) {
+  return transfer_mode_for(c, c.train.device == "cpu" ? Device::CPU : Device::CUDA);
+}
+
 }  // namespace trainer

@@ -38,4 +38,13 @@ std::vector<ShardingPlan> chunk_plans(const ModelDims& global, double init_std, 
 // This run's schedule (parallel.pp_schedule over pp stages, m micro-batches).
 Schedule schedule_for(const Config& c, int stages, int64_t microbatches);
 
+// How a run's pipeline transfers on device d: on the CPU (Gloo) with
+// parallel.overlap, sends are posted and receives go one batch ahead;
+// NCCL's grouped sends and receives hold the compute stream until both
+// ends met (a receive cannot be posted on its own without blocking it),
+// and parallel.overlap false waits for every message at its batch.
+TransferMode transfer_mode_for(const Config& c, Device d);
+// What the planner assumes: train.device cpu is the CPU, anything else a GPU.
+TransferMode planned_transfer_mode(const Config& c);
+
 }  // namespace trainer

@@ -154,4 +154,24 @@ std::vector<std::vector<SlotRef>> slot_releases(const std::vector<Action>& actio
   return out;
 }
 
+ReceivePosting early_receive_posting(const std::vector<Action>& actions) {
+  ReceivePosting out;
+  out.after.assign(actions.size(), {});
+  // The end of the batch before the current one; none yet: the step's start.
+  long previous_end = -1;
+  for (size_t i = 0; i < actions.size();) {
+    if (!is_transfer(actions[i].kind)) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    for (; j < actions.size() && is_transfer(actions[j].kind); ++j)
+      if (actions[j].kind == ActionKind::RecvActivation || actions[j].kind == ActionKind::RecvGradient)
+        (previous_end < 0 ? out.at_start : out.after[size_t(previous_end)]).push_back(j);
+    previous_end = long(j - 1);
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace trainer

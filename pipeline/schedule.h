@@ -117,4 +117,17 @@ struct SlotRef {
 };
 std::vector<std::vector<SlotRef>> slot_releases(const std::vector<Action>& rank_actions, int rank, int stages);
 
+// Early receives (TransferMode::early_receives): each batch's receives are
+// posted as soon as the batch before it finished and its slots were given
+// back, so their data moves while the rank computes the actions between
+// the two batches; a received activation's slot is taken then. at_start:
+// the first batch's receives, posted as the step begins; after[i]: those
+// posted once action i (the end of a batch) and its releases are done.
+// The executor and the simulator both use it.
+struct ReceivePosting {
+  std::vector<size_t> at_start;
+  std::vector<std::vector<size_t>> after;
+};
+ReceivePosting early_receive_posting(const std::vector<Action>& rank_actions);
+
 }  // namespace trainer

@@ -182,20 +182,38 @@ void slot_release_sends(const Schedule& s, std::vector<std::vector<std::vector<S
   }
 }
 
-// Runs the schedule: compute actions take their cost; a batch of
-// consecutive transfers posts its messages and finishes once every
-// receive's sender has posted (sends do not wait); after the action that
-// releases a slot the rank waits until the receivers of that slot's sends
-// have posted. Fills the timeline, busy time and step time; "" or the deadlock.
-std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs,
+bool is_send(ActionKind k) { return k == ActionKind::SendActivation || k == ActionKind::SendGradient; }
+
+// Runs the schedule: compute actions take their cost; a message moves once
+// both of its ends have posted it and takes mode.transfer; a batch of
+// consecutive transfers posts its sends (and its receives, unless posted
+// one batch ahead) and finishes once its receives (with blocking sends:
+// all of its messages) have arrived; after the action that releases a slot
+// the rank waits until that slot's sends were received. Fills the
+// timeline, busy time and step time; "" or the deadlock.
+std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs, const TransferMode& mode,
                        const std::vector<std::vector<Op>>& partner,
-                       const std::vector<std::vector<std::vector<size_t>>>& release_sends, Simulation& sim) {
+                       const std::vector<std::vector<std::vector<size_t>>>& release_sends,
+                       const std::vector<ReceivePosting>& posting, Simulation& sim) {
   const int p = s.stages;
   auto cost = [&](int r) -> const ActionCosts& { return costs.size() == 1 ? costs[0] : costs[size_t(r)]; };
   std::vector<size_t> pos(size_t(p), 0);
   std::vector<double> t(size_t(p), 0);
+  // Per transfer action: when its rank posted it (-1: not yet).
   std::vector<std::vector<double>> posted{size_t(p)};
   for (int r = 0; r < p; ++r) posted[size_t(r)].assign(s.ranks[size_t(r)].size(), -1);
+  auto post = [&](int r, size_t i) {
+    if (posted[size_t(r)][i] < 0) posted[size_t(r)][i] = t[size_t(r)];
+  };
+  // When the message of transfer i of rank r has arrived; < 0: not known yet.
+  auto arrived = [&](int r, size_t i) {
+    const Op& o = partner[size_t(r)][i];
+    const double mine = posted[size_t(r)][i], theirs = posted[size_t(o.rank)][o.index];
+    return mine < 0 || theirs < 0 ? -1.0 : std::max(mine, theirs) + mode.transfer;
+  };
+  if (mode.early_receives)
+    for (int r = 0; r < p; ++r)
+      for (size_t i : posting[size_t(r)].at_start) post(r, i);
   // A rank past action i - 1 that still waits for the sends released there.
   std::vector<long> waiting(size_t(p), -1);
   sim.busy.assign(size_t(p), 0);
@@ -205,16 +223,18 @@ std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs,
     while (e < s.ranks[size_t(r)].size() && is_transfer(s.ranks[size_t(r)][e].kind)) ++e;
     return e;
   };
-  // Whether rank r may go on past the releases after action i; moves its time.
+  // Whether rank r may go on past the releases after action i; moves its
+  // time, then posts the receives due there.
   auto released = [&](int r, size_t i) {
     double finish = t[size_t(r)];
     for (size_t j : release_sends[size_t(r)][i]) {
-      const Op& o = partner[size_t(r)][j];
-      const double pt = posted[size_t(o.rank)][o.index];
-      if (pt < 0) return false;
-      finish = std::max(finish, pt);
+      const double at = arrived(r, j);
+      if (at < 0) return false;
+      finish = std::max(finish, at);
     }
     t[size_t(r)] = finish;
+    if (mode.early_receives)
+      for (size_t k : posting[size_t(r)].after[i]) post(r, k);
     return true;
   };
   for (;;) {
@@ -239,8 +259,7 @@ std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs,
       }
       if (pos[size_t(r)] < acts.size() || waiting[size_t(r)] >= 0) done = false;
       if (pos[size_t(r)] < acts.size() && waiting[size_t(r)] < 0)
-        for (size_t i = pos[size_t(r)]; i < batch_end(r); ++i)
-          if (posted[size_t(r)][i] < 0) posted[size_t(r)][i] = t[size_t(r)];
+        for (size_t i = pos[size_t(r)]; i < batch_end(r); ++i) post(r, i);
     }
     if (done) break;
     for (int r = 0; r < p; ++r) {
@@ -251,11 +270,10 @@ std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs,
       double finish = t[size_t(r)];
       bool ready = true;
       for (size_t i = pos[size_t(r)]; i < e && ready; ++i) {
-        if (acts[i].kind == ActionKind::SendActivation || acts[i].kind == ActionKind::SendGradient) continue;
-        const Op& o = partner[size_t(r)][i];
-        const double pt = posted[size_t(o.rank)][o.index];
-        ready = pt >= 0;
-        finish = std::max(finish, pt);
+        if (is_send(acts[i].kind) && mode.nonblocking_sends) continue;
+        const double at = arrived(r, i);
+        ready = at >= 0;
+        finish = std::max(finish, at);
       }
       if (!ready) continue;
       t[size_t(r)] = finish;
@@ -282,7 +300,8 @@ std::string run_events(const Schedule& s, const std::vector<ActionCosts>& costs,
 
 // The activation slots each rank holds at its peak, in all and per chunk,
 // and the micro-batches in flight between forward and backward.
-void count_slots(const Schedule& s, const std::vector<std::vector<std::vector<SlotRef>>>& releases, Simulation& sim) {
+void count_slots(const Schedule& s, const std::vector<std::vector<std::vector<SlotRef>>>& releases,
+                 const std::vector<ReceivePosting>& posting, bool early, Simulation& sim) {
   const int p = s.stages;
   sim.peak_in_flight.assign(size_t(p), 0);
   sim.peak_slots.assign(size_t(p), 0);
@@ -308,6 +327,14 @@ void count_slots(const Schedule& s, const std::vector<std::vector<std::vector<Sl
         per_chunk[size_t(ref.chunk)] -= 1;
       }
     };
+    // Receives posted one batch ahead take their slots then.
+    auto take_posted = [&](const std::vector<size_t>& receives) {
+      if (!early) return;
+      for (size_t k : receives)
+        if (acts[k].kind == ActionKind::RecvActivation) take(acts[k]);
+      sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
+    };
+    take_posted(posting[size_t(r)].at_start);
     for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
       if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::Forward) take(a);
@@ -318,13 +345,14 @@ void count_slots(const Schedule& s, const std::vector<std::vector<std::vector<Sl
       if (!is_transfer(a.kind) || i + 1 == acts.size() || !is_transfer(acts[i + 1].kind))
         sim.peak_slots[size_t(r)] = std::max(sim.peak_slots[size_t(r)], slots);
       for (const SlotRef& ref : releases[size_t(r)][i]) give(ref);
+      take_posted(posting[size_t(r)].after[i]);
     }
   }
 }
 
 }  // namespace
 
-Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
+Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs, const TransferMode& mode) {
   Simulation sim;
   const int p = s.stages;
   auto fail = [&](std::string why) {
@@ -341,8 +369,10 @@ Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs) {
   std::vector<std::vector<std::vector<SlotRef>>> releases;
   std::vector<std::vector<std::vector<size_t>>> release_sends;
   slot_release_sends(s, releases, release_sends);
-  if (std::string e = run_events(s, costs, partner, release_sends, sim); !e.empty()) return fail(e);
-  count_slots(s, releases, sim);
+  std::vector<ReceivePosting> posting;
+  for (const auto& acts : s.ranks) posting.push_back(early_receive_posting(acts));
+  if (std::string e = run_events(s, costs, mode, partner, release_sends, posting, sim); !e.empty()) return fail(e);
+  count_slots(s, releases, posting, mode.early_receives, sim);
   sim.ok = true;
   return sim;
 }

@@ -1,11 +1,11 @@
 // Runs a schedule (pipeline/schedule.h) on paper before it runs on ranks:
 // checks that it is complete and can run (every micro-batch's forward and
 // backward on every virtual stage exactly once and in order, every send meets
-// a receive of the same tensor, no deadlock as the executor transfers: a
-// batch finishes when the sender of each of its receives has posted that
-// send, sends never wait, and a rank that gives a slot back waits until
-// the receivers of the slot's sends have posted them), and with per-rank
-// action costs computes
+// a receive of the same tensor, no deadlock as the executor transfers in
+// the given TransferMode: a batch finishes when each of its receives has
+// met its send (and, with blocking sends, each send its receive), and a
+// rank that gives a slot back waits until the slot's sends were received),
+// and with per-rank action costs computes
 // the step time, each rank's idle time (the bubble) and its peak number of
 // micro-batches whose activations are held.
 #pragma once
@@ -47,8 +47,27 @@ struct Simulation {
   double bubble() const;
 };
 
+// How the executor moves a batch's messages (pipeline/executor.h), which
+// decides when a rank waits. The default is the CPU (Gloo) executor with
+// parallel.overlap on.
+struct TransferMode {
+  // Sends return at once and are waited for only when their slot is given
+  // back. false: a batch finishes only once its sends were received too
+  // (NCCL's grouped sends and receives on the compute stream, and
+  // parallel.overlap false).
+  bool nonblocking_sends = true;
+  // Receives posted one batch ahead (early_receive_posting), taking a
+  // received activation's slot then. false: posted when the rank reaches
+  // their batch.
+  bool early_receives = true;
+  // Time one message takes once both of its ends have posted it (a
+  // rendezvous: Gloo moves no data before the receiver asks for it).
+  double transfer = 0;
+};
+
 // costs: one entry per rank, or one for all.
-Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs = {ActionCosts{}});
+Simulation simulate(const Schedule& s, const std::vector<ActionCosts>& costs = {ActionCosts{}},
+                    const TransferMode& mode = {});
 
 // The textbook bubble of GPipe and 1F1B with equal stages: (p - 1) / (m + p - 1).
 double theoretical_bubble(int stages, int microbatches);

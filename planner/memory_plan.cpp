@@ -30,10 +30,10 @@ PipelineOccupancy pipeline_occupancy(const Config& c, const MeshShape& mesh) {
   // The answer depends on the schedule's shape only; `trainer plan --search`
   // asks for the same shapes many times.
   const int64_t m = std::max<int64_t>(1, microbatches_per_step(c, mesh.dp));
-  using Key = std::tuple<std::string, int, int64_t, int>;
+  using Key = std::tuple<std::string, int, int64_t, int, bool>;
   static std::mutex mu;
   static std::map<Key, PipelineOccupancy> known;
-  const Key key{c.parallel.pp_schedule, mesh.pp, m, pipeline_chunks(c)};
+  const Key key{c.parallel.pp_schedule, mesh.pp, m, pipeline_chunks(c), planned_transfer_mode(c).early_receives};
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = known.find(key); it != known.end()) return it->second;

@@ -140,6 +140,7 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
     double total() const { return compute + critical + dp + pp + optimizer; }
   };
   std::vector<RankWork> work(size_t(mesh.pp));
+  double message_s = 0;  // one pipeline message, the slowest rank's
   const double opt_rate = hw.hbm_gb_s > 0 ? hw.hbm_gb_s * 1e9 : 1e12;
   for (int r = 0; r < mesh.pp; ++r) {
     RankWork& w = work[size_t(r)];
@@ -167,8 +168,10 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
         t.exposed = std::min(t.seconds, t.exposed + t.latency);  // each message's latency stalls the ring
         w.critical += t.exposed;
       } else if (gt.label == "pp") {
+        // Its messages run inside the schedule's simulation, below.
+        const double sends = double(std::max<int64_t>(1, gt.payload.calls[size_t(CommKind::Send)]));
+        message_s = std::max(message_s, t.seconds / sends);
         t.exposed = t.seconds;
-        w.pp += t.exposed;
       } else {
         // ZeRO: per reduction round, what the backward (and at stage 3 the
         // forward) cannot hide, and at least the last unit's reduction;
@@ -195,8 +198,16 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
       optimizer_bytes += double(zero_bytes(p, c.parallel.zero_stage).optimizer);
     w.optimizer = 2 * optimizer_bytes / opt_rate;
   }
-  const Simulation sim = simulate_long(c, mesh.pp, m, costs);
+  const Simulation sim = simulate_long(c, mesh.pp, m, costs, message_s);
   if (!sim.ok) throw std::logic_error("pipeline schedule: " + sim.error);
+  // What the pipeline's messages add to the step, as the schedule's
+  // transfer mode hides or exposes them (TransferMode).
+  if (message_s > 0) {
+    const double free = simulate_long(c, mesh.pp, m, costs).step_time;
+    for (RankWork& w : work)
+      for (GroupTime& t : w.groups)
+        if (t.label == "pp") w.pp = t.exposed = std::min(t.seconds, std::max(0.0, sim.step_time - free));
+  }
   Schedule shape;  // the formula reads the shape only
   shape.kind = s.kind;
   shape.stages = s.stages;
@@ -207,10 +218,11 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
   e.textbook_formula = tb.formula;
   e.pipeline_s = sim.step_time;
   e.bubble = sim.bubble();
-  // The schedule runs every rank's compute and critical communication; the
-  // exposed data-parallel and pipeline transfers and the optimizer follow it.
+  // The schedule runs every rank's compute, critical communication and
+  // pipeline messages; the exposed data-parallel transfers and the
+  // optimizer follow it.
   double tail = 0;
-  for (const RankWork& w : work) tail = std::max(tail, w.dp + w.pp + w.optimizer);
+  for (const RankWork& w : work) tail = std::max(tail, w.dp + w.optimizer);
   e.step_s = sim.step_time + tail;
   // The step is split on the critical stage, the one with the most work of
   // its own: a simulated rank is busy for exactly its compute and critical

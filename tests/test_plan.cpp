@@ -94,7 +94,7 @@ TEST_CASE("a long pipeline from two short simulations equals the full simulation
         costs[size_t(r)].backward = 2.1 + 0.5 * r;
         costs[size_t(r)].backward_input = costs[size_t(r)].backward_weight = costs[size_t(r)].backward / 2;
       }
-      const Simulation full = simulate(schedule_for(c, p, m), costs);
+      const Simulation full = simulate(schedule_for(c, p, m), costs, planned_transfer_mode(c));
       const Simulation fast = simulate_long(c, p, m, costs);
       REQUIRE(full.ok);
       REQUIRE(fast.ok);

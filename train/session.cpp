@@ -77,9 +77,12 @@ void Session::plan_layout() {
   dims = make_dims(cfg, micro, T, storage);
   stage_layers = stage_layers_for(cfg, dims, mesh.pp * pipeline_chunks(cfg));
   schedule = schedule_for(cfg, mesh.pp, M);
-  simulated = simulate(schedule, stage_action_costs(dims, stage_layers, mesh.pp));
+  transfer_mode = transfer_mode_for(cfg, dev.device);
+  simulated = simulate(schedule, stage_action_costs(dims, stage_layers, mesh.pp), transfer_mode);
   if (!simulated.ok) throw std::logic_error("pipeline schedule: " + simulated.error);
-  plan = plan_memory(cfg, storage, mesh, dist->coords(), zero_stage);
+  // The activation slots as this run's executor takes them.
+  plan = plan_memory(cfg, storage, mesh, dist->coords(), zero_stage, simulated.peak_chunk_slots);
+  plan.in_flight = std::min(plan.activation_slots, simulated.peak_in_flight[size_t(pp_stage)]);
   if (lead) std::fputs(format_memory_report(cfg, plan, dev, storage, mesh, dist->coords()).c_str(), stdout);
   if (dev.memory_bytes > 0 && plan.total() > dev.memory_bytes)
     throw std::runtime_error("the memory plan needs " + format_bytes(double(plan.total())) + " per GPU, the device has " +

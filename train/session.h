@@ -60,6 +60,7 @@ class Session {
   ModelDims dims;
   std::vector<int64_t> stage_layers;
   Schedule schedule;
+  TransferMode transfer_mode;  // how the pipeline transfers on this device (the simulation's and the executor's)
   Simulation simulated;
   MemoryPlan plan;
   // The planner's step on the configuration's `hardware:` entry, only when

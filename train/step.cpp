@@ -100,7 +100,7 @@ void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_
         load_micro_batch(batch, m, mb);
         if (s_.dump) s_.dump->before_forward(step, mb);
       },
-      s_.cfg.parallel.overlap);
+      {s_.transfer_mode, {}});
   for (Model* m : s_.models->models()) m->expert_load = nullptr;
   if (hooks_.delay_ms > 0) {
     // A slow device, on purpose: counted as compute.
