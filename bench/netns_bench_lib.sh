@@ -6,7 +6,8 @@
 # $WORK/cfg.yaml (llama d_model 128, 4 layers, sequences of 64, global
 # batch 16 in micro-batches of 4, one thread, logged every 4 steps) on the
 # license texts; and defines
-#   run NAME SETTINGS...   one torchrun per node (2 ranks each), rank 0's
+#   run NAME SETTINGS...   one torchrun per node (RANKS_PER_NODE ranks each,
+#                          2 unless set in the environment), rank 0's
 #                          stdout in $WORK/NAME.log, run dir $WORK/NAME;
 #                          EXTRA (words) goes before SETTINGS.
 BIN=$(realpath "${1:-build/trainer}")
@@ -15,6 +16,7 @@ STEPS=${3:-12}
 WORK=$(mktemp -d /tmp/netns_bench.XXXXXX)
 PREFIX="nb$$"
 EXTRA=""
+RANKS_PER_NODE=${RANKS_PER_NODE:-2}
 trap 'bash scripts/netns_cluster.sh down --prefix "$PREFIX" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 bash scripts/netns_cluster.sh up 2 --rate "$RATE" --prefix "$PREFIX" >&2
 node0=$(bash scripts/netns_cluster.sh addr 0 --prefix "$PREFIX")
@@ -37,7 +39,7 @@ run() {
   for k in 0 1; do
     # shellcheck disable=SC2086  # EXTRA is words
     bash scripts/netns_cluster.sh exec "$k" --prefix "$PREFIX" torchrun -r 1 -t 2 --log_dir "$WORK/$name.tl$k" \
-      --nnodes 2 --nproc_per_node 2 --node_rank "$k" --master_addr "$node0" --master_port "$port" --no_python \
+      --nnodes 2 --nproc_per_node "$RANKS_PER_NODE" --node_rank "$k" --master_addr "$node0" --master_port "$port" --no_python \
       "$BIN" --config "$WORK/cfg.yaml" --set run.dir="$WORK/$name" $EXTRA "$@" > "$WORK/$name.node$k.log" 2>&1 &
     pids+=($!)
   done

@@ -8,6 +8,9 @@
 # the simulated bubble. Prints a markdown table. Not a test: nothing is
 # asserted.
 #   bash bench/overlap_netns.sh [TRAINER_BIN] [RATE] [STEPS]
+# RANKS_PER_NODE=1 (environment) runs one rank per node: with 2 cores each
+# rank then has a core of its own (the dp rows become dp2, the pipeline
+# pp 2 alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/netns_bench_lib.sh
@@ -27,12 +30,13 @@ busy = sum(r["comm_busy_ms"][g] for r in times) / len(times)
 print(f"{step:.1f} {exposed:.1f} {busy:.1f}")
 EOF
 }
-echo "| layout (2 nodes x 2 ranks, link $RATE) | group | step ms, overlap | step ms, none | exposed ms, overlap | exposed ms, none | exposed / baseline | busy ms, overlap |"
+echo "| layout (2 nodes x $RANKS_PER_NODE ranks, link $RATE) | group | step ms, overlap | step ms, none | exposed ms, overlap | exposed ms, none | exposed / baseline | busy ms, overlap |"
 echo "|---|---|---|---|---|---|---|---|"
 # label|group|settings: dp over all four ranks, and the context-parallel
 # ring over all four (its passes cross the link twice per ring).
-for layout in "dp4 ZeRO-0|dp_cp|--set parallel.zero_stage=0" "dp4 ZeRO-3|dp_cp|--set parallel.zero_stage=3" \
-              "cp4|cp|--set parallel.cp=4"; do
+W=$((2 * RANKS_PER_NODE))
+for layout in "dp$W ZeRO-0|dp_cp|--set parallel.zero_stage=0" "dp$W ZeRO-3|dp_cp|--set parallel.zero_stage=3" \
+              "cp$W|cp|--set parallel.cp=$W"; do
   label=${layout%%|*}
   rest=${layout#*|}
   group=${rest%%|*}
@@ -46,7 +50,7 @@ for layout in "dp4 ZeRO-0|dp_cp|--set parallel.zero_stage=0" "dp4 ZeRO-3|dp_cp|-
   rm -rf "$WORK/on" "$WORK/off"
 done
 echo
-echo "| pipeline (pp 2 across the nodes x dp 2 inside) | step ms | measured idle per stage | simulated bubble |"
+echo "| pipeline (pp 2 across the nodes x dp $RANKS_PER_NODE inside) | step ms | measured idle per stage | simulated bubble |"
 echo "|---|---|---|---|"
 for sched in 1f1b zb-h1; do
   run "pp_$sched" --set parallel.pp=2 --set parallel.pp_schedule=$sched --set train.micro_batch_size=1

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "comm/gloo_communicator.h"
+#include "comm/host_staged_communicator.h"
 #include "comm/nccl_table.h"
 #include "comm/store_secret.h"
 #include "kernels/ops.h"
@@ -167,11 +168,16 @@ void ProcessGroups::connect_all(const LaunchInfo& launch, int generation) {
 
   // Every rank walks the axes in the same order; ranks of one group reach it
   // after the same earlier groups, so no two groups wait on each other.
-  if (device == Device::CPU) {
-    world_ = world == 1 ? single("world") : gloo("world", everyone);
+  if (device == Device::CPU || options_.host_staged) {
+    auto group = [&](const std::string& name, std::vector<int> members) -> std::unique_ptr<Communicator> {
+      std::unique_ptr<Communicator> g = gloo(name, std::move(members));
+      if (!options_.host_staged) return g;
+      return std::make_unique<HostStagedCommunicator>(std::move(g), device);
+    };
+    world_ = world == 1 ? single("world") : group("world", everyone);
     for (Axis a : kAllAxes) {
       const std::string name = group_name(mesh, a, rank_);
-      groups_[size_t(a)] = axis_size(mesh, a) == 1 ? single(name) : gloo(name, group_ranks(mesh, rank_, a));
+      groups_[size_t(a)] = axis_size(mesh, a) == 1 ? single(name) : group(name, group_ranks(mesh, rank_, a));
     }
   } else if (world == 1) {
     // One GPU under a launcher: the world is still an NCCL communicator, so

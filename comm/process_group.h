@@ -79,6 +79,10 @@ struct ProcessGroupOptions {
   // CUDA runs: also a Gloo communicator over all ranks, for host tensors
   // (metadata, checkpoint bookkeeping). CPU runs: host_world() is world().
   bool host_world = false;
+  // Device tensors' collectives through host memory and Gloo
+  // (comm/host_staged_communicator.h) instead of NCCL; on the CPU the same
+  // staging over CPU tensors (parallel.backend host).
+  bool host_staged = false;
 };
 
 class ProcessGroups {

@@ -44,6 +44,8 @@ constexpr size_t kMaxPendingOut = size_t{8} << 20;
 constexpr size_t kReadChunk = 64 * 1024;
 // Buffers larger than this are released once drained.
 constexpr size_t kKeepBufferBytes = size_t{1} << 20;
+// Longer GET/WAIT timeouts count as forever (timeout_to_ms never sends more).
+constexpr int64_t kMaxDeadlineMs = int64_t{1000} * 1000 * 1000 * 1000;
 constexpr uint64_t kListenId = 0;
 constexpr uint64_t kWakeId = 1;
 
@@ -665,7 +667,9 @@ struct StoreServer::Impl {
     c.wait_op = op;
     c.wait_keys = std::move(keys);
     for (const auto& k : missing) waiters[k].insert(c.id);
-    if (timeout_ms > 0) {
+    // A peer's timeout beyond ~30 years waits forever, as the client's own
+    // "forever" (timeout_to_ms); added to the clock it would overflow.
+    if (timeout_ms > 0 && timeout_ms <= kMaxDeadlineMs) {
       c.has_deadline = true;
       c.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
       deadlines.insert({c.deadline, c.id});

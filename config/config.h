@@ -78,6 +78,10 @@ struct ParallelConfig {
   // waits for each at once (the no-overlap baseline: the same results, bit
   // for bit, later).
   bool overlap = true;
+  // Collectives of device tensors: nccl, host (staged through host memory
+  // and Gloo: several ranks may share a GPU), auto (NCCL when every rank of
+  // a node has a GPU of its own, else host); CPU runs use Gloo directly.
+  std::string backend = "auto";
 };
 
 struct TrainConfig {

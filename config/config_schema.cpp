@@ -146,6 +146,10 @@ std::vector<KeySpec> build_schema() {
           "run gradient reductions, ZeRO-3 gathers, pipeline sends and the context-parallel ring's passes behind "
           "compute (false: wait for each at once, the no-overlap baseline; same results)")
           .aka("overlap_comm overlap_grad_reduce overlap_param_gather"),
+      Row("parallel.backend", FIELD(parallel.backend),
+          "collectives of GPU tensors: nccl, host (through host memory and Gloo; ranks may share a GPU), auto (NCCL "
+          "when each rank has its own GPU, else host)")
+          .one_of("auto|nccl|host").aka("dist_backend communication_backend"),
 
       Row("train.device", FIELD(train.device), "where to run; auto: CUDA when a GPU answers, else CPU")
           .one_of("auto|cpu|cuda").aka("backend"),

@@ -1,6 +1,8 @@
 #include "runtime/distributed_run.h"
 
 #include "comm/mesh.h"
+#include "runtime/comm_backend.h"
+#include "runtime/device_select.h"
 
 namespace trainer {
 
@@ -9,6 +11,7 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     if (cfg.parallel.tp > 1 || cfg.parallel.pp > 1 || cfg.parallel.cp > 1 || cfg.parallel.ep > 1)
       throw ConfigError("parallel.tp x pp x cp x ep > 1 needs one process per rank: launch the run with "
                         "torchrun, mpirun or srun");
+    choose_backend(cfg.parallel.backend, device, 1, 1);  // refuses nccl on the CPU here too
     solo_ = std::make_unique<SingleRankCommunicator>("dp", 0, device);
     solo_tp_ = std::make_unique<SingleRankCommunicator>("tp", 0, device);
     solo_pp_ = std::make_unique<SingleRankCommunicator>("pp", 0, device);
@@ -23,9 +26,14 @@ DistributedRun::DistributedRun(const Config& cfg, const LaunchInfo& launch, Devi
     return;
   }
   const MeshShape mesh = resolve_mesh(cfg.parallel, launch.world_size, launch.local_world_size);
+  std::string why;
+  const BackendChoice backend = choose_backend(cfg.parallel.backend, device, launch.local_world_size,
+                                               device == Device::CUDA ? cuda_device_count(&why) : 0);
+  if (launch.world_size > 1) backend_line_ = backend.line;
   ProcessGroupOptions po;
   po.timeout_s = cfg.parallel.timeout_s;
   po.host_world = device == Device::CUDA;
+  po.host_staged = backend.host_staged;
   groups_ = std::make_unique<ProcessGroups>(launch, mesh, device, po);
   if (launch.world_size > 1)
     watchdog_ = std::make_unique<Watchdog>(WatchdogOptions{groups_->store().host(), groups_->store().port(), po.token,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -25,6 +26,9 @@ class DistributedRun {
   DistributedRun(const Config& cfg, const LaunchInfo& launch, Device device);
 
   const MeshShape& mesh() const { return mesh_; }
+  // "comm: ..." (runtime/comm_backend.h) under a launcher with several
+  // ranks, else "".
+  const std::string& backend_line() const { return backend_line_; }
   const Coords& coords() const { return at_; }
   int dp() const { return mesh_.dp; }
   int dp_rank() const { return at_.dp; }
@@ -66,6 +70,7 @@ class DistributedRun {
   Communicator* edp_group_ = nullptr;
   Communicator* host_ = nullptr;
   MeshShape mesh_;
+  std::string backend_line_;
   Coords at_;
   std::vector<std::unique_ptr<TimedCommunicator>> timed_;
   void wrap_groups();

@@ -60,6 +60,7 @@ std::vector<ChildResult> run_ranks(const Run& run, const Body& body) {
           ProcessGroupOptions o;
           o.timeout_s = run.timeout_s;
           o.token = "test-comm";
+          o.host_staged = run.host_staged;
           pg = std::make_unique<ProcessGroups>(li, run.mesh, Device::CPU, o);
           body(*pg, note);
         }

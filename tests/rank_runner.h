@@ -42,6 +42,8 @@ struct Run {
   // Ranks that never create their ProcessGroups at all.
   std::vector<int> absent;
   double deadline_s = 25;
+  // ProcessGroupOptions::host_staged: the groups copy through host buffers.
+  bool host_staged = false;
 };
 
 // Forks run.world children; each builds ProcessGroups and runs body, whose

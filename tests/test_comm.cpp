@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "comm/gloo_communicator.h"
+#include "comm/host_staged_communicator.h"
 #include "comm/process_group.h"
 #include "rank_runner.h"
 #include "e2e_util.h"
@@ -362,6 +363,27 @@ TEST_CASE("comm: Gloo collectives on 2, 3 and 4 processes match their closed for
       });
       require_all_passed(results);
     }
+  }
+}
+
+TEST_CASE("comm: the host-staged communicator matches the same closed forms on 2 and 3 processes", "[comm]") {
+  // parallel.backend host: every collective through host copies of its
+  // tensors, asynchronous ones copied back at their wait or when a later
+  // call reads what they write.
+  for (int n : {2, 3}) {
+    Run run;
+    run.world = n;
+    run.mesh.dp = n;
+    run.host_staged = true;
+    const auto results = run_ranks(run, [](ProcessGroups& pg, std::string&) {
+      Communicator& w = pg.world();
+      CHILD_CHECK(dynamic_cast<HostStagedCommunicator*>(&w) != nullptr, "the world is not host-staged");
+      check_collectives(w);
+      check_async_all_gather(w);
+      pg.finalize();
+    });
+    INFO("world of " << n);
+    require_all_passed(results);
   }
 }
 

@@ -60,6 +60,7 @@ void Session::open_run() {
     throw ConfigError("--dump-reference compares against the fp32 PyTorch reference: run it with train.device=cpu");
   if (cfg.train.threads > 0) cpu::set_cpu_threads(cfg.train.threads);
   if (lead) std::fputs(format_run_line(cfg, dev, storage, dist->mesh(), omp_get_max_threads()).c_str(), stdout);
+  if (lead) std::fputs(dist->backend_line().c_str(), stdout);
   // Which groups sit inside a node (observe/placement_report.h): a tp group
   // across the network is named before it slows every step.
   places = gather_rank_places(dist->host(), opt.launch.local_rank);
