@@ -191,6 +191,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     for (int k = 0; k < P; ++k) ss += (v[k] - m) * (v[k] - m);
   }
   const float r = 1.f / sqrtf(warp_sum(ss) / float(C) + eps);
+  // Stored before the output pass, so that the row index and the mean/rstd
+  // pointers are not live across it: on sm_80 ptxas otherwise spills 4-8
+  // bytes to fit 48 registers (scripts/kernel_budgets.sh).
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
   const bool has_bias = b.p != nullptr;
   TY* yr = out + row * C;
   for (int c = lane * P; c < C; c += 32 * P) {
@@ -206,10 +213,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int k = 0; k < P; ++k) v[k] = ((v[k] - m) * r) * wv[k] + bv[k];
     store_pack<TY, P>(yr + c, v);
-  }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
   }
 }
 
