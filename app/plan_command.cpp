@@ -45,8 +45,9 @@ static std::string memory_verdict(const Config& c, const MeshShape& mesh, const 
     return std::string("  fits: ") + head + "within " + limit + ": " + format_bytes(mem.usable() - total) +
            " to spare\n";
   const std::string levers = fitting_levers(c, mesh, hw);
-  const std::string how = levers.empty() ? "no single change of parallel.zero_stage, train.recompute or "
-                                           "train.micro_batch_size fits: raise parallel.tp or parallel.pp"
+  const std::string how = levers.empty() ? "no single change of parallel.zero_stage, train.recompute, "
+                                           "optim.offload or train.micro_batch_size fits: raise parallel.tp "
+                                           "or parallel.pp"
                                          : "it fits with " + levers;
   if (mem.tight())
     return std::string("  TIGHT: ") + head + format_bytes(total - mem.usable()) + " over " + limit + "; " + how + "\n";

@@ -128,6 +128,8 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // none | optimizer: ZeRO-Offload, the AdamW state and step in host memory.
+  std::string offload = "none";
 };
 
 struct DataConfig {

@@ -230,6 +230,9 @@ std::vector<KeySpec> build_schema() {
       Row("optim.eps", FIELD(optim.eps), "Adam epsilon").above(0).aka("adam_eps epsilon"),
       Row("optim.weight_decay", FIELD(optim.weight_decay), "decoupled weight decay (matrices only)")
           .at_least(0).aka("wd decay"),
+      Row("optim.offload", FIELD(optim.offload),
+          "none, or optimizer: ZeRO-Offload, fp32 masters, AdamW moments and the update in host memory")
+          .one_of("none|optimizer").aka("offload_optimizer cpu_offload"),
 
       Row("data.train", FIELD(data.train), "training data: entries 'PATH' or 'WEIGHT PATH', PATH a file, glob or Megatron prefix")
           .aka("train_data train_files data_path train_bin training"),

@@ -3,7 +3,7 @@
 namespace trainer {
 
 AdamWConfig adamw_config(const Config& cfg) {
-  return {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+  return {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay, cfg.optim.offload == "optimizer"};
 }
 
 bool needs_master_weights(const std::vector<ParamInfo>& params) {

@@ -15,6 +15,11 @@ namespace trainer {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // optim.offload optimizer (ZeRO-Offload): fp32 masters, m and v of this
+  // rank's pieces in host memory, the update on the host (the CPU backend's
+  // AdamW on its thread pool), gradients copied to the host and the updated
+  // weights back.
+  bool offload = false;
 };
 
 // The optim.* keys of a run.

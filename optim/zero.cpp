@@ -61,7 +61,7 @@ ModelStorage zero_model_storage(int stage) {
   return s;
 }
 
-ZeroBytes zero_bytes(const ShardingPlan& plan, int stage) {
+ZeroBytes zero_bytes(const ShardingPlan& plan, int stage, bool offload) {
   const auto& units = plan.units;
   const size_t elem = dtype_size(plan.local.act);
   const size_t full = units_total_bytes(units);
@@ -71,7 +71,14 @@ ZeroBytes zero_bytes(const ShardingPlan& plan, int stage) {
   const size_t wpool = pool_bytes(units, true) - pool_bytes(units, false);
   b.params = stage < 3 ? full : shard + wpool;
   b.grads = stage < 2 ? full : shard + pool_bytes(units, false);
-  b.optimizer = arena_round(size_t(nm) * 4 * (stage == 0 ? full / elem : shard / elem));
+  const size_t elems = stage == 0 ? full / elem : shard / elem;
+  b.optimizer = arena_round(size_t(nm) * 4 * elems);
+  if (offload) {
+    // As the optimizer allocates them: m | v | master, fp32 gradients, staging.
+    b.optimizer = 0;
+    b.host = arena_round(size_t(moment_count(true)) * 4 * elems) + arena_round(4 * elems) +
+             (elem != 4 ? arena_round(elem * elems) : 0);
+  }
   return b;
 }
 
@@ -104,7 +111,18 @@ ZeroOptimizer::ZeroOptimizer(Model& m, int stage, Communicator& dense, Communica
   save_pieces_ = shard_pieces(units_, m.params, elem_, urank_);
   opt_pieces_ = stage == 0 ? all_pieces(units_, m.params, elem_) : save_pieces_;
   opt_elems_ = stage == 0 ? int64_t(units_total_bytes(units_) / elem_) : shard_off_.back();
-  opt_arena_ = Arena("optimizer state", size_t(moment_count(mixed_)) * 4 * size_t(opt_elems_), dev);
+  offload_ = cfg.offload;
+  if (offload_) {
+    // ZeRO-Offload: m | v | fp32 master in host memory (the master even in
+    // fp32 runs: the device keeps only the weights it computes with), the
+    // fp32 gradient the host update reads, and a staging copy in the
+    // weights' dtype when that is not fp32.
+    opt_arena_ = Arena("optimizer state (host)", size_t(moment_count(true)) * 4 * size_t(opt_elems_), Device::CPU);
+    host_grads_ = Arena("gradients (host)", 4 * size_t(opt_elems_), Device::CPU);
+    if (m.dims.act != DType::F32) host_stage_ = Arena("offload staging (host)", elem_ * size_t(opt_elems_), Device::CPU);
+  } else {
+    opt_arena_ = Arena("optimizer state", size_t(moment_count(mixed_)) * 4 * size_t(opt_elems_), dev);
+  }
 
   const size_t shard_bytes = size_t(shard_off_.back()) * elem_;
   if (stage >= 3) param_shard_ = Arena("parameter shard", shard_bytes, dev);
@@ -175,12 +193,14 @@ Tensor ZeroOptimizer::grad_view(const ZeroPiece& p) const {
   return flat(m_.grad_tensors[size_t(p.param)].data, m_.dims.act, p.begin, p.count);
 }
 
-Tensor ZeroOptimizer::opt_view(const Arena& a, int which, const ZeroPiece& p) const {
-  return flat(base_of(a), DType::F32, int64_t(which) * opt_elems_ + opt_index(p), p.count);
+Tensor ZeroOptimizer::opt_view(const Arena& a, int which, const ZeroPiece& p, DType t) const {
+  Tensor v = flat(base_of(a), t, int64_t(which) * opt_elems_ + opt_index(p), p.count);
+  v.device = a.device();  // offloaded state lives on the host
+  return v;
 }
 
 Tensor ZeroOptimizer::fp32_weight(const ZeroPiece& p) const {
-  return mixed_ ? opt_view(opt_arena_, 2, p) : weight_view(p);
+  return mixed_ || offload_ ? opt_view(opt_arena_, 2, p) : weight_view(p);
 }
 Tensor ZeroOptimizer::moment_m(const ZeroPiece& p) const { return opt_view(opt_arena_, 0, p); }
 Tensor ZeroOptimizer::moment_v(const ZeroPiece& p) const { return opt_view(opt_arena_, 1, p); }
@@ -252,7 +272,10 @@ void ZeroOptimizer::load(const PieceReader& read, bool moments) {
       return [&, what](int64_t off, int64_t n, float* dst) { read(what, p.param, p.begin + off, n, dst); };
     };
     load_into(fp32_weight(p), from("model"), stage);
-    if (mixed_) ops::convert(weight_view(p), fp32_weight(p));
+    if (offload_)
+      weights_from_host(p);
+    else if (mixed_)
+      ops::convert(weight_view(p), fp32_weight(p));
     // Without moments they stay as allocated: zero (device_alloc). Writing
     // the zeros again would touch every page of the optimizer state at
     // start-up, before the first step needs it.
@@ -566,6 +589,42 @@ std::string ZeroOptimizer::first_nonfinite_gradient() {
   return "";
 }
 
+// The device weights of a piece from its host fp32 master.
+void ZeroOptimizer::weights_from_host(const ZeroPiece& p) {
+  if (m_.dims.act == DType::F32) {
+    copy_between_devices(weight_view(p), fp32_weight(p));
+    return;
+  }
+  const Tensor stage = opt_view(host_stage_, 0, p, m_.dims.act);
+  ops::convert(stage, fp32_weight(p));
+  copy_between_devices(weight_view(p), stage);
+}
+
+// ZeRO-Offload's step: each piece's reduced gradient to the host (as fp32),
+// the CPU backend's AdamW on the host state, the updated weights back.
+void ZeroOptimizer::offload_step(const ops::AdamWStep& st) {
+  std::vector<Tensor> masters, grads, ms, vs;
+  std::vector<float> decays;
+  for (const ZeroPiece& p : opt_pieces_) {
+    const Tensor g = opt_view(host_grads_, 0, p);
+    if (m_.dims.act == DType::F32) {
+      copy_between_devices(g, grad_view(p));
+    } else {
+      const Tensor stage = opt_view(host_stage_, 0, p, m_.dims.act);
+      copy_between_devices(stage, grad_view(p));
+      ops::convert(g, stage);
+    }
+    masters.push_back(fp32_weight(p));
+    grads.push_back(g);
+    ms.push_back(moment_m(p));
+    vs.push_back(moment_v(p));
+    decays.push_back(m_.params[size_t(p.param)].decay ? float(cfg_.weight_decay) : 0.f);
+  }
+  // The masters are their own "weights" here: the op updates them in place.
+  ops::adamw_update_master_multi(masters, masters, grads, ms, vs, decays, st);
+  for (const ZeroPiece& p : opt_pieces_) weights_from_host(p);
+}
+
 void ZeroOptimizer::step(double lr, double grad_scale) {
   step_ += 1;
   // One multi-tensor update over all of this rank's pieces: on a GPU one
@@ -588,7 +647,10 @@ void ZeroOptimizer::step(double lr, double grad_scale) {
   }
   const ops::AdamWStep st{float(lr),   float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
                           /*weight_decay: per piece*/ 0.f, step_, float(grad_scale)};
-  ops::adamw_update_master_multi(params, masters, grads, ms, vs, decays, st);
+  if (offload_)
+    offload_step(st);
+  else
+    ops::adamw_update_master_multi(params, masters, grads, ms, vs, decays, st);
   gather_all_units();
   drop_gathered();
 }

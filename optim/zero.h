@@ -37,6 +37,10 @@
 
 namespace trainer {
 
+namespace ops {
+struct AdamWStep;
+}
+
 // How build_model must lay out a model for a stage (full or unbound arenas).
 ModelStorage zero_model_storage(int stage);
 
@@ -44,8 +48,9 @@ ModelStorage zero_model_storage(int stage);
 // equal to what ZeroOptimizer and build_model allocate for this plan).
 struct ZeroBytes {
   size_t params = 0, grads = 0, optimizer = 0;
+  size_t host = 0;  // ZeRO-Offload: m, v, fp32 masters and gradients (and staging) in host memory
 };
-ZeroBytes zero_bytes(const ShardingPlan& plan, int stage);
+ZeroBytes zero_bytes(const ShardingPlan& plan, int stage, bool offload = false);
 // The sizes of the ZeRO-2/3 unit buffers (gradient pool; at stage 3 the
 // weight pool too), largest first: optim/zero_traffic.cpp replays the
 // weight pool to count the all-gathers it issues.
@@ -79,7 +84,12 @@ class ZeroOptimizer final : public UnitHooks {
   int stage() const { return stage_; }
   int64_t optimizer_step() const { return step_; }
   void set_optimizer_step(int64_t s) { step_ = s; }
-  size_t optimizer_bytes() const { return opt_arena_.capacity(); }
+  // Device bytes of the optimizer state; with offload it is all in host
+  // memory (host_bytes: moments, masters, fp32 gradients, staging).
+  size_t optimizer_bytes() const { return offload_ ? 0 : opt_arena_.capacity(); }
+  size_t host_bytes() const {
+    return offload_ ? opt_arena_.capacity() + host_grads_.capacity() + host_stage_.capacity() : 0;
+  }
   // What this optimizer and its model hold for weights and gradients: the
   // full arenas, the shards, and the unit buffers (the gradient pool's
   // buffers counted with the gradients, the weight pool's with the weights),
@@ -140,7 +150,9 @@ class ZeroOptimizer final : public UnitHooks {
   Tensor flat(void* base, DType t, int64_t offset, int64_t count) const;
   Tensor weight_view(const ZeroPiece& p) const;
   Tensor grad_view(const ZeroPiece& p) const;
-  Tensor opt_view(const Arena& a, int which, const ZeroPiece& p) const;
+  Tensor opt_view(const Arena& a, int which, const ZeroPiece& p, DType t = DType::F32) const;
+  void weights_from_host(const ZeroPiece& p);       // ZeRO-Offload
+  void offload_step(const ops::AdamWStep& st);
   int64_t opt_index(const ZeroPiece& p) const;
   Tensor unit_range(const Arena& a, int unit) const;   // a unit of a full arena
   Tensor own_shard(const Arena& a, int unit) const;    // this rank's shard of it
@@ -185,7 +197,9 @@ class ZeroOptimizer final : public UnitHooks {
   std::vector<int64_t> shard_off_;        // per unit, into shard arenas and stage 1-3 optimizer state
   std::vector<ZeroPiece> opt_pieces_, save_pieces_;
   int64_t opt_elems_ = 0;
-  Arena opt_arena_;                       // m | v | master, F32
+  Arena opt_arena_;                       // m | v | master, F32 (on the host with offload)
+  bool offload_ = false;
+  Arena host_grads_, host_stage_;         // ZeRO-Offload: fp32 gradients; weights' dtype staging
   Arena param_shard_, grad_shard_;        // stage 3 / stages 2-3
   Arena pool_arena_;
   Arena kv_scratch_;                      // replicated kv heads: every tp rank's gradient part

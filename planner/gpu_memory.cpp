@@ -11,15 +11,17 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }
 
 GpuMemory gpu_memory_of(const Config& c, const MeshShape& mesh, const Hardware& hw) {
-  return gpu_memory_of(mesh, hw, layout_shardings(c, mesh, kGpuStorage), c.parallel.zero_stage);
+  return gpu_memory_of(mesh, hw, layout_shardings(c, mesh, kGpuStorage), c.parallel.zero_stage,
+                       c.optim.offload == "optimizer");
 }
 
-GpuMemory gpu_memory_of(const MeshShape& mesh, const Hardware& hw, const LayoutShardings& lp, int zero_stage) {
+GpuMemory gpu_memory_of(const MeshShape& mesh, const Hardware& hw, const LayoutShardings& lp, int zero_stage,
+                        bool offload) {
   GpuMemory out;
   out.device = hw.memory_gib * kGiB;
   for (int st = 0; st < mesh.pp; ++st) {
     const std::vector<ShardingPlan>& plans = lp.plans(st);
-    MemoryPlan p = memory_of_plans(plans, lp.slots_of(st), mesh, zero_stage);
+    MemoryPlan p = memory_of_plans(plans, lp.slots_of(st), mesh, zero_stage, offload);
     if (size_t(st) < lp.in_flight.size()) p.in_flight = std::min(p.activation_slots, lp.in_flight[size_t(st)]);
     // Allocated by ZeroOptimizer on first use: every tp rank's part of a
     // replicated kv head's gradient, the other pipeline end's tied table.
@@ -52,6 +54,11 @@ std::string fitting_levers(const Config& c, const MeshShape& mesh, const Hardwar
     t.train.recompute = r;
     tries.push_back({std::string("train.recompute=") + r, t});
   }
+  if (c.optim.offload == "none") {
+    Config t = c;
+    t.optim.offload = "optimizer";
+    tries.push_back({"optim.offload=optimizer", t});
+  }
   for (int mb = c.train.micro_batch_size / 2; mb >= 1; mb /= 2) {
     Config t = c;
     t.train.micro_batch_size = mb;
@@ -63,7 +70,10 @@ std::string fitting_levers(const Config& c, const MeshShape& mesh, const Hardwar
     try {
       validate_config(t, mesh.world());
       const GpuMemory m = gpu_memory_of(t, mesh, hw);
-      if (m.fits()) out += (out.empty() ? "" : ", ") + what + " (" + format_bytes(double(m.total())) + ")";
+      const std::string host = m.ledger.offload ? "; " + format_bytes(double(m.ledger.host_bytes)) +
+                                                      " of host memory per rank"
+                                                : "";
+      if (m.fits()) out += (out.empty() ? "" : ", ") + what + " (" + format_bytes(double(m.total())) + host + ")";
     } catch (const ConfigError&) {
       // Not a legal layout with this change (ZeRO-2/3 with a pipeline...).
     }

@@ -30,7 +30,8 @@ struct GpuMemory {
   bool tight() const { return !fits() && double(total()) <= device; }
 };
 GpuMemory gpu_memory_of(const Config& c, const MeshShape& mesh, const Hardware& hw);
-GpuMemory gpu_memory_of(const MeshShape& mesh, const Hardware& hw, const LayoutShardings& plans, int zero_stage);
+GpuMemory gpu_memory_of(const MeshShape& mesh, const Hardware& hw, const LayoutShardings& plans, int zero_stage,
+                        bool offload = false);
 
 // The GPU's storage type: bf16 with fp32 masters, as the CUDA backend runs.
 inline constexpr DType kGpuStorage = DType::BF16;

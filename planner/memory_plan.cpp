@@ -83,27 +83,29 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
       chunk_plans(g, c.model.init_std, mesh, at, zero_stage, c.parallel.sp, layers, chunks);
   std::vector<int> slots(size_t(chunks), 1);
   if (size_t(at.pp) < chunk_slots.size()) slots = chunk_slots[size_t(at.pp)];
-  return memory_of_plans(plans, slots, mesh, zero_stage);
+  return memory_of_plans(plans, slots, mesh, zero_stage, c.optim.offload == "optimizer");
 }
 
 MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::vector<int>& slots, const MeshShape& mesh,
-                           int zero_stage) {
+                           int zero_stage, bool offload) {
   MemoryPlan p;
   p.tp = mesh.tp;
   p.sp = plans.front().sp;
   p.dp = mesh.dp * mesh.cp;
   p.zero_stage = zero_stage;
   p.recompute = recompute_name(plans.front().local.recompute);
+  p.offload = offload;
   p.activation_slots = 0;
   p.in_flight = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
     const ShardingPlan& plan = plans[k];
     const ModelDims& d = plan.local;
     p.parameters += parameter_count(plan.params);
-    const ZeroBytes z = zero_bytes(plan, zero_stage);
+    const ZeroBytes z = zero_bytes(plan, zero_stage, offload);
     p.param_bytes += z.params;
     p.grad_bytes += z.grads;
     p.optimizer_bytes += z.optimizer;
+    p.host_bytes += z.host;
     p.activation_bytes += arena_bytes(activation_specs(d)) * size_t(slots[k]);
     p.activation_slots += slots[k];
     p.in_flight += slots[k];  // unless the caller knows the schedule's count (plan_memory)
@@ -140,7 +142,7 @@ std::string format_memory_plan(const MemoryPlan& p, const std::string& device_la
                 "memory plan per rank (%s%s), %.3fM parameters:\n"
                 "  parameters   %12s  (%s%s)\n"
                 "  gradients    %12s  (%s%s)\n"
-                "  optimizer    %12s  (AdamW m, v%s, F32%s)\n"
+                "  optimizer    %12s  (AdamW m, v%s, F32%s)%s\n"
                 "  activations  %12s  (%s, saved for backward%s%s)\n"
                 "  workspace    %12s  (backward scratch%s)\n"
                 "  total        %12s\n",
@@ -153,6 +155,10 @@ std::string format_memory_plan(const MemoryPlan& p, const std::string& device_la
                 double(p.parameters) / 1e6, format_bytes(double(p.param_bytes)).c_str(), st, pshard.c_str(),
                 format_bytes(double(p.grad_bytes)).c_str(), st, gshard.c_str(),
                 format_bytes(double(p.optimizer_bytes)).c_str(), mixed ? ", master weights" : "", oshard.c_str(),
+                p.offload ? ("; ZeRO-Offload: in host memory, " + format_bytes(double(p.host_bytes)) +
+                             " per rank with the fp32 masters and gradients, not in the total")
+                                .c_str()
+                          : "",
                 format_bytes(double(p.activation_bytes)).c_str(),
                 describe_slots(p).c_str(),
                 p.sp ? "; residual stream and norm outputs 1/tp under sp" : "",

@@ -32,6 +32,10 @@ struct MemoryPlan {
   int activation_slots = 1;
   int in_flight = 1;  // the peak of pairs between their forward and backward (the timeline's count)
   std::string recompute = "none";  // train.recompute: what the activations leave out (model/recompute.h)
+  // optim.offload optimizer: the optimizer's bytes are in host memory
+  // (host_bytes, not in total(), which is the device's).
+  bool offload = false;
+  size_t host_bytes = 0;
   size_t total() const {
     return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }
@@ -63,7 +67,7 @@ MemoryPlan plan_memory(const Config& c, DType storage, const MeshShape& mesh, co
 // The ledger of a rank from its chunk plans and the activation slots of
 // each chunk (what plan_memory computes once it has them).
 MemoryPlan memory_of_plans(const std::vector<ShardingPlan>& plans, const std::vector<int>& slots, const MeshShape& mesh,
-                           int zero_stage);
+                           int zero_stage, bool offload = false);
 // What plan_memory takes from the schedule's simulation at unit costs, per
 // pipeline rank: the activation slots per model chunk and the peak in
 // flight (both empty when the schedule refuses the layout).

@@ -157,12 +157,29 @@ TEST_CASE("trainer plan: a layout that does not fit says by how much and which c
   out.clear();
   REQUIRE(plan("--config configs/plan_7b.yaml", &out) == 0);
   CHECK(out.find("  fits: 7.7 GiB of 80.0 GiB (9.6%), within the 90% a plan may fill (72.0 GiB") != std::string::npos);
-  // No single change fits: name the other levers.
+  // 7B on one GPU: only ZeRO-Offload fits (the optimizer's 75 GiB go to the
+  // host), and the plan says how much host memory that takes.
   out.clear();
   REQUIRE(plan("--config configs/plan_7b.yaml --world 1 --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=1",
                &out) == 0);
+  CHECK(out.find("DOES NOT FIT: 117.2 GiB of 80.0 GiB (146.5%), 37.2 GiB over the device; it fits with "
+                 "optim.offload=optimizer (41.9 GiB; 113.0 GiB of host memory per rank)") != std::string::npos);
+  // With it, the ledger counts the host bytes apart from the device's.
+  out.clear();
+  REQUIRE(plan("--config configs/plan_7b.yaml --world 1 --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=1 "
+               "--set optim.offload=optimizer",
+               &out) == 0);
+  CHECK(out.find(" 0 B  (AdamW m, v, master weights, F32); ZeRO-Offload: in host memory, 113.0 GiB "
+                 "per rank with the fp32 masters and gradients, not in the total") != std::string::npos);
+  CHECK(out.find("  fits: 41.9 GiB of 80.0 GiB") != std::string::npos);
+  // No single change fits: name the other levers.
+  out.clear();
+  REQUIRE(plan("--config configs/plan_7b.yaml --world 1 --set parallel.tp=1 --set parallel.sp=false --set parallel.dp=1 "
+               "--set train.seq_len=16384 --set model.max_seq_len=16384",
+               &out) == 0);
   CHECK(out.find("DOES NOT FIT: ") != std::string::npos);
-  CHECK(out.find("raise parallel.tp or parallel.pp") != std::string::npos);
+  CHECK(out.find("no single change of parallel.zero_stage, train.recompute, optim.offload or train.micro_batch_size "
+                 "fits: raise parallel.tp or parallel.pp") != std::string::npos);
 }
 
 TEST_CASE("trainer plan --world: parallel.dp follows the world, --search chooses the layout itself", "[plan][cli]") {

@@ -144,7 +144,7 @@ void Session::build_models() {
   }
   // The plan (and `trainer plan`, which prints the same ledger) is what the
   // run holds: the three states ZeRO shards, to the byte.
-  check_allocation(plan, models->param_bytes(), models->grad_bytes(), models->optimizer_bytes());
+  check_allocation(plan, models->param_bytes(), models->grad_bytes(), models->optimizer_bytes(), models->host_bytes());
   if (lead) std::fputs(format_allocation_line(plan).c_str(), stdout);
 }
 

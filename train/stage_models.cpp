@@ -115,6 +115,12 @@ size_t StageModels::optimizer_bytes() const {
   return b;
 }
 
+size_t StageModels::host_bytes() const {
+  size_t b = 0;
+  for (const auto& c : chunks_) b += c->zero->host_bytes();
+  return b;
+}
+
 std::vector<std::vector<float>> StageModels::gather_fp32_weights(const std::vector<ParamInfo>& global) {
   std::vector<std::vector<float>> all;
   for (auto& c : chunks_) {

@@ -58,6 +58,7 @@ class StageModels {
   std::string first_nonfinite_gradient(const std::vector<ParamInfo>& global, Communicator& host);
   void step(double lr, double grad_scale);
   size_t optimizer_bytes() const;
+  size_t host_bytes() const;  // ZeRO-Offload's host memory
   size_t param_bytes() const;  // weights: arenas, shards and unit buffers (ZeroOptimizer::param_bytes)
   size_t grad_bytes() const;
   // The whole model's fp32 weights on every rank (collective; for sampling).

@@ -71,19 +71,23 @@ std::string format_layout_report(const Config& cfg, const ModelDims& dims, const
   return out;
 }
 
-void check_allocation(const MemoryPlan& plan, size_t param_bytes, size_t grad_bytes, size_t optimizer_bytes) {
-  if (optimizer_bytes == plan.optimizer_bytes && param_bytes == plan.param_bytes && grad_bytes == plan.grad_bytes)
+void check_allocation(const MemoryPlan& plan, size_t param_bytes, size_t grad_bytes, size_t optimizer_bytes,
+                      size_t host_bytes) {
+  if (optimizer_bytes == plan.optimizer_bytes && param_bytes == plan.param_bytes && grad_bytes == plan.grad_bytes &&
+      host_bytes == plan.host_bytes)
     return;
   throw std::logic_error("memory plan and allocation disagree: parameters " + std::to_string(plan.param_bytes) +
                          " planned, " + std::to_string(param_bytes) + " allocated; gradients " +
                          std::to_string(plan.grad_bytes) + " / " + std::to_string(grad_bytes) + "; optimizer " +
-                         std::to_string(plan.optimizer_bytes) + " / " + std::to_string(optimizer_bytes));
+                         std::to_string(plan.optimizer_bytes) + " / " + std::to_string(optimizer_bytes) +
+                         "; host (ZeRO-Offload) " + std::to_string(plan.host_bytes) + " / " + std::to_string(host_bytes));
 }
 
 std::string format_allocation_line(const MemoryPlan& plan) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "memory plan = allocation: parameters %zu, gradients %zu, optimizer %zu bytes\n",
-                plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes);
+  std::snprintf(buf, sizeof buf, "memory plan = allocation: parameters %zu, gradients %zu, optimizer %zu bytes%s\n",
+                plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes,
+                plan.offload ? (", host (ZeRO-Offload) " + std::to_string(plan.host_bytes) + " bytes").c_str() : "");
   return buf;
 }
 

@@ -40,7 +40,8 @@ std::string format_layout_report(const Config& cfg, const ModelDims& dims, const
 
 // Throws std::logic_error unless the stage models hold what the plan says,
 // to the byte; the line that says so.
-void check_allocation(const MemoryPlan& plan, size_t param_bytes, size_t grad_bytes, size_t optimizer_bytes);
+void check_allocation(const MemoryPlan& plan, size_t param_bytes, size_t grad_bytes, size_t optimizer_bytes,
+                      size_t host_bytes);
 std::string format_allocation_line(const MemoryPlan& plan);
 
 // "tokenizer: ..., copied to RUN/tokenizer/" and its warning, if any.
