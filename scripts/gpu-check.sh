@@ -24,10 +24,17 @@
 #   bench_kernels; `trainer devices` (driver, module, devices); the trainer on
 #     the two bench configs (a failing config again for 2 steps with
 #     CUDA_LAUNCH_BLOCKING=1);
+#   the mesh on the one GPU (scripts/gpu_mesh_check.sh, T_MESH s reserved from
+#     the start): tp2, tp2+sp, pp2 1f1b and zb-h1, cp2, ep2 (MoE), dp2 ZeRO-3,
+#     dp2 full recompute, dp2 ZeRO-1 offload, each 2 ranks sharing the GPU in bf16 through
+#     host-staged Gloo (parallel.backend=auto must say so), every logged loss
+#     against one-process GPU bf16 (2e-2 relative) and CPU fp32 (5e-2) runs of
+#     the same tiny model, one row per layout; a failing layout again with both
+#     ranks under memcheck;
 #   with nothing failed and time left: racecheck and synccheck on a small
 #     attention subset; then PyTorch resumes with the time left; the tables.
-# Results in $OUT, 8 files: summary.md gpu-check.log build.log tests.log
-#   trainer.log bench_kernels.json bench_torch.json bench_torch.log
+# Results in $OUT, 9 files: summary.md gpu-check.log build.log tests.log
+#   trainer.log mesh.log bench_kernels.json bench_torch.json bench_torch.log
 #
 #   bash scripts/gpu-check.sh --dry-run    # here: everything short of the GPU
 #
@@ -53,6 +60,9 @@ done
 
 # ---- the plan -----------------------------------------------------------------
 T_INFO=15 T_CONFIGURE=75 T_BUILD=220 T_MEMCHECK=60 T_BENCH=60 T_BLOCKING=30 T_SANITIZE=40 T_SUMMARY=10
+# The mesh phase: references and 9 layouts of ~5 s each (2 ranks of a tiny
+# model, start-up bound), one hang (25 s) or memcheck rerun on top.
+T_MESH=100
 CONFIGS=(configs/bench_gpt2_124m.yaml configs/bench_llama_1b.yaml)
 T_TRAIN=(35 60)
 # GPU test families: name, Catch2 test spec (a comma is "or"), time cap.
@@ -95,8 +105,8 @@ STDBUF=(env)
 command -v stdbuf >/dev/null 2>&1 && STDBUF=(stdbuf -oL -eL)
 family_cap() { echo "${GPU_CHECK_FAMILY_CAP:-$1}"; }
 # Seconds the phases after the GPU tests are guaranteed: bench_kernels'
-# minimum, both trainer runs, the summary.
-AFTER_TESTS=$(( 30 + T_TRAIN[0] + T_TRAIN[1] + T_SUMMARY ))
+# minimum, both trainer runs, the mesh, the summary.
+AFTER_TESTS=$(( 30 + T_TRAIN[0] + T_TRAIN[1] + T_MESH + T_SUMMARY ))
 
 OUT=${OUT:-$ROOT/gpu-check-out}
 ((DRY)) && OUT=${GPU_CHECK_DRY_OUT:-/tmp/gpu-check-dry}
@@ -380,7 +390,7 @@ phase_bench() {
   section "bench_kernels"
   if [ ! -x "$BENCH" ]; then row bench_kernels "not run: not built"; return; fi
   local limit rc
-  limit=$(cap $T_BENCH $(( T_TRAIN[0] + T_TRAIN[1] + T_SUMMARY )))
+  limit=$(cap $T_BENCH $(( T_TRAIN[0] + T_TRAIN[1] + T_MESH + T_SUMMARY )))
   timeout -k 5 "$limit" "${STDBUF[@]}" "$BENCH" --json "$OUT/bench_kernels.json" >> "$OUT/gpu-check.log.bench" 2>&1
   rc=$?
   cat "$OUT/gpu-check.log.bench"; rm -f "$OUT/gpu-check.log.bench"
@@ -410,7 +420,7 @@ phase_trainer() {
     dir=$ROOT/$BUILD/runs/$n
     rm -rf "$dir"; mkdir -p "$dir"
     log=$dir.log
-    reserve=$T_SUMMARY
+    reserve=$(( T_MESH + T_SUMMARY ))
     for ((j = i + 1; j < ${#CONFIGS[@]}; ++j)); do reserve=$((reserve + T_TRAIN[j])); done
     timeout -k 5 "$(cap "${T_TRAIN[$i]}" $reserve)" "$TRAINER" --config "$c" --set run.dir="$dir" \
       --set log.progress=lines > "$log" 2>&1
@@ -434,6 +444,21 @@ phase_trainer() {
       fi
     fi
   done
+}
+
+# The mesh on the one GPU: its rows go straight into summary.md as each
+# layout ends (its own TERM trap writes the row of a layout cut short).
+phase_mesh() {
+  section "mesh: 2 ranks on the one GPU, host-staged Gloo (log: mesh.log)"
+  if [ ! -x "$TRAINER" ]; then FAILED=1; row mesh "not run: the trainer was not built"; return; fi
+  local limit rc
+  limit=$(cap $T_MESH $T_SUMMARY)
+  timeout -k 5 "$limit" bash scripts/gpu_mesh_check.sh --work="$ROOT/$BUILD/runs/mesh" --summary="$SUMMARY" \
+    --sanitizer="$SANITIZER_BIN" "$TRAINER" "$OUT" "$(( limit > 10 ? limit - 5 : limit ))"
+  rc=$?
+  ROW_T0=$(date +%s)
+  ((rc == 0)) || FAILED=1
+  grep -q '^| mesh' "$SUMMARY" || row mesh "FAILED (exit $rc): no row written (mesh.log)"
 }
 
 phase_race() {
@@ -481,6 +506,7 @@ dry_run() {
   echo "  [2x the family's, $T_MEMCHECK at most, 3 families at most] compute-sanitizer --tool memcheck gpu_tests SPEC   # failed families"
   echo "  [$T_BENCH] bench_kernels --json \$OUT/bench_kernels.json"
   for i in "${!CONFIGS[@]}"; do echo "  [${T_TRAIN[$i]}] trainer --config ${CONFIGS[$i]}   (failing: again 2 steps, CUDA_LAUNCH_BLOCKING=1)"; done
+  echo "  [$T_MESH] bash scripts/gpu_mesh_check.sh TRAINER \$OUT SECONDS   # 9 layouts x 2 ranks on the GPU, bf16, backend auto -> host"
   echo "  [$T_SANITIZE each] compute-sanitizer --tool racecheck|synccheck gpu_tests '$SANITIZE_SPEC'   # nothing failed"
   echo "  [left] ${TORCH_CMD[*]}; [$T_SUMMARY] tables"
   echo "checks:"
@@ -510,6 +536,8 @@ dry_run() {
   else ok "carried tree ~$((kb / 1024)) MiB of the 64 MiB limit"; fi
   # Syntax of every script the call runs.
   bash -n "$0" && ok "bash -n $0" || bad "bash -n $0"
+  bash -n scripts/gpu_mesh_check.sh && ok "bash -n scripts/gpu_mesh_check.sh" || bad "bash -n scripts/gpu_mesh_check.sh"
+  python3 -m py_compile scripts/prepare_text.py && ok "py_compile scripts/prepare_text.py" || bad "py_compile scripts/prepare_text.py"
   python3 -m py_compile scripts/bench_gpu_torch.py && ok "py_compile scripts/bench_gpu_torch.py" || bad "py_compile scripts/bench_gpu_torch.py"
   # The configure line, with the bundle as the only hints (no CUDA compile needed).
   local cfg=$OUT/configure-check
@@ -610,10 +638,34 @@ PY
     elif "$tr" --config "$c" --print-config > /dev/null 2> "$OUT/print-config.err"; then ok "$c parses"
     else bad "$c: $(head -c 300 "$OUT/print-config.err" 2>/dev/null)"; fi
   done
+  dry_mesh "$tr" || fail=1
   echo
   echo "device call: run(command=\"bash scripts/gpu-check.sh\", carry=[\"gpu_deps\"], timeout_s=600)"
   ((fail)) && { echo "gpu-check --dry-run: FAILED"; return 1; }
   echo "gpu-check --dry-run: ok"
+}
+
+# dry_mesh TRAINER: the mesh phase on this CPU build, every layout, as the GPU
+# run does it but in fp32 with parallel.backend=host (the same staging code
+# over CPU memory), against the CPU one-process run at 1e-5.
+dry_mesh() {
+  local tr=$1 rows line name res secs n=0 f=0 t0
+  if [ -z "$tr" ]; then echo "  --       mesh not rehearsed (no local trainer build)"; return 0; fi
+  rm -rf "$OUT/mesh-work" "$OUT/mesh-dry.md"
+  t0=$(date +%s)
+  timeout -k 5 300 bash scripts/gpu_mesh_check.sh --cpu --work="$OUT/mesh-work" --summary="$OUT/mesh-dry.md" \
+    "$tr" "$OUT" 290 > "$OUT/mesh-dry.out" 2>&1
+  echo "  mesh on the CPU ($tr, fp32, parallel.backend=host, $(( $(date +%s) - t0 )) s; $OUT/mesh.log):"
+  while IFS= read -r line; do
+    IFS='|' read -r _ name res secs _ <<< "$line"
+    name=${name# } name=${name% } res=${res# } res=${res% } secs=${secs// /}
+    n=$((n + 1))
+    if [[ $res == ok* ]]; then echo "  ok       $name: ${res#ok: } (${secs} s)"
+    else echo "  FAILED   $name: $res (${secs} s)"; f=1; fi
+  done < <(grep '^| mesh' "$OUT/mesh-dry.md" 2>/dev/null)
+  rows=$(( $(bash scripts/gpu_mesh_check.sh --list | grep -c .) + 1 ))
+  if ((n != rows)); then echo "  FAILED   mesh: $n rows, expected $rows (references and every layout): $(tail -3 "$OUT/mesh-dry.out")"; f=1; fi
+  return $f
 }
 
 # ---- main ---------------------------------------------------------------------
@@ -623,7 +675,7 @@ main() {
     echo "# gpu-check $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo
     echo "commit: $(commit_line)"
-    echo "budget: $BUDGET s; logs: gpu-check.log build.log tests.log trainer.log bench_torch.log"
+    echo "budget: $BUDGET s; logs: gpu-check.log build.log tests.log trainer.log mesh.log bench_torch.log"
     echo
     echo "| phase | result | s |"
     echo "|---|---|---|"
@@ -639,6 +691,7 @@ main() {
   phase_memcheck
   phase_bench
   phase_trainer
+  phase_mesh
   phase_race
   if ((WITH_TORCH)) && (( $(left) > T_SUMMARY + 30 )); then
     section "PyTorch benchmark with the time left"
@@ -653,5 +706,5 @@ main() {
 if ((DRY)); then dry_run; exit $?; fi
 # Everything printed also goes to gpu-check.log; the pipeline waits for tee.
 main 2>&1 | tee -a "$OUT/gpu-check.log"
-grep -qE '^\| (configure|build|gpu[^|]*|trainer: [^|]*|bench_kernels) \| (FAILED|TIMEOUT|CRASHED|NO TESTS|not run)' "$SUMMARY" && exit 1
+grep -qE '^\| (configure|build|gpu[^|]*|trainer: [^|]*|bench_kernels|mesh[^|]*) \| (FAILED|TIMEOUT|CRASHED|NO TESTS|not run|KILLED)' "$SUMMARY" && exit 1
 exit 0

@@ -3,8 +3,10 @@
 # logic runs against stand-in binaries (GPU_CHECK_BIN_DIR) whose "norms"
 # family fails and whose "moe" family hangs. The summary must report norms as
 # FAILED, moe as TIMEOUT, every other family as ok, memcheck reruns of both,
-# the trainer and bench rows, and end with the elapsed row: a hang or a
-# failure in one family costs only that family.
+# the trainer and bench rows, the mesh phase's rows (scripts/gpu_mesh_check.sh:
+# every layout ok but cp2, whose stand-in losses are off, so it is FAILED
+# with its memcheck rerun in the row), and end with the elapsed row: a hang
+# or a failure in one family or layout costs only that one.
 #   bash tests/gpu_check_rehearsal.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,15 +37,27 @@ case "$spec" in
     exit 0 ;;
 esac
 EOF
-# trainer: writes a metrics.jsonl of 3 steps into run.dir.
+# trainer: writes a metrics.jsonl of 3 steps into run.dir (the mesh phase's
+# configs: their train.steps; 2 ranks: rank 0 prints the host-staged line and
+# writes; cp2 logs losses 10% off).
 cat > "$BIN/trainer" <<'EOF'
 #!/usr/bin/env bash
 [ "${1:-}" = devices ] && { echo "cuda module: $(dirname "$0")/libtrainer_cuda.so (ABI 1): stand-in"; exit 0; }
-dir=""
-for a in "$@"; do case "$a" in run.dir=*) dir=${a#run.dir=} ;; esac; done
+dir="" cfg="" loss=5.0 steps=3
+prev=""
+for a in "$@"; do
+  case "$a" in run.dir=*) dir=${a#run.dir=} ;; parallel.cp=2) loss=5.5 ;; esac
+  [ "$prev" = --config ] && cfg=$a
+  prev=$a
+done
+grep -q 'name: mesh_' "$cfg" 2>/dev/null && steps=$(grep -oE 'steps: [0-9]+' "$cfg" | head -1 | grep -oE '[0-9]+')
 echo "device: stand-in"
+if [ "${WORLD_SIZE:-1}" != 1 ]; then
+  [ "${RANK:-0}" = 0 ] || exit 0
+  echo "comm: host-staged gloo (2 ranks on this node share 1 GPU(s), and NCCL needs a GPU per rank; parallel.backend=auto)"
+fi
 mkdir -p "$dir"
-for s in 1 2 3; do echo "{\"step\": $s, \"loss\": 5.0, \"ms_per_step\": 10.0, \"tokens_per_s\": 1000}"; done > "$dir/metrics.jsonl"
+for ((s = 1; s <= steps; ++s)); do echo "{\"step\": $s, \"loss\": $loss, \"ms_per_step\": 10.0, \"tokens_per_s\": 1000}"; done > "$dir/metrics.jsonl"
 EOF
 cat > "$BIN/bench_kernels" <<'EOF'
 #!/usr/bin/env bash
@@ -87,6 +101,14 @@ expect "bench_kernels" '^\| bench_kernels \| ok'
 expect "trainer devices" '^\| trainer: devices \| ok: cuda module: .*/libtrainer_cuda\.so \(ABI 1\)'
 expect "trainer gpt2" '^\| trainer: bench_gpt2_124m \| ok: 3 steps logged'
 expect "trainer llama" '^\| trainer: bench_llama_1b \| ok: 3 steps logged'
+expect "mesh references" '^\| mesh: references \| ok: gpu_dense cpu_dense gpu_moe cpu_moe \(10 losses each\)'
+for l in $(bash scripts/gpu_mesh_check.sh --list); do
+  [ "$l" = cp2 ] && continue
+  expect "mesh $l" "^\| mesh: $l \| ok: 10 losses; max rel diff 0\.0e\+00 vs 1-process GPU bf16 \(tol 2e-2\), 0\.0e\+00 vs CPU fp32 \(tol 5e-2\); comm: host-staged gloo"
+done
+expect "mesh cp2 failed, memcheck in its row" '^\| mesh: cp2 \| FAILED: 10 losses; max rel diff 1\.0e-01 vs 1-process GPU bf16 \(tol 2e-2\), 1\.0e-01 vs CPU fp32 \(tol 5e-2\); memcheck: 0 errors \(exits 0 0\)'
+grep -q '^== tp2: 2 ranks' "$W/out/mesh.log" && echo "ok      mesh.log holds each layout's ranks" ||
+  { echo "MISSING mesh.log"; fail=1; }
 expect "no racecheck after a failure" '^\| elapsed \|'
 grep -q 'racecheck' "$S" && { echo "UNEXPECTED racecheck after a failure"; fail=1; }
 rows=$(grep -c '^| gpu: ' "$S")
