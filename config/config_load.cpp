@@ -1,6 +1,7 @@
 // YAML text / --set overrides -> Config. Every mistake becomes a ConfigError
 // that names the key path and where it was written; no yaml-cpp exception
 // text reaches the user unconverted.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -298,18 +299,53 @@ class Loader {
   throw ConfigError(where + ": invalid YAML: " + (e.msg.empty() ? std::string("unreadable") : e.msg) + hint);
 }
 
+// How many documents the text holds, as YAML::LoadAll would return them.
+// LoadAll itself is not called: yaml-cpp before 0.9 loops forever on a token
+// no document can start with (a stray ','), adding a null document per turn
+// until memory runs out (jbeder/yaml-cpp#1040, fixed upstream by #1319). A
+// document that starts where the previous one did has consumed nothing.
+size_t count_documents(const std::string& text, const std::string& source) {
+  struct Starts final : YAML::EventHandler {
+    std::vector<YAML::Mark> at;
+    void OnDocumentStart(const YAML::Mark& m) override { at.push_back(m); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } starts;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  size_t n = 0;
+  while (parser.HandleNextDocument(starts)) {
+    ++n;
+    const auto& at = starts.at;
+    if (at.size() >= 2 && at.back().pos == at[at.size() - 2].pos) {
+      const YAML::Mark& m = at.back();
+      const char ch = m.pos >= 0 && size_t(m.pos) < text.size() ? text[size_t(m.pos)] : '?';
+      throw ConfigError(source + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) +
+                        ": invalid YAML: unexpected '" + std::string(1, ch) + "'");
+    }
+  }
+  return n;
+}
+
 void apply_text(Config& c, const std::string& yaml, const std::string& source) {
-  std::vector<YAML::Node> docs;
+  size_t documents = 0;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(yaml);
+    documents = count_documents(yaml, source);
+    if (documents == 1) root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
     rethrow_yaml(source, e, yaml);
   }
-  if (docs.size() > 1)
-    throw ConfigError(source + ": invalid YAML: holds " + std::to_string(docs.size()) +
+  if (documents > 1)
+    throw ConfigError(source + ": invalid YAML: holds " + std::to_string(documents) +
                       " documents (separated by '---'); a config is one document");
-  if (docs.empty() || docs[0].IsNull()) return;  // empty file: all defaults
-  const YAML::Node& root = docs[0];
+  if (documents == 0 || root.IsNull()) return;  // empty file: all defaults
   Loader loader(c, source, true);
   if (!root.IsMap()) {
     std::string secs;

@@ -334,19 +334,25 @@ std::string lower(std::string_view s) {
 
 // Optimal string alignment distance: like Levenshtein, plus one edit for a
 // swapped neighbour pair, the commonest typo in key names ("modle").
-size_t osa_distance(std::string_view a, std::string_view b) {
+// Optimal-string-alignment distance, or cap + 1 when it is larger: it is at
+// least the length difference, so a long unknown key (a typo of nothing)
+// costs no table against every key of the schema.
+size_t osa_distance(std::string_view a, std::string_view b, size_t cap) {
   const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
-  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (size_t i = 1; i <= n; ++i)
+  if ((n > m ? n - m : m - n) > cap) return cap + 1;
+  std::vector<size_t> before(m + 1), prev(m + 1), cur(m + 1);
+  for (size_t j = 0; j <= m; ++j) prev[j] = j;
+  for (size_t i = 1; i <= n; ++i) {
+    cur[0] = i;
     for (size_t j = 1; j <= m; ++j) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) cur[j] = std::min(cur[j], before[j - 2] + 1);
     }
-  return d[n][m];
+    std::swap(before, prev);
+    std::swap(prev, cur);
+  }
+  return std::min(prev[m], cap + 1);
 }
 
 std::string_view leaf_of(std::string_view p) {
@@ -460,8 +466,9 @@ std::string suggest_key(std::string_view unknown_path) {
     const bool same_parent = c_parent == u_parent;
     // Right name in the wrong section (model.lr) costs one edit.
     const size_t move = same_parent ? 0 : 1;
-    size_t score = osa_distance(u, cand);
-    score = std::min(score, osa_distance(u_leaf, c_leaf) + move);
+    // Scores above the limit are never suggested: limit + 1 stands for all of them.
+    size_t score = osa_distance(u, cand, limit);
+    score = std::min(score, osa_distance(u_leaf, c_leaf, limit) + move);
     if (u_leaf.size() >= 4 && c_leaf.size() > u_leaf.size() && c_leaf.substr(0, u_leaf.size()) == u_leaf)
       score = std::min(score, 1 + move);  // "warmup" -> "warmup_steps"
     std::string_view rest = aka;

@@ -149,7 +149,8 @@ TensorMap read_hf_tensors(const std::string& dir) {
       h.data.resize(n);
       const auto* u16 = reinterpret_cast<const uint16_t*>(t.data.data());
       if (t.dtype == DType::F32) {
-        std::memcpy(h.data.data(), t.data.data(), n * 4);
+        // An empty tensor ([0, 3]) has no buffers: memcpy must not see their null pointers.
+        if (n > 0) std::memcpy(h.data.data(), t.data.data(), n * 4);
       } else if (t.dtype == DType::BF16) {
         for (size_t i = 0; i < n; ++i) h.data[i] = f32_from_bf16(u16[i]);
       } else if (t.dtype == DType::F16) {

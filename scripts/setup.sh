@@ -14,6 +14,7 @@ PACKAGES=(
   fortunes   # ~2.5 MB of English text: the quickstart's training data
   slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
   iproute2 util-linux   # tests/multinode_test.sh: ip netns, tc and unshare (scripts/netns_cluster.sh)
+  clang-14 libclang-rt-14-dev   # scripts/fuzz_ci.sh: libFuzzer with ASan and UBSan (tests/fuzz)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

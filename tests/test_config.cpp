@@ -159,6 +159,10 @@ std::vector<std::pair<std::string, std::string>> syntax_cases() {
       {"model:\n  d_model: 64\n---\nmodel:\n  d_model: 32\n", "2 documents"},
       {"- a\n- b\n", "top level must be a map of sections"},
       {"model: [unclosed\n", "bad.yaml:"},
+      // A token no document starts with: yaml-cpp's LoadAll added null
+      // documents forever (found by tests/fuzz/fuzz_config_yaml.cpp).
+      {",", "bad.yaml:1:1: invalid YAML: unexpected ','"},
+      {"model: {d_model: 64}\n,\n", "bad.yaml:2:1: invalid YAML"},
   };
 }
 

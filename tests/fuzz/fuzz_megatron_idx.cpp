@@ -1,0 +1,90 @@
+// A Megatron-LM index (PREFIX.idx): open_token_source with format auto on the
+// prefix, which finds PREFIX.idx and maps PREFIX.bin. The input is the
+// index; the .bin is a fixed 4 KiB file, so the index's sizes and pointers
+// are judged against a real one. Then what the data pipeline does with an
+// opened source: the start-up token scan (min_max), sampling windows
+// (read, at), error positions (byte_offset).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/token_file.h"
+
+namespace {
+
+char g_dir[] = "/tmp/fuzz_megatron_idx.XXXXXX";
+const std::string& work_dir() {
+  static const std::string dir = [] {
+    if (!mkdtemp(g_dir)) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(g_dir, ec);
+    });
+    return std::string(g_dir);
+  }();
+  return dir;
+}
+
+void write_file(const std::string& path, const void* p, size_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) std::abort();
+  const char* data = static_cast<const char*>(p);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n <= 0) std::abort();
+    data += n;
+    size -= size_t(n);
+  }
+  ::close(fd);
+}
+
+// tests/fuzz/corpus/megatron_idx/ points into these bytes: token k of a
+// uint16 .bin is k, of an int32 one k too (byte i = the low or high byte).
+std::string write_bin() {
+  const std::string prefix = work_dir() + "/data";
+  std::vector<uint16_t> tokens(2048);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i);
+  write_file(prefix + ".bin", tokens.data(), tokens.size() * 2);
+  return prefix;
+}
+
+// What the sampler and the scan ask of any source; bounded so that a large
+// but valid stream costs little per input.
+void use(const trainer::TokenSource& s) {
+  const int64_t n = s.size();
+  if (n < 0) std::abort();
+  s.format();
+  s.stamps();
+  if (n == 0) return;
+  const int64_t k = std::min<int64_t>(n, 4096);
+  s.min_max(0, k);
+  s.min_max(n - k, k);
+  std::vector<int64_t> buf(static_cast<size_t>(k));
+  s.read(0, k, buf.data());
+  s.read(n - k, k, buf.data());
+  for (int64_t i : {int64_t(0), n / 2, n - 1}) {
+    s.at(i);
+    s.byte_offset(i);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string prefix = write_bin();
+  write_file(prefix + ".idx", data, size);
+  try {
+    use(*trainer::open_token_source(prefix, "auto", "uint16"));
+  } catch (const std::exception&) {
+    // runtime_error naming the .idx and the byte offset
+  }
+  return 0;
+}

@@ -1,0 +1,83 @@
+// A token file that is not a Megatron pair: open_token_source with format
+// auto (an llm.c magic in the first int32 -> llm.c shard, else a raw nanoGPT
+// .bin), then llm.c and raw explicitly (data.format: llmc / raw, with
+// data.dtype uint16 and uint32). The readers map a path, so the input is
+// written to a file first. Then what the data pipeline does with an opened
+// source: the start-up token scan (min_max), sampling windows (read, at),
+// error positions (byte_offset).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/token_file.h"
+
+namespace {
+
+char g_dir[] = "/tmp/fuzz_token_file.XXXXXX";
+const std::string& work_dir() {
+  static const std::string dir = [] {
+    if (!mkdtemp(g_dir)) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(g_dir, ec);
+    });
+    return std::string(g_dir);
+  }();
+  return dir;
+}
+
+void write_file(const std::string& path, const uint8_t* data, size_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) std::abort();
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n <= 0) std::abort();
+    data += n;
+    size -= size_t(n);
+  }
+  ::close(fd);
+}
+
+void use(const trainer::TokenSource& s) {
+  const int64_t n = s.size();
+  if (n < 0) std::abort();
+  s.format();
+  s.stamps();
+  if (n == 0) return;
+  const int64_t k = std::min<int64_t>(n, 4096);
+  s.min_max(0, k);
+  s.min_max(n - k, k);
+  std::vector<int64_t> buf(static_cast<size_t>(k));
+  s.read(0, k, buf.data());
+  s.read(n - k, k, buf.data());
+  for (int64_t i : {int64_t(0), n / 2, n - 1}) {
+    s.at(i);
+    s.byte_offset(i);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // No PATH.idx beside it, so auto never takes it for Megatron.
+  static const std::string path = work_dir() + "/shard_000.bin";
+  write_file(path, data, size);
+  for (const auto& [format, dtype] : {std::pair{"auto", "uint16"}, {"llmc", "uint16"}, {"raw", "uint16"},
+                                      {"raw", "uint32"}}) {
+    try {
+      use(*trainer::open_token_source(path, format, dtype));
+    } catch (const std::exception&) {
+      // runtime_error naming the file and the byte offset
+    }
+  }
+  return 0;
+}
