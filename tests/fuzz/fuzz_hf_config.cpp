@@ -4,8 +4,6 @@
 // it, and model.safetensors.index.json as read_hf_tensors follows it. Each
 // reader takes the directory, so the input is written there under both
 // names (a corpus file is one or the other; a mix is fine too).
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,33 +18,12 @@
 #include "interop/hf_config_check.h"
 #include "interop/hf_files.h"
 #include "interop/hf_import.h"
+#include "fuzz_files.h"
 
 namespace {
 
-char g_dir[] = "/tmp/fuzz_hf_config.XXXXXX";
-const std::string& work_dir() {
-  static const std::string dir = [] {
-    if (!mkdtemp(g_dir)) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(g_dir, ec);
-    });
-    return std::string(g_dir);
-  }();
-  return dir;
-}
-
-void write_file(const std::string& path, const uint8_t* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) std::abort();
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= size_t(n);
-  }
-  ::close(fd);
-}
+const std::string& work_dir() { return fuzz::work_dir("hf_config"); }
+using fuzz::write_file;
 
 // Which keys are understood, compared or refused depends on the
 // architecture the run's model maps to: one configuration of each, loaded

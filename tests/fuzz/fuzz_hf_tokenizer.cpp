@@ -3,8 +3,6 @@
 // huggingface_tokenizer, whose decoder then turns ids back into text (the
 // end-of-run sample, `trainer generate`). Both take a path, so the input is
 // written to a file first.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -16,33 +14,12 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "fuzz_files.h"
 
 namespace {
 
-char g_dir[] = "/tmp/fuzz_hf_tokenizer.XXXXXX";
-const std::string& work_dir() {
-  static const std::string dir = [] {
-    if (!mkdtemp(g_dir)) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(g_dir, ec);
-    });
-    return std::string(g_dir);
-  }();
-  return dir;
-}
-
-void write_file(const std::string& path, const uint8_t* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) std::abort();
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= size_t(n);
-  }
-  ::close(fd);
-}
+const std::string& work_dir() { return fuzz::work_dir("hf_tokenizer"); }
+using fuzz::write_file;
 
 }  // namespace
 

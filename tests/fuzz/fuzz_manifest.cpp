@@ -11,9 +11,7 @@
 // DIR also holds two fixed rank files (below); the corpus's manifests list
 // them with their true sizes and CRCs, so mutations of the tensor entries
 // reach load_checkpoint's comparison with what the files hold.
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -27,34 +25,12 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/safetensors.h"
+#include "fuzz_files.h"
 
 namespace {
 
-char g_dir[] = "/tmp/fuzz_manifest.XXXXXX";
-const std::string& work_dir() {
-  static const std::string dir = [] {
-    if (!mkdtemp(g_dir)) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(g_dir, ec);
-    });
-    return std::string(g_dir);
-  }();
-  return dir;
-}
-
-void write_file(const std::string& path, const void* p, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) std::abort();
-  const char* data = static_cast<const char*>(p);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= size_t(n);
-  }
-  ::close(fd);
-}
+const std::string& work_dir() { return fuzz::work_dir("manifest"); }
+using fuzz::write_file;
 
 // The step directory (its name must match the manifest's step: 1 in the
 // corpus) with the rank files of a two-rank save of

@@ -4,8 +4,6 @@
 // are judged against a real one. Then what the data pipeline does with an
 // opened source: the start-up token scan (min_max), sampling windows
 // (read, at), error positions (byte_offset).
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -17,34 +15,12 @@
 #include <vector>
 
 #include "data/token_file.h"
+#include "fuzz_files.h"
 
 namespace {
 
-char g_dir[] = "/tmp/fuzz_megatron_idx.XXXXXX";
-const std::string& work_dir() {
-  static const std::string dir = [] {
-    if (!mkdtemp(g_dir)) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(g_dir, ec);
-    });
-    return std::string(g_dir);
-  }();
-  return dir;
-}
-
-void write_file(const std::string& path, const void* p, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) std::abort();
-  const char* data = static_cast<const char*>(p);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= size_t(n);
-  }
-  ::close(fd);
-}
+const std::string& work_dir() { return fuzz::work_dir("megatron_idx"); }
+using fuzz::write_file;
 
 // tests/fuzz/corpus/megatron_idx/ points into these bytes: token k of a
 // uint16 .bin is k, of an int32 one k too (byte i = the low or high byte).

@@ -2,8 +2,6 @@
 // (model.init_from) are read by read_safetensors, which only takes a path, so
 // the input is written to a file first; a file it accepts then goes through
 // read_hf_tensors too, which converts what the header promises to fp32.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -14,36 +12,12 @@
 
 #include "checkpoint/safetensors.h"
 #include "interop/hf_files.h"
+#include "fuzz_files.h"
 
 namespace {
 
-// One directory per process, made on the first input and reused (parallel
-// jobs must not share files; a directory per input would cost more than the
-// parse), removed at a normal exit.
-char g_dir[] = "/tmp/fuzz_safetensors.XXXXXX";
-const std::string& work_dir() {
-  static const std::string dir = [] {
-    if (!mkdtemp(g_dir)) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(g_dir, ec);
-    });
-    return std::string(g_dir);
-  }();
-  return dir;
-}
-
-void write_file(const std::string& path, const uint8_t* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) std::abort();
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= size_t(n);
-  }
-  ::close(fd);
-}
+const std::string& work_dir() { return fuzz::work_dir("safetensors"); }
+using fuzz::write_file;
 
 }  // namespace
 

@@ -5,8 +5,6 @@
 // written to a file first. Then what the data pipeline does with an opened
 // source: the start-up token scan (min_max), sampling windows (read, at),
 // error positions (byte_offset).
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -19,33 +17,12 @@
 #include <vector>
 
 #include "data/token_file.h"
+#include "fuzz_files.h"
 
 namespace {
 
-char g_dir[] = "/tmp/fuzz_token_file.XXXXXX";
-const std::string& work_dir() {
-  static const std::string dir = [] {
-    if (!mkdtemp(g_dir)) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(g_dir, ec);
-    });
-    return std::string(g_dir);
-  }();
-  return dir;
-}
-
-void write_file(const std::string& path, const uint8_t* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) std::abort();
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n <= 0) std::abort();
-    data += n;
-    size -= size_t(n);
-  }
-  ::close(fd);
-}
+const std::string& work_dir() { return fuzz::work_dir("token_file"); }
+using fuzz::write_file;
 
 void use(const trainer::TokenSource& s) {
   const int64_t n = s.size();
