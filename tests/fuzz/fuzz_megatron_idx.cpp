@@ -16,6 +16,7 @@
 
 #include "data/token_file.h"
 #include "fuzz_files.h"
+#include "fuzz_token_source.h"
 
 namespace {
 
@@ -32,25 +33,7 @@ std::string write_bin() {
   return prefix;
 }
 
-// What the sampler and the scan ask of any source; bounded so that a large
-// but valid stream costs little per input.
-void use(const trainer::TokenSource& s) {
-  const int64_t n = s.size();
-  if (n < 0) std::abort();
-  s.format();
-  s.stamps();
-  if (n == 0) return;
-  const int64_t k = std::min<int64_t>(n, 4096);
-  s.min_max(0, k);
-  s.min_max(n - k, k);
-  std::vector<int64_t> buf(static_cast<size_t>(k));
-  s.read(0, k, buf.data());
-  s.read(n - k, k, buf.data());
-  for (int64_t i : {int64_t(0), n / 2, n - 1}) {
-    s.at(i);
-    s.byte_offset(i);
-  }
-}
+using fuzz::use_token_source;
 
 }  // namespace
 
@@ -58,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string prefix = write_bin();
   write_file(prefix + ".idx", data, size);
   try {
-    use(*trainer::open_token_source(prefix, "auto", "uint16"));
+    use_token_source(*trainer::open_token_source(prefix, "auto", "uint16"));
   } catch (const std::exception&) {
     // runtime_error naming the .idx and the byte offset
   }

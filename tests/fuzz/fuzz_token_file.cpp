@@ -18,29 +18,14 @@
 
 #include "data/token_file.h"
 #include "fuzz_files.h"
+#include "fuzz_token_source.h"
 
 namespace {
 
 const std::string& work_dir() { return fuzz::work_dir("token_file"); }
 using fuzz::write_file;
 
-void use(const trainer::TokenSource& s) {
-  const int64_t n = s.size();
-  if (n < 0) std::abort();
-  s.format();
-  s.stamps();
-  if (n == 0) return;
-  const int64_t k = std::min<int64_t>(n, 4096);
-  s.min_max(0, k);
-  s.min_max(n - k, k);
-  std::vector<int64_t> buf(static_cast<size_t>(k));
-  s.read(0, k, buf.data());
-  s.read(n - k, k, buf.data());
-  for (int64_t i : {int64_t(0), n / 2, n - 1}) {
-    s.at(i);
-    s.byte_offset(i);
-  }
-}
+using fuzz::use_token_source;
 
 }  // namespace
 
@@ -51,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [format, dtype] : {std::pair{"auto", "uint16"}, {"llmc", "uint16"}, {"raw", "uint16"},
                                       {"raw", "uint32"}}) {
     try {
-      use(*trainer::open_token_source(path, format, dtype));
+      use_token_source(*trainer::open_token_source(path, format, dtype));
     } catch (const std::exception&) {
       // runtime_error naming the file and the byte offset
     }
