@@ -111,13 +111,27 @@ std::string Watchdog::where() const {
 }
 
 bool Watchdog::with_store(const std::function<void(StoreClient&)>& fn, std::string* error, bool heartbeat_thread) {
-  std::unique_lock<std::timed_mutex> g(store_mu_, std::defer_lock);
-  if (heartbeat_thread) {
-    g.lock();
-  } else if (!g.try_lock_for(std::chrono::duration<double>(kLockWaitS))) {
-    if (error) *error = "a heartbeat sent to it has not returned for over " + seconds(kLockWaitS) + " s";
-    return false;
+  {
+    std::unique_lock<std::mutex> g(store_mu_);
+    const auto free = [&] { return !store_busy_; };
+    if (heartbeat_thread) {
+      store_cv_.wait(g, free);
+    } else if (!store_cv_.wait_for(g, std::chrono::duration<double>(kLockWaitS), free)) {
+      if (error) *error = "a heartbeat sent to it has not returned for over " + seconds(kLockWaitS) + " s";
+      return false;
+    }
+    store_busy_ = true;
   }
+  struct Release {
+    Watchdog& w;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> g(w.store_mu_);
+        w.store_busy_ = false;
+      }
+      w.store_cv_.notify_all();
+    }
+  } release{*this};
   auto failed = [&](const std::string& why) {
     std::lock_guard<std::mutex> e(error_mu_);
     if (!why.empty()) store_error_ = why;

@@ -196,7 +196,14 @@ class Watchdog {
   std::atomic<const char*> phase_{"start-up"};
   std::atomic<int64_t> last_progress_ns_{0};  // Clock ticks since epoch; 0: not armed
 
-  std::timed_mutex store_mu_;  // guards client_ (calls on it are serialised anyway)
+  // client_ is held by one caller at a time (store_busy_); others wait on
+  // store_cv_, the summaries for a bounded time. A flag and a condition
+  // variable, not a std::timed_mutex: try_lock_for locks through
+  // pthread_mutex_clocklock, which ThreadSanitizer (gcc 12) does not see,
+  // so every unlock read as one of an unlocked mutex.
+  std::mutex store_mu_;
+  std::condition_variable store_cv_;
+  bool store_busy_ = false;
   std::unique_ptr<StoreClient> client_;
   std::mutex error_mu_;
   std::string store_error_;  // why client_ is gone

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The test suite under the sanitizers (docs/RELIABILITY.md), bounded for CI:
+#
+#   scripts/sanitize_ci.sh [asan|tsan]...      default: both
+#
+# asan: build-asan/, the CPU build (TRAINER_CUDA=OFF) with gcc's
+#   AddressSanitizer + UndefinedBehaviorSanitizer (-O1, every UBSan check
+#   fatal), then unit_tests: every test case except those that launch the
+#   trainer as several processes ([e2e]) and the timing ones ([serial]);
+#   the trainer they do launch (one-process runs, the CLI tests) is
+#   instrumented too.
+# tsan: build-tsan/, ThreadSanitizer, then the test cases of the threaded
+#   parts: the batch prefetch thread, the asynchronous checkpoint writer,
+#   the watchdog and heartbeats, the store server and its clients, the
+#   communicators' worker threads (Gloo, host-staged, timed), the rank
+#   runner's forked ranks (ASAN_SPEC / TSAN_SPEC below). OpenMP runs one
+#   thread there (OMP_NUM_THREADS=1): libgomp is not instrumented, and its
+#   barriers would be reported as races; the threads above are all ours.
+# Any sanitizer report fails the test that made it, so the script fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${SANITIZE_JOBS:-$(nproc)}
+
+# Not in the sanitizer runs: [e2e] launches ranks as processes (the same code
+# the one-process tests run, at several times the cost), [serial] times things.
+ASAN_SPEC=${ASAN_SPEC:-"~[e2e]~[serial]~[cuda_module]"}
+threaded="[checkpoint] [store] [watchdog] [comm] [multirank]"
+spec="prefetch*"
+for t in $threaded; do spec+=",$t~[e2e]~[serial]"; done
+# One multi-process run of the instrumented trainer: Gloo's worker threads
+# under asynchronous reductions, gathers and pipeline transfers, the batch
+# prefetch and the asynchronous checkpoint writer, together.
+spec+=",parallel.overlap on and off give the same run bit for bit"
+TSAN_SPEC=${TSAN_SPEC:-$spec}
+
+build() {  # build DIR FLAGS...
+  local dir=$1 flags=$2
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DTRAINER_CUDA=OFF \
+    -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 -fno-omit-frame-pointer -march=x86-64-v2 -fno-math-errno $flags" \
+    -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="$flags" \
+    -DCMAKE_MODULE_LINKER_FLAGS_SANITIZE="$flags" > "$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; exit 1; }
+  local t0=$SECONDS
+  cmake --build "$dir" -j"$jobs" --target unit_tests trainer > "$dir/build.log" 2>&1 ||
+    { tail -40 "$dir/build.log"; exit 1; }
+  echo "sanitize_ci: $dir built in $((SECONDS - t0)) s"
+}
+
+run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
+  local name=$1 dir=$2 spec=$3 t0=$SECONDS rc=0
+  (cd "$dir/tests" && ./unit_tests "$spec" --durations no > "$root/$dir/test.log" 2>&1) || rc=$?
+  tail -3 "$root/$dir/test.log"
+  if grep -qE "^(==[0-9]+==ERROR|SUMMARY: (Address|UndefinedBehavior|Thread)Sanitizer|WARNING: ThreadSanitizer)|runtime error:" \
+      "$root/$dir/test.log"; then
+    echo "sanitize_ci: $name reported (first report):"
+    grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$root/$dir/test.log"
+    rc=1
+  fi
+  echo "sanitize_ci: $name ($spec) $( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/test.log"
+  return $rc
+}
+
+what=("$@")
+((${#what[@]})) || what=(asan tsan)
+failed=0
+for w in "${what[@]}"; do
+  case $w in
+    asan)
+      build build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        run asan build-asan "$ASAN_SPEC" || failed=1 ;;
+    tsan)
+      # No target_clones: their ifunc resolvers run while the loader
+      # relocates, before TSan's runtime is up, and crash instrumented.
+      build build-tsan "-fsanitize=thread -DTRAINER_NO_SIMD_CLONES"
+      OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 die_after_fork=0" \
+        run tsan build-tsan "$TSAN_SPEC" || failed=1 ;;
+    *) echo "sanitize_ci: unknown sanitizer '$w' (asan or tsan)" >&2; exit 2 ;;
+  esac
+done
+exit $failed
