@@ -28,12 +28,21 @@ json read_json(const std::string& file) {
   }
 }
 
+// The largest token id taken. Published vocabularies stay under a million
+// ids; the table below is indexed by id, so an id is what it allocates, and
+// one mistyped or hostile id of 2^32 would ask for a hundred GiB.
+constexpr int64_t kMaxTokenId = (int64_t(1) << 22) - 1;
+
 // id -> token text, from model.vocab (an object piece -> id for BPE and
 // WordPiece, a list of [piece, score] for Unigram) and added_tokens.
-std::vector<std::string> pieces_of(const json& j) {
+std::vector<std::string> pieces_of(const json& j, const std::string& file) {
   std::vector<std::string> pieces;
+  const char* where = "model.vocab";
   auto put = [&](int64_t id, const std::string& piece) {
     if (id < 0) return;
+    if (id > kMaxTokenId)
+      throw std::runtime_error(file + ": token id " + std::to_string(id) + " in " + where + " is over " +
+                               std::to_string(kMaxTokenId) + ", the largest id this reader takes");
     if (int64_t(pieces.size()) <= id) pieces.resize(size_t(id + 1));
     pieces[size_t(id)] = piece;
   };
@@ -46,6 +55,7 @@ std::vector<std::string> pieces_of(const json& j) {
       for (size_t i = 0; i < v.size(); ++i)
         put(int64_t(i), v[i].is_array() && !v[i].empty() && v[i][0].is_string() ? v[i][0].get<std::string>() : "");
   }
+  where = "added_tokens";
   if (j.contains("added_tokens") && j["added_tokens"].is_array())
     for (const json& t : j["added_tokens"])
       if (t.contains("id") && t["id"].is_number_integer() && t.contains("content") && t["content"].is_string())
@@ -98,7 +108,7 @@ class HuggingFaceTokenizer final : public Tokenizer {
   explicit HuggingFaceTokenizer(const std::string& json_file) {
     file = json_file;
     const json j = read_json(json_file);
-    pieces_ = pieces_of(j);
+    pieces_ = pieces_of(j, json_file);
     if (pieces_.empty()) throw std::runtime_error(json_file + ": no vocabulary found (model.vocab, added_tokens)");
     if (j.contains("added_tokens") && j["added_tokens"].is_array())
       for (const json& t : j["added_tokens"])
@@ -190,7 +200,7 @@ class HuggingFaceTokenizer final : public Tokenizer {
 }  // namespace
 
 int64_t huggingface_vocab_size(const std::string& json_file) {
-  const size_t n = pieces_of(read_json(json_file)).size();
+  const size_t n = pieces_of(read_json(json_file), json_file).size();
   if (n == 0) throw std::runtime_error(json_file + ": no vocabulary found (model.vocab, added_tokens)");
   return int64_t(n);
 }

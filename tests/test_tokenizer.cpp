@@ -88,6 +88,15 @@ TEST_CASE("tokenizer: a Hugging Face tokenizer.json counts its vocabulary and ad
   CHECK(t->decode({0, 1, 2, 5}) == "abab<s>");
   write(dir / "tokenizer.json", "[]");
   CHECK_THROWS_WITH(huggingface_vocab_size(dir / "tokenizer.json"), Contains("no vocabulary found"));
+  // An id is what the id table allocates: one far past any vocabulary is an
+  // error naming it, before anything is allocated (a fuzzing finding).
+  write(dir / "tokenizer.json", R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 4294967296, "content": "x"}]})");
+  CHECK_THROWS_WITH(huggingface_vocab_size(dir / "tokenizer.json"),
+                    Contains("tokenizer.json: token id 4294967296 in added_tokens is over 4194303"));
+  write(dir / "tokenizer.json", R"({"model": {"vocab": {"a": 4194304}}})");
+  CHECK_THROWS_WITH(huggingface_tokenizer(dir / "tokenizer.json"), Contains("token id 4194304 in model.vocab is over"));
+  write(dir / "tokenizer.json", R"({"model": {"vocab": {"a": 4194303}}})");
+  CHECK(huggingface_vocab_size(dir / "tokenizer.json") == 4194304);
 }
 
 TEST_CASE("tokenizer: Hugging Face byte-level and Metaspace decoders give the text back", "[tokenizer]") {
