@@ -124,14 +124,15 @@ double weight_diff(const fs::path& a, const fs::path& b, std::string* where) {
     if (name.size() > 12 && name.compare(name.size() - 12, 12, "attn.wk.bias") == 0) continue;
     const std::vector<float>& y = tb.at(name);
     REQUIRE(x.size() == y.size());
-    double num = 0, den = 1e-12;
+    double num = 0, den = 0;
     for (size_t i = 0; i < x.size(); ++i) {
-      const double d = std::fabs(double(x[i]) - double(y[i]));
-      num = std::isnan(d) ? INFINITY : std::max(num, d);
-      den = std::max(den, double(std::fabs(y[i])));
+      const double d = double(x[i]) - double(y[i]);
+      num += std::isnan(d) ? INFINITY : d * d;
+      den += double(y[i]) * double(y[i]);
     }
-    if (num / den > worst && where) *where = name;
-    worst = std::max(worst, num / den);
+    const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-12);
+    if (rel > worst && where) *where = name;
+    worst = std::max(worst, rel);
   }
   return worst;
 }
@@ -215,7 +216,7 @@ void expect_same_run(const std::string& reference, const std::string& tag, const
       weight_diff(fs::path(reference) / "ckpt/step_00000020", fs::path(run_dir) / "ckpt/step_00000020", &where);
   char aux_part[32] = "";
   if (!xa.empty()) std::snprintf(aux_part, sizeof aux_part, ", aux %.2e", xworst);
-  std::printf("[%s] %-36s losses max rel diff %.2e, val %.2e%s (tol 1e-5), final weights %.2e (tol 1e-4%s%s)\n",
+  std::printf("[%s] %-36s losses max rel diff %.2e, val %.2e%s (tol 1e-5), final weights rel L2 %.2e (tol 1e-4%s%s)\n",
               tag.c_str(), label.c_str(), worst, vworst, aux_part, w, where.empty() ? "" : ", worst ",
               where.c_str());
   // Only the summation order differs from one process.

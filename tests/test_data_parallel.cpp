@@ -80,7 +80,7 @@ void expect_same_run(const Setup& s, const std::string& label, const std::string
   double vworst = 0;
   for (size_t i = 0; i < va.size(); ++i) vworst = std::max(vworst, std::fabs(va[i] - vb[i]) / va[i]);
   const double w = weight_diff(s.dir / "single/ckpt/step_00000020", fs::path(run_dir) / "ckpt/step_00000020");
-  std::printf("[dp] %-28s losses max rel diff %.2e, val %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+  std::printf("[dp] %-28s losses max rel diff %.2e, val %.2e (tol 1e-5), final weights rel L2 %.2e (tol 1e-4)\n",
               label.c_str(), worst, vworst, w);
   // Only the summation order of the gradients differs from one process.
   CHECK(worst < 1e-5);
@@ -153,7 +153,7 @@ TEST_CASE("a checkpoint of DP 4 ZeRO-2 resumes at DP 2 ZeRO-1, then in one proce
   double worst = 0;
   for (size_t i = 0; i < 20; ++i) worst = std::max(worst, std::fabs(joined[i] - straight[i]) / straight[i]);
   const double w = weight_diff(s.dir / "single/ckpt/step_00000020", fs::path(c) / "ckpt/step_00000020");
-  std::printf("[dp] reshard 4/zero2 -> 2/zero1 -> 1: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+  std::printf("[dp] reshard 4/zero2 -> 2/zero1 -> 1: losses max rel diff %.2e (tol 1e-5), final weights rel L2 %.2e (tol 1e-4)\n",
               worst, w);
   CHECK(worst < 1e-5);
   CHECK(w < 1e-4);

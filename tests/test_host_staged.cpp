@@ -79,8 +79,8 @@ TEST_CASE("parallel.backend host gives the Gloo run bit for bit on every mesh ax
     const double w = e2e::weight_diff(fs::path(dirs[0]) / "ckpt/step_00000020", fs::path(dirs[1]) / "ckpt/step_00000020");
     size_t same = 0;
     for (size_t i = 0; i < la.size() && i < lb.size(); ++i) same += la[i] == lb[i];
-    std::printf("[host-staged] %-19s %zu of %zu losses equal to Gloo's bit for bit, grad norms %s, final weights max "
-                "rel diff %.1e (required: all equal, 0)\n",
+    std::printf("[host-staged] %-19s %zu of %zu losses equal to Gloo's bit for bit, grad norms %s, final weights rel L2 "
+                "diff %.1e (required: all equal, 0)\n",
                 l.label, same, la.size(), ga == gb ? "equal" : "DIFFER", w);
     INFO(l.label);
     CHECK(host_out.find("comm: host-staged gloo (parallel.backend=host") != std::string::npos);

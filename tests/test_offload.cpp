@@ -59,7 +59,7 @@ TEST_CASE("optim.offload optimizer gives the run without offload bit for bit at 
     }
     const Compared c = compare_runs(dirs[0], dirs[1]);
     std::printf("[offload] dp2 zero %d: %zu of %zu losses equal to no offload bit for bit, grad norms %s, final "
-                "weights max rel diff %.1e (required: all equal, 0)\n",
+                "weights rel L2 diff %.1e (required: all equal, 0)\n",
                 stage, c.same, c.count, c.grad_norms_equal ? "equal" : "DIFFER", c.weights);
     INFO("zero " << stage << "\n" << e2e::tail(offload_out));
     CHECK(c.count == 20);
@@ -97,8 +97,8 @@ TEST_CASE("optim.offload optimizer gives the run without offload bit for bit at 
     const double w = e2e::weight_diff(fs::path(straight) / "ckpt/step_00000020", fs::path(b) / "ckpt/step_00000020");
     size_t same = 0;
     for (size_t i = 0; i < joined.size() && i < whole.size(); ++i) same += joined[i] == whole[i];
-    std::printf("[offload] resume %s at step 10: %zu of %zu losses equal to the uninterrupted run, final weights max "
-                "rel diff %.1e (required: all equal, 0)\n",
+    std::printf("[offload] resume %s at step 10: %zu of %zu losses equal to the uninterrupted run, final weights rel L2 "
+                "diff %.1e (required: all equal, 0)\n",
                 leg.label, same, whole.size(), w);
     CHECK(joined.size() == 20);
     CHECK(same == whole.size());

@@ -70,7 +70,7 @@ TEST_CASE("parallel.overlap on and off give the same run bit for bit", "[overlap
     const double w = e2e::weight_diff(fs::path(dirs[0]) / "ckpt/step_00000020", fs::path(dirs[1]) / "ckpt/step_00000020");
     size_t same = 0;
     for (size_t i = 0; i < la.size() && i < lb.size(); ++i) same += la[i] == lb[i];
-    std::printf("[overlap] %-20s %zu of %zu losses equal bit for bit, grad norms %s, final weights max rel diff %.1e "
+    std::printf("[overlap] %-20s %zu of %zu losses equal bit for bit, grad norms %s, final weights rel L2 diff %.1e "
                 "(required: all equal, 0)\n",
                 l.label, same, la.size(), ga == gb ? "equal" : "DIFFER", w);
     // The switch does act: without overlap every collective is waited for

@@ -144,7 +144,7 @@ TEST_CASE("a checkpoint of pp 2 resumes in one process, then at pp 4, on the sam
   REQUIRE(joined.size() == 20);
   const double worst = max_rel_diff(joined, straight);
   const double w = e2e::weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(c) / "ckpt/step_00000020");
-  std::printf("[pp] reshard pp2 -> 1 -> pp4: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+  std::printf("[pp] reshard pp2 -> 1 -> pp4: losses max rel diff %.2e (tol 1e-5), final weights rel L2 %.2e (tol 1e-4)\n",
               worst, w);
   CHECK(worst < 1e-5);
   CHECK(w < 1e-4);

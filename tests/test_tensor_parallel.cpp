@@ -146,7 +146,7 @@ TEST_CASE("a checkpoint of tp 2 x dp 2 ZeRO-1 resumes at tp 4, then in one proce
   REQUIRE(joined.size() == 20);
   const double worst = max_rel_diff(joined, straight);
   const double w = e2e::weight_diff(fs::path(s.single()) / "ckpt/step_00000020", fs::path(c) / "ckpt/step_00000020");
-  std::printf("[tp] reshard tp2 dp2 zero1 -> tp4 -> 1: losses max rel diff %.2e (tol 1e-5), final weights %.2e (tol 1e-4)\n",
+  std::printf("[tp] reshard tp2 dp2 zero1 -> tp4 -> 1: losses max rel diff %.2e (tol 1e-5), final weights rel L2 %.2e (tol 1e-4)\n",
               worst, w);
   CHECK(worst < 1e-5);
   CHECK(w < 1e-4);
