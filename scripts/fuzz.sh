@@ -69,7 +69,7 @@ set -e
 
 # The last status line ("#N DONE cov: C ft: F corp: K/S ...") and the final
 # statistics say how far it got.
-last="$(grep -E '^#[0-9]+' "$log" | tail -1 || true)"
+last="$(grep -aE '^#[0-9]+' "$log" | tail -1 || true)"
 execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
 rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)"
 cov="$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")"
@@ -79,7 +79,7 @@ echo "fuzz.sh: $target: ${execs:-?} executions (${rate:-?}/s), coverage ${cov:-?
 
 if [[ $rc -ne 0 ]]; then
   artifact="$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)"
-  summary="$(grep -m1 -E 'SUMMARY|ERROR: libFuzzer|==ERROR' "$log" || true)"
+  summary="$(grep -a -m1 -E 'SUMMARY|ERROR: libFuzzer|==ERROR' "$log" || true)"
   echo "fuzz.sh: $target: FINDING: ${summary:-exit code $rc}" >&2
   echo "fuzz.sh: reproducer: ${artifact:-none written (see $log)}" >&2
   echo "fuzz.sh: reproduce with: $build/fuzz_$target ${artifact:-}" >&2

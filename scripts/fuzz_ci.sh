@@ -84,7 +84,7 @@ for t in "${targets[@]}"; do
   if ((${#inputs[@]} > 0)); then
     if ! "$bin" "${limits[@]}" "${inputs[@]}" >"$scratch/$t.regression.log" 2>&1; then
       bad="$(sed -n 's/^Running: //p' "$scratch/$t.regression.log" | tail -1)"
-      summary="$(grep -m1 -E 'SUMMARY|ERROR: libFuzzer|==ERROR' "$scratch/$t.regression.log")"
+      summary="$(grep -a -m1 -E 'SUMMARY|ERROR: libFuzzer|==ERROR' "$scratch/$t.regression.log")"
       failed+=("$t: committed input ${bad#"$repo"/} fails: ${summary:-see $scratch/$t.regression.log}")
       rows+=("$(printf '%-20s %10s %8s %7s  %s' "$t" - - - "FAILED (corpus)")")
       continue
@@ -98,10 +98,10 @@ for t in "${targets[@]}"; do
   rc=$?
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)"
-  cov="$(grep -E '^#[0-9]+' "$log" | tail -1 | sed -n 's/.* cov: \([0-9]*\).*/\1/p')"
+  cov="$(grep -aE '^#[0-9]+' "$log" | tail -1 | sed -n 's/.* cov: \([0-9]*\).*/\1/p')"
   if ((rc != 0)); then
     artifact="$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)"
-    summary="$(grep -m1 -E 'SUMMARY|ERROR: libFuzzer|==ERROR' "$log")"
+    summary="$(grep -a -m1 -E 'SUMMARY|ERROR: libFuzzer|==ERROR' "$log")"
     failed+=("$t: ${summary:-exit code $rc}; reproducer ${artifact:-none, see $log}")
     status="FINDING"
   else
