@@ -1,21 +1,43 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build, the tests and the examples need.
+# Installs the Debian packages (and the optional PyPI venvs) a purpose needs:
+#
+#   scripts/setup.sh run    what building `trainer` and the quickstart need
+#                           (scripts/quickstart.sh): compiler, CMake, the
+#                           libraries it links, ccache, the fortunes text
+#   scripts/setup.sh test   all of `run`, and what the test suite adds
+#                           (scripts/test.sh): Catch2, PyTorch, Open MPI,
+#                           Slurm, clang and libFuzzer, the venvs; the default
+#   scripts/setup.sh PURPOSE PACKAGE...   those packages as well
+#
 # Safe to re-run: it only calls apt-get when something is missing.
 set -euo pipefail
-PACKAGES=(
+what=${1:-test}
+(($#)) && shift
+RUN_PACKAGES=(
   build-essential cmake pkg-config
-  libyaml-cpp-dev libcli11-dev catch2 nlohmann-json3-dev
+  ccache   # every build goes through it when present (CMakeLists.txt): rebuilds and the sanitizer builds reuse objects
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libgloo-dev
   libopenblas0-openmp   # OpenBLAS on the OpenMP threads (CMakeLists.txt: one thread pool)
-  libopenmpi-dev openmpi-bin
-  python3 python3-torch python3-numpy python3-yaml python3-matplotlib
-  python3-venv   # .venv-tensorboard below
-  python3-sentencepiece libsentencepiece-dev   # SentencePiece tokenizers: scripts/prepare_text.py and the binary
+  python3   # scripts/prepare_text.py (standard library only for byte tokens)
+  libsentencepiece-dev   # SentencePiece tokenizers in the binary
   fortunes   # ~2.5 MB of English text: the quickstart's training data
+)
+TEST_PACKAGES=(
+  catch2   # the C++ tests (tests/CMakeLists.txt)
+  libopenmpi-dev openmpi-bin   # mpirun launches (tests/multinode_test.sh)
+  python3-torch python3-numpy python3-yaml python3-matplotlib   # the PyTorch reference, plots
+  python3-venv   # .venv-tensorboard and .venv-hf below
+  python3-sentencepiece   # scripts/prepare_text.py --tokenizer sentencepiece, tokenizer tests
   slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
   iproute2 util-linux   # tests/multinode_test.sh: ip netns, tc and unshare (scripts/netns_cluster.sh)
   clang-14 libclang-rt-14-dev   # scripts/fuzz_ci.sh: libFuzzer with ASan and UBSan (tests/fuzz)
 )
+case $what in
+  run) PACKAGES=("${RUN_PACKAGES[@]}" "$@") ;;
+  test) PACKAGES=("${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "$@") ;;
+  *) echo "setup: unknown purpose '$what' (run or test)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,10 +47,11 @@ if ((${#missing[@]})); then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 else
-  echo "setup: all Debian packages present"
+  echo "setup: all Debian packages for '$what' present"
 fi
+[ "$what" = test ] || exit 0
 
 # Optional Python packages from PyPI (Debian does not package them), each in
 # a venv beside the checkout that also sees Debian's packages (PyTorch):
