@@ -126,7 +126,7 @@ void add_model_commands(CLI::App& app, CommandLine& cl) {
   g->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (default 0: all)");
   g->add_option("--seed", gen.seed, "seed of the sampling (default 1234)");
   g->add_option("--device", gen.device, "cpu, cuda or auto (default auto)");
-  g->add_option("--tokenizer", gen.tokenizer, "tokenizer file or directory (default: the run's, see README \"Generating text\")");
+  g->add_option("--tokenizer", gen.tokenizer, "tokenizer file or directory (default: the run's, see docs/GENERATE.md \"Generating text\")");
   g->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
   cl.devices = app.add_subcommand(
       "devices", "say what CUDA this machine and build offer (driver, CUDA module, devices) and what device: auto picks");
@@ -192,7 +192,7 @@ void print_run_header(const trainer::Config& cfg, const trainer::LaunchInfo& lau
   if (launch.launched())
     std::printf("%s\n", trainer::store_secret_from_env().empty()
                              ? "store: no TRAINER_STORE_SECRET: the job token turns away other jobs, not other users "
-                               "who can reach the port (README, Distributed runs)"
+                               "who can reach the port (docs/FEATURES.md, \"Who may join a job's rendezvous store\")"
                              : "store: every rank must prove it holds TRAINER_STORE_SECRET");
 }
 

@@ -36,8 +36,8 @@ TensorMap load_init_weights(const Config& c, std::vector<std::string>* notes) {
                       " problem(s) with its config.json (a difference from the model keys, or a key this trainer "
                       "does not implement):";
     for (const std::string& b : review.problems) msg += "\n  " + b;
-    throw ConfigError(msg + "\n(set the model keys to match the directory's config.json; README, \"Hugging Face "
-                            "models in and out\", lists what is supported)");
+    throw ConfigError(msg + "\n(set the model keys to match the directory's config.json; docs/HUGGING_FACE.md, "
+                            "\"Hugging Face models in and out\", lists what is supported)");
   }
   if (notes)
     for (const std::string& n : review.notes) notes->push_back("init: " + n);
