@@ -27,6 +27,8 @@ limits=(-timeout=1 -rss_limit_mb=512 -malloc_limit_mb=512)
 start=$SECONDS
 
 say() { echo "fuzz_ci: $*"; }
+# A phase's seconds for scripts/test.sh's timing table (when it runs us).
+record() { [[ -n "${TRAINER_TIMINGS:-}" ]] && printf '%s\t%d\t%s\n' "$1" "$2" "$3" >> "$TRAINER_TIMINGS"; return 0; }
 die() { echo "fuzz_ci: $*" >&2; exit 2; }
 
 # --- tools ------------------------------------------------------------------
@@ -52,8 +54,10 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S "$repo/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null || die "cmake configure failed"
 fi
 build_start=$SECONDS
-cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1 || { tail -40 "$build/build.log" >&2; die "build failed"; }
+cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1 ||
+  { tail -40 "$build/build.log" >&2; record "fuzz build" $((SECONDS - build_start)) FAILED; die "build failed"; }
 say "built in $((SECONDS - build_start)) s"
+record "fuzz build" $((SECONDS - build_start)) ok
 
 targets=()
 for f in "$repo"/tests/fuzz/fuzz_*.cpp; do
@@ -114,6 +118,7 @@ echo
 printf '%-20s %10s %8s %7s  %s\n' target executions execs/s cov result
 printf '%s\n' "${rows[@]}"
 say "fuzzing took $((SECONDS - fuzz_start)) s, everything $((SECONDS - start)) s"
+record "fuzz run" $((SECONDS - fuzz_start)) "$( ((${#failed[@]} == 0)) && echo ok || echo FAILED)"
 if ((${#failed[@]} > 0)); then
   for f in "${failed[@]}"; do echo "fuzz_ci: FINDING in $f" >&2; done
   echo "fuzz_ci: reproduce with $build/fuzz_TARGET FILE; fix the reader, then add the minimised file as" \

@@ -38,18 +38,21 @@ TSAN_SPEC=${TSAN_SPEC:-$spec}
 tsan_files=$(grep -lE '\[(checkpoint|store|watchdog|comm|multirank)\]|TEST_CASE\("prefetch|parallel\.overlap on and off give the same run bit for bit' \
   tests/test_*.cpp | xargs -n1 basename | paste -sd';')
 
-build() {  # build DIR FLAGS [TEST_FILES]
-  local dir=$1 flags=$2 files=${3:-}
+# A phase's seconds for scripts/test.sh's timing table (when it runs us).
+record() { [[ -n "${TRAINER_TIMINGS:-}" ]] && printf '%s\t%d\t%s\n' "$1" "$2" "$3" >> "$TRAINER_TIMINGS"; return 0; }
+
+build() {  # build NAME DIR FLAGS [TEST_FILES]
+  local name=$1 dir=$2 flags=$3 files=${4:-} t0=$SECONDS
   mkdir -p "$dir"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DTRAINER_CUDA=OFF "-DTRAINER_TEST_FILES=$files" \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 -fno-omit-frame-pointer -march=x86-64-v2 -fno-math-errno $flags" \
     -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="$flags" \
     -DCMAKE_MODULE_LINKER_FLAGS_SANITIZE="$flags" > "$dir/configure.log" 2>&1 ||
-    { cat "$dir/configure.log"; exit 1; }
-  local t0=$SECONDS
+    { cat "$dir/configure.log"; record "$name build" $((SECONDS - t0)) FAILED; exit 1; }
   cmake --build "$dir" -j"$jobs" --target unit_tests trainer > "$dir/build.log" 2>&1 ||
-    { tail -40 "$dir/build.log"; exit 1; }
-  echo "sanitize_ci: $dir built in $((SECONDS - t0)) s"
+    { tail -40 "$dir/build.log"; record "$name build" $((SECONDS - t0)) FAILED; exit 1; }
+  echo "sanitize_ci: $dir configured and built in $((SECONDS - t0)) s"
+  record "$name build" $((SECONDS - t0)) ok
 }
 
 run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
@@ -63,6 +66,7 @@ run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
     rc=1
   fi
   echo "sanitize_ci: $name ($spec) $( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/test.log"
+  record "$name run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo FAILED)"
   return $rc
 }
 
@@ -72,13 +76,13 @@ failed=0
 for w in "${what[@]}"; do
   case $w in
     asan)
-      build build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+      build asan build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         run asan build-asan "$ASAN_SPEC" || failed=1 ;;
     tsan)
       # No target_clones: their ifunc resolvers run while the loader
       # relocates, before TSan's runtime is up, and crash instrumented.
-      build build-tsan "-fsanitize=thread -DTRAINER_NO_SIMD_CLONES" "$tsan_files"
+      build tsan build-tsan "-fsanitize=thread -DTRAINER_NO_SIMD_CLONES" "$tsan_files"
       OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 die_after_fork=0" \
         run tsan build-tsan "$TSAN_SPEC" || failed=1 ;;
     *) echo "sanitize_ci: unknown sanitizer '$w' (asan or tsan)" >&2; exit 2 ;;

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""The timing table scripts/test.sh prints at the end of every run.
+
+  test_timing.py PHASES_FILE [JUNIT_XML...]
+
+PHASES_FILE holds one line per phase, "NAME<TAB>SECONDS<TAB>RESULT", in the
+order they ran (scripts/test.sh and the scripts it calls append to it through
+TRAINER_TIMINGS). Each JUNIT_XML is a ctest --output-junit file; the ten
+slowest test entries over all of them are listed. Standard library only: it
+must print even where the run failed early.
+"""
+import sys
+import xml.etree.ElementTree as ET
+
+
+def phases(path):
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 2 and parts[1].isdigit():
+                rows.append((parts[0], int(parts[1]), parts[2] if len(parts) > 2 else ""))
+    return rows
+
+
+def slowest(paths, n=10):
+    tests = []
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError) as e:
+            print(f"test_timing: cannot read {path}: {e}")
+            continue
+        for case in root.iter("testcase"):
+            try:
+                tests.append((float(case.get("time", "0")), case.get("name", "?"), case.get("status", "")))
+            except ValueError:
+                continue
+    tests.sort(reverse=True)
+    return tests[:n], len(tests)
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__.strip().split("\n\n")[1])
+        return 2
+    rows = phases(argv[1])
+    total = sum(s for _, s, _ in rows) or 1
+    width = max([len(r[0]) for r in rows] + [len("phase")])
+    print("\ntest.sh timing (seconds, share of the whole run):")
+    print(f"  {'phase':<{width}}  {'s':>6}  {'share':>6}  result")
+    for name, secs, result in rows:
+        print(f"  {name:<{width}}  {secs:>6}  {100.0 * secs / total:>5.1f}%  {result}")
+    print(f"  {'total':<{width}}  {total:>6}  {'':>6}  ({total // 60} min {total % 60} s)")
+    top, count = slowest(argv[2:])
+    if top:
+        print(f"\nthe {len(top)} slowest of {count} ctest entries (seconds; they run two at a time):")
+        for secs, name, status in top:
+            mark = "" if status in ("run", "") else f"  [{status}]"
+            print(f"  {secs:>8.1f}  {name}{mark}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
