@@ -40,16 +40,26 @@
 #include "app/schedule_command.h"
 #include "verify/smoke.h"
 #include "runtime/watchdog.h"
+#include "kernels/cpu/blas_core.h"
 
 namespace {
-// OpenMP threads that spin after a parallel region steal the cores OpenBLAS's
-// own threads need for the next GEMM (measured: 1.6x slower steps on 2 cores).
-// libgomp reads the policy when it loads, before main, so the process
-// re-executes itself once with the variable set; a user's own value wins.
-void ensure_passive_omp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: run as we are
+// Two libraries read their settings when they load, before main, so the
+// process re-executes itself once with them set (a user's own values win):
+// - OpenMP threads that spin after a parallel region steal the cores
+//   OpenBLAS's own threads need for the next GEMM (measured: 1.6x slower
+//   steps on 2 cores): OMP_WAIT_POLICY=PASSIVE;
+// - OpenBLAS runs 2004-era kernels on a CPU whose model it does not know
+//   (kernels/cpu/blas_core.h): OPENBLAS_CORETYPE, checked after the restart,
+//   which re-executes once more to take it back if it fails.
+void prepare_process(char** argv) {
+  bool restart = false;
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    restart = true;
+  }
+  if (trainer::cpu::choose_blas_core()) restart = true;
+  if (restart) ::execv("/proc/self/exe", argv);  // returns only on failure: run as we are
+  if (trainer::cpu::reject_unverified_blas_core()) ::execv("/proc/self/exe", argv);
 }
 
 // Everything the command line sets: the run's options and each subcommand's.
@@ -252,7 +262,7 @@ int exit_code_of(std::exception_ptr failure) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ensure_passive_omp_wait(argv);
+  prepare_process(argv);
   CLI::App app{"trainer: train Transformer and MoE language models from one YAML file"};
   CommandLine cl;
   add_run_options(app, cl);

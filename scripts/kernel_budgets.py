@@ -952,6 +952,64 @@ def compile_one(nvcc: str, root: str, src: str, arch: str, out_dir: str) -> Tupl
     return src, arch, log_path
 
 
+def split_by_arch(text: str, marker: "re.Pattern[str]") -> Dict[str, str]:
+    """A text holding one block per architecture (nvcc's output for several -gencode
+    targets, cuobjdump's PTX listing) -> arch -> its block; marker's group 1 names the
+    architecture a block starts with."""
+    blocks: Dict[str, List[str]] = {}
+    arch = None
+    for line in text.splitlines():
+        m = marker.search(line)
+        if m:
+            arch = "sm_" + m.group(1)
+            blocks.setdefault(arch, [])
+        if arch is not None:
+            blocks[arch].append(line)
+    return {a: "\n".join(lines) + "\n" for a, lines in blocks.items()}
+
+
+# ptxas runs once per architecture; each of its reports starts at "Compiling entry
+# function ... for 'sm_XX'" (and the functions' properties follow their entry, so a
+# block holds one architecture). Kept lines before the first entry (gmem) go nowhere.
+_RE_PTXAS_ARCH = re.compile(r"Compiling entry function '[^']+' for 'sm_(\d+a?)'")
+_RE_CUOBJDUMP_ARCH = re.compile(r"^arch = sm_(\d+a?)\s*$")
+
+
+def take_from_build(build_dir: str, root: str, sources: Sequence[str], archs: Sequence[str],
+                    out_dir: str) -> None:
+    """The ptxas reports and the PTX of the objects the build made (--from-build), written
+    as compile_one writes them: scripts/cuda_compile.sh kept each object's nvcc output as
+    OBJECT.ptxas; cuobjdump lists the PTX embedded in the object."""
+    cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    for src in sources:
+        rel = os.path.relpath(src, root)
+        obj = os.path.join(build_dir, "CMakeFiles", "trainer_cuda.dir", rel + ".o")
+        if not os.path.isfile(obj) or not os.path.isfile(obj + ".ptxas"):
+            raise RuntimeError("%s: no object or no ptxas report (%s.ptxas) for %s: build the "
+                               "CUDA module there first (cmake --build %s --target trainer_cuda)"
+                               % (build_dir, obj, rel, build_dir))
+        # A warning applies to every architecture: keep the lines outside the blocks too.
+        log = read_text(obj + ".ptxas")
+        others = "\n".join(l for l in log.splitlines()
+                           if not re.search(r"^ptxas info|^ +\d+ bytes stack frame", l))
+        reports = split_by_arch(log, _RE_PTXAS_ARCH)
+        res = subprocess.run([cuobjdump, "-ptx", obj], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError("cuobjdump -ptx %s failed (exit %d): %s"
+                               % (obj, res.returncode, res.stderr.strip()))
+        ptx = split_by_arch(res.stdout, _RE_CUOBJDUMP_ARCH)
+        stem = os.path.splitext(os.path.basename(src))[0]
+        for a in archs:
+            if a not in ptx:
+                raise RuntimeError("%s holds no PTX for %s (it has %s): the build's "
+                                   "CMAKE_CUDA_ARCHITECTURES differ from the budgets'"
+                                   % (obj, a, ", ".join(sorted(ptx)) or "none"))
+            with open(os.path.join(out_dir, "%s.%s.ptxas.txt" % (stem, a)), "w", encoding="utf-8") as fh:
+                fh.write(reports.get(a, "") + others + "\n")
+            with open(os.path.join(out_dir, "%s.%s.ptx" % (stem, a)), "w", encoding="utf-8") as fh:
+                fh.write(ptx[a])
+
+
 def find_nvcc(explicit: Optional[str]) -> Optional[str]:
     """--nvcc, else $NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc (where CMake
     looks too); None when none of them is there."""
@@ -977,6 +1035,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--nvcc", default=None, help="nvcc to use (default: $NVCC, PATH, /usr/local/cuda)")
     ap.add_argument("--no-compile", action="store_true",
                     help="check the logs a previous run left in the build directory")
+    ap.add_argument("--from-build", default=None, metavar="CMAKE_BUILD_DIR",
+                    help="check the objects that build compiled (the ptxas report "
+                         "scripts/cuda_compile.sh kept, the PTX in the object) instead of "
+                         "compiling every file again")
     ap.add_argument("--full", action="store_true",
                     help="print every kernel instance, not one row per budget line")
     ap.add_argument("--suggest", action="store_true",
@@ -999,7 +1061,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
 
     nvcc = None
-    if not args.no_compile:
+    if args.from_build:
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            take_from_build(os.path.abspath(args.from_build), root, sources, archs, out_dir)
+        except (OSError, RuntimeError) as err:
+            print("kernel_budgets: %s" % err, file=sys.stderr)
+            return 2
+    elif not args.no_compile:
         nvcc = find_nvcc(args.nvcc)
         if nvcc is None:
             print("kernel_budgets: skipped: nvcc not found (set NVCC, put it on PATH or install "

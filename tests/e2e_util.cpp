@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>

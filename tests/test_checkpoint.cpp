@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "tests/build_paths.h"
 #include <cmath>
 #include <cstdio>
 #include <chrono>

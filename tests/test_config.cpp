@@ -3,6 +3,8 @@
 // key (checked both in-process and through the real binary's exit code 2).
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "tests/build_paths.h"
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -6,6 +6,8 @@
 // uninterrupted loss curve; optimizer memory per rank falls as 1/DP.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <algorithm>

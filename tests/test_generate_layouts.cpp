@@ -9,6 +9,8 @@
 // 256 ids, so the prompt and the output are token ids.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <string>

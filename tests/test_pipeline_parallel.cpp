@@ -8,6 +8,8 @@
 // smoke test runs on every rank of a pipeline.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <algorithm>

@@ -6,6 +6,8 @@
 // broken schedules are rejected naming the rank and the action.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <cmath>
 #include <cstdio>
 #include <string>

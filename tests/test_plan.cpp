@@ -5,6 +5,8 @@
 // tests/test_plan_traffic.cpp. The FLOP counts of sliding-window attention.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <cmath>

@@ -6,6 +6,8 @@
 // equally fast layouts.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <cmath>
 #include <cstdio>
 #include <string>

@@ -3,6 +3,8 @@
 // warning, and the learning-rate schedule stays finite and sensible then.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <cmath>

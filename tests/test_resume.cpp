@@ -2,6 +2,8 @@
 // checkpoint is being written, a corrupted shard, and the smoke-test verdicts.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

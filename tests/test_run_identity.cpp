@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "tests/build_paths.h"
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -12,6 +12,8 @@
 // TRAINER_TEST_HOOKS (train/test_hooks.h).
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <algorithm>

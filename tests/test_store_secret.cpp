@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "tests/build_paths.h"
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>

@@ -8,6 +8,8 @@
 // resumes at tp 4 and then in one process on the same curve.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <algorithm>

@@ -5,6 +5,8 @@
 // The scalars must equal metrics.jsonl's, as floats.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>

@@ -4,6 +4,8 @@
 // and the trainer refuses such a file even when no step would draw it.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

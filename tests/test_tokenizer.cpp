@@ -6,6 +6,8 @@
 // skipped by ctest when the build has no library).
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

@@ -3,6 +3,8 @@
 // end-to-end run of the binary whose loss must fall.
 #include <catch2/catch.hpp>
 
+#include "tests/build_paths.h"
+
 #include <sys/wait.h>
 
 #include <cmath>

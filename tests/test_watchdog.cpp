@@ -5,6 +5,8 @@
 // exit with kDistributedFailureExitCode within parallel.timeout_s + 6 s, with a
 // message naming the collective, the group, the step and the missing rank.
 #include <catch2/catch.hpp>
+
+#include "tests/build_paths.h"
 #include <atomic>
 
 #include <fcntl.h>

@@ -4,6 +4,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_info.h"
 #include "model/tp_traffic.h"
 #include "observe/context_report.h"
@@ -25,7 +26,9 @@ std::string format_run_line(const Config& cfg, const DeviceChoice& dev, DType st
            std::to_string(cfg.train.seq_len / (2 * mesh.cp)) + " tokens, ring attention)";
   if (mesh.dp > 1 || stage > 0)
     out += ", data parallel " + std::to_string(mesh.dp) + ", ZeRO stage " + std::to_string(stage);
-  return out + "\n";
+  out += "\n";
+  if (dev.device == Device::CPU) out += "BLAS: " + cpu::blas_core_summary() + "\n";
+  return out;
 }
 
 std::string format_memory_report(const Config& cfg, const MemoryPlan& plan, const DeviceChoice& dev, DType storage,

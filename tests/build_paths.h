@@ -1,0 +1,17 @@
+// Where this build put `trainer` and the CUDA modules, and the source tree.
+// Only tests/build_paths.cpp is compiled with the paths (tests/CMakeLists.txt),
+// so every other test source compiles to the same object in any checkout and
+// build directory, and ccache hands it to a fresh clone.
+#pragma once
+
+namespace trainer::test {
+const char* trainer_bin();
+const char* source_dir();
+const char* cuda_module_file();           // "" when this build has no CUDA module
+const char* stand_in_cuda_module_file();  // "" likewise
+}  // namespace trainer::test
+
+#define TRAINER_BIN (::trainer::test::trainer_bin())
+#define TRAINER_SOURCE_DIR (::trainer::test::source_dir())
+#define TRAINER_CUDA_MODULE_FILE (::trainer::test::cuda_module_file())
+#define STAND_IN_CUDA_MODULE_FILE (::trainer::test::stand_in_cuda_module_file())
