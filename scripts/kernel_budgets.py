@@ -311,9 +311,10 @@ def short_name(demangled: str) -> str:
     s = _strip_params(demangled)
     s = s.replace("(anonymous namespace)::", "")
     s = s.replace("trainer::cuda::", "").replace("trainer::", "")
-    # CUB's versioned inline namespace (cub::CUB_300001_SM_800::) names the library
-    # version and the architecture: left out, so one budget line fits every build
-    s = re.sub(r"\bCUB_\d+_SM_\d+::", "", s)
+    # CUB's versioned inline namespace (cub::CUB_300001_SM_800::, or SM_800_900 when
+    # one compile makes both) names the library version and the architectures: left
+    # out, so one budget line fits every build
+    s = re.sub(r"\bCUB_\d+_SM_\d+(?:_\d+)*::", "", s)
     while "> >" in s:
         s = s.replace("> >", ">>")
     return s
@@ -975,6 +976,27 @@ _RE_PTXAS_ARCH = re.compile(r"Compiling entry function '[^']+' for 'sm_(\d+a?)'"
 _RE_CUOBJDUMP_ARCH = re.compile(r"^arch = sm_(\d+a?)\s*$")
 
 
+_RE_PTX_START = re.compile(rb"\.version\s+[\d.]+[\0\n]+\.target\s+sm_(\d+a?)")
+
+
+def ptx_in_object(obj: str) -> Dict[str, str]:
+    """arch -> PTX of an object nvcc made, without cuobjdump (a minimal toolkit has none):
+    nvcc 13's fat binary keeps each architecture's PTX uncompressed (unless asked to
+    compress it, -Xfatbin=-compress-all), its lines ended by NUL bytes instead of
+    newlines. A block runs from its .version to the next one; what follows the PTX
+    (the cubin) holds no `.entry NAME(` for the parser to find."""
+    with open(obj, "rb") as fh:
+        data = fh.read()
+    starts = list(_RE_PTX_START.finditer(data))
+    out: Dict[str, str] = {}
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(data)
+        text = data[m.start():end].replace(b"\0", b"\n").decode("latin-1")
+        arch = "sm_" + m.group(1).decode()
+        out[arch] = out.get(arch, "") + text
+    return out
+
+
 def take_from_build(build_dir: str, root: str, sources: Sequence[str], archs: Sequence[str],
                     out_dir: str) -> None:
     """The ptxas reports and the PTX of the objects the build made (--from-build), written
@@ -993,16 +1015,20 @@ def take_from_build(build_dir: str, root: str, sources: Sequence[str], archs: Se
         others = "\n".join(l for l in log.splitlines()
                            if not re.search(r"^ptxas info|^ +\d+ bytes stack frame", l))
         reports = split_by_arch(log, _RE_PTXAS_ARCH)
-        res = subprocess.run([cuobjdump, "-ptx", obj], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError("cuobjdump -ptx %s failed (exit %d): %s"
-                               % (obj, res.returncode, res.stderr.strip()))
-        ptx = split_by_arch(res.stdout, _RE_CUOBJDUMP_ARCH)
+        if os.path.isfile(cuobjdump):
+            res = subprocess.run([cuobjdump, "-ptx", obj], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise RuntimeError("cuobjdump -ptx %s failed (exit %d): %s"
+                                   % (obj, res.returncode, res.stderr.strip()))
+            ptx = split_by_arch(res.stdout, _RE_CUOBJDUMP_ARCH)
+        else:
+            ptx = ptx_in_object(obj)
         stem = os.path.splitext(os.path.basename(src))[0]
         for a in archs:
             if a not in ptx:
-                raise RuntimeError("%s holds no PTX for %s (it has %s): the build's "
-                                   "CMAKE_CUDA_ARCHITECTURES differ from the budgets'"
+                raise RuntimeError("%s holds no readable PTX for %s (it has %s): the build's "
+                                   "CMAKE_CUDA_ARCHITECTURES differ from the budgets', or the "
+                                   "fat binary is compressed (run without --from-build)"
                                    % (obj, a, ", ".join(sorted(ptx)) or "none"))
             with open(os.path.join(out_dir, "%s.%s.ptxas.txt" % (stem, a)), "w", encoding="utf-8") as fh:
                 fh.write(reports.get(a, "") + others + "\n")
