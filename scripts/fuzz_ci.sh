@@ -28,7 +28,10 @@ start=$SECONDS
 
 say() { echo "fuzz_ci: $*"; }
 # A phase's seconds for scripts/test.sh's timing table (when it runs us).
-record() { [[ -n "${TRAINER_TIMINGS:-}" ]] && printf '%s\t%d\t%s\n' "$1" "$2" "$3" >> "$TRAINER_TIMINGS"; return 0; }
+record() {
+  [[ -n "${TRAINER_TIMINGS:-}" ]] && printf '%s\t%d\t%s\n' "$1" "$2" "$3${TRAINER_TIMING_NOTE:+ $TRAINER_TIMING_NOTE}" >> "$TRAINER_TIMINGS"
+  return 0
+}
 die() { echo "fuzz_ci: $*" >&2; exit 2; }
 
 # --- tools ------------------------------------------------------------------

@@ -55,17 +55,49 @@ build() {  # build NAME DIR FLAGS [TEST_FILES]
   record "$name build" $((SECONDS - t0)) ok
 }
 
+# The spec's test cases are dealt round-robin to SANITIZE_SHARDS unit_tests
+# processes (default: the cores) that run side by side: one process leaves a
+# core idle (the TSan run has one OpenMP thread). The cases run, and their
+# count, are the spec's; a shard that runs fewer cases than it was dealt fails.
+shards=${SANITIZE_SHARDS:-$(nproc)}
+report_re='^(==[0-9]+==ERROR|SUMMARY: (Address|UndefinedBehavior|Thread)Sanitizer|WARNING: ThreadSanitizer)|runtime error:'
+
+cases_run() {  # cases_run LOG: the test cases Catch's summary counts
+  sed -nE 's/.*assertions? in ([0-9]+) test cases?.*/\1/p; s/^test cases: *([0-9]+).*/\1/p' "$1" | tail -1
+}
+
 run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
-  local name=$1 dir=$2 spec=$3 t0=$SECONDS rc=0
-  (cd "$dir/tests" && ./unit_tests "$spec" --durations no > "$root/$dir/test.log" 2>&1) || rc=$?
-  tail -3 "$root/$dir/test.log"
-  if grep -qE "^(==[0-9]+==ERROR|SUMMARY: (Address|UndefinedBehavior|Thread)Sanitizer|WARNING: ThreadSanitizer)|runtime error:" \
-      "$root/$dir/test.log"; then
+  local name=$1 dir=$2 spec=$3 t0=$SECONDS rc=0 s n got total=0
+  local out="$root/$dir"
+  (cd "$dir/tests" && ./unit_tests "$spec" --list-test-names-only) | sed '/^[[:space:]]*$/d' > "$out/cases.txt"
+  n=$(wc -l < "$out/cases.txt")
+  ((n > 0)) || { echo "sanitize_ci: $name: no test case matches $spec"; return 1; }
+  local pids=()
+  for ((s = 0; s < shards; s++)); do
+    # Catch reads each line as a name; ',', '[', ']', '*' and '\' are escaped
+    # as ctest's test list escapes them, or a name with a comma matches nothing.
+    awk -v s="$s" -v k="$shards" 'NR % k == s' "$out/cases.txt" | sed 's/[],[\\*]/\\&/g' > "$out/cases.$s.txt"
+    (cd "$dir/tests" && exec ./unit_tests -f "$out/cases.$s.txt" --durations no > "$out/test.$s.log" 2>&1) &
+    pids+=($!)
+  done
+  for ((s = 0; s < shards; s++)); do
+    wait "${pids[s]}" || rc=1
+    got=$(cases_run "$out/test.$s.log")
+    sed '/^[[:space:]]*$/d' "$out/test.$s.log" | tail -1 | sed "s/^/  shard $s: /"
+    if [[ "$got" != "$(wc -l < "$out/cases.$s.txt")" ]]; then
+      echo "sanitize_ci: $name shard $s ran ${got:-no} test cases of the $(wc -l < "$out/cases.$s.txt") it was dealt"
+      rc=1
+    fi
+    total=$((total + ${got:-0}))
+  done
+  cat "$out"/test.[0-9]*.log > "$out/test.log"
+  if grep -qE "$report_re" "$out/test.log"; then
     echo "sanitize_ci: $name reported (first report):"
-    grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$root/$dir/test.log"
+    grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$out/test.log"
     rc=1
   fi
-  echo "sanitize_ci: $name ($spec) $( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/test.log"
+  echo "sanitize_ci: $name ($spec): $total of $n test cases in $shards processes," \
+    "$( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/test.log"
   record "$name run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo FAILED)"
   return $rc
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The timing table scripts/test.sh prints at the end of every run.
 
-  test_timing.py PHASES_FILE [JUNIT_XML...]
+  test_timing.py [--wall SECONDS] PHASES_FILE [JUNIT_XML...]
 
 PHASES_FILE holds one line per phase, "NAME<TAB>SECONDS<TAB>RESULT", in the
-order they ran (scripts/test.sh and the scripts it calls append to it through
-TRAINER_TIMINGS). Each JUNIT_XML is a ctest --output-junit file; the ten
+order they ended (scripts/test.sh and the scripts it calls append to it
+through TRAINER_TIMINGS). Phases may overlap (the fuzzers run beside the
+sanitizer phases), so shares are of the wall time, --wall, when given. Each JUNIT_XML is a ctest --output-junit file; the ten
 slowest test entries over all of them are listed. Standard library only: it
 must print even where the run failed early.
 """
@@ -41,17 +42,21 @@ def slowest(paths, n=10):
 
 
 def main(argv):
+    wall = None
+    if len(argv) > 2 and argv[1] == "--wall":
+        wall = int(argv[2])
+        argv = argv[:1] + argv[3:]
     if len(argv) < 2:
         print(__doc__.strip().split("\n\n")[1])
         return 2
     rows = phases(argv[1])
-    total = sum(s for _, s, _ in rows) or 1
+    total = wall or sum(s for _, s, _ in rows) or 1
     width = max([len(r[0]) for r in rows] + [len("phase")])
-    print("\ntest.sh timing (seconds, share of the whole run):")
+    print("\ntest.sh timing (seconds, share of the %s):" % ("wall time" if wall else "phases' sum"))
     print(f"  {'phase':<{width}}  {'s':>6}  {'share':>6}  result")
     for name, secs, result in rows:
         print(f"  {name:<{width}}  {secs:>6}  {100.0 * secs / total:>5.1f}%  {result}")
-    print(f"  {'total':<{width}}  {total:>6}  {'':>6}  ({total // 60} min {total % 60} s)")
+    print(f"  {'wall' if wall else 'total':<{width}}  {total:>6}  {'':>6}  ({total // 60} min {total % 60} s)")
     top, count = slowest(argv[2:])
     if top:
         print(f"\nthe {len(top)} slowest of {count} ctest entries (seconds; they run two at a time):")
