@@ -10,8 +10,13 @@ sanitizer phases), so shares are of the wall time, --wall, when given. Each JUNI
 slowest test entries over all of them are listed. Standard library only: it
 must print even where the run failed early.
 """
+import re
 import sys
 import xml.etree.ElementTree as ET
+
+# Catch2's closing line of a unit_tests run that ctest captured.
+_CATCH = re.compile(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)|"
+                    r"test cases: *(\d+).*?\nassertions: *(\d+)", re.S)
 
 
 def phases(path):
@@ -22,6 +27,30 @@ def phases(path):
             if len(parts) >= 2 and parts[1].isdigit():
                 rows.append((parts[0], int(parts[1]), parts[2] if len(parts) > 2 else ""))
     return rows
+
+
+def counts(paths):
+    """(ctest entries by status, Catch test cases, Catch assertions) of the runs."""
+    status, cases, assertions = {}, 0, 0
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        for case in root.iter("testcase"):
+            st = {"run": "passed", "notrun": "skipped", "fail": "failed"}.get(case.get("status", "run"), case.get("status"))
+            if case.find("failure") is not None:
+                st = "failed"
+            status[st] = status.get(st, 0) + 1
+            out = case.findtext("system-out") or ""
+            for m in _CATCH.finditer(out):
+                if m.group(1):
+                    assertions += int(m.group(1))
+                    cases += int(m.group(2))
+                else:
+                    cases += int(m.group(3))
+                    assertions += int(m.group(4))
+    return status, cases, assertions
 
 
 def slowest(paths, n=10):
@@ -57,6 +86,11 @@ def main(argv):
     for name, secs, result in rows:
         print(f"  {name:<{width}}  {secs:>6}  {100.0 * secs / total:>5.1f}%  {result}")
     print(f"  {'wall' if wall else 'total':<{width}}  {total:>6}  {'':>6}  ({total // 60} min {total % 60} s)")
+    status, cases, assertions = counts(argv[2:])
+    if status:
+        kinds = ", ".join(f"{v} {k}" for k, v in sorted(status.items()))
+        print(f"\nctest: {sum(status.values())} entries ({kinds}); unit_tests among them: "
+              f"{cases} test cases, {assertions} assertions")
     top, count = slowest(argv[2:])
     if top:
         print(f"\nthe {len(top)} slowest of {count} ctest entries (seconds; they run two at a time):")
