@@ -955,7 +955,7 @@ def compile_one(nvcc: str, root: str, src: str, arch: str, out_dir: str) -> Tupl
 
 def split_by_arch(text: str, marker: "re.Pattern[str]") -> Dict[str, str]:
     """A text holding one block per architecture (nvcc's output for several -gencode
-    targets, cuobjdump's PTX listing) -> arch -> its block; marker's group 1 names the
+    targets) -> arch -> its block; marker's group 1 names the
     architecture a block starts with."""
     blocks: Dict[str, List[str]] = {}
     arch = None
@@ -973,14 +973,14 @@ def split_by_arch(text: str, marker: "re.Pattern[str]") -> Dict[str, str]:
 # function ... for 'sm_XX'" (and the functions' properties follow their entry, so a
 # block holds one architecture). Kept lines before the first entry (gmem) go nowhere.
 _RE_PTXAS_ARCH = re.compile(r"Compiling entry function '[^']+' for 'sm_(\d+a?)'")
-_RE_CUOBJDUMP_ARCH = re.compile(r"^arch = sm_(\d+a?)\s*$")
 
 
 _RE_PTX_START = re.compile(rb"\.version\s+[\d.]+[\0\n]+\.target\s+sm_(\d+a?)")
 
 
 def ptx_in_object(obj: str) -> Dict[str, str]:
-    """arch -> PTX of an object nvcc made, without cuobjdump (a minimal toolkit has none):
+    """arch -> PTX of an object nvcc made, read from its bytes (cuobjdump would do it, but a
+    minimal toolkit, as here, has none):
     nvcc 13's fat binary keeps each architecture's PTX uncompressed (unless asked to
     compress it, -Xfatbin=-compress-all), its lines ended by NUL bytes instead of
     newlines. A block runs from its .version to the next one; what follows the PTX
@@ -1001,8 +1001,7 @@ def take_from_build(build_dir: str, root: str, sources: Sequence[str], archs: Se
                     out_dir: str) -> None:
     """The ptxas reports and the PTX of the objects the build made (--from-build), written
     as compile_one writes them: scripts/cuda_compile.sh kept each object's nvcc output as
-    OBJECT.ptxas; cuobjdump lists the PTX embedded in the object."""
-    cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    OBJECT.ptxas; the PTX is the one embedded in the object (ptx_in_object)."""
     for src in sources:
         rel = os.path.relpath(src, root)
         obj = os.path.join(build_dir, "CMakeFiles", "trainer_cuda.dir", rel + ".o")
@@ -1015,14 +1014,7 @@ def take_from_build(build_dir: str, root: str, sources: Sequence[str], archs: Se
         others = "\n".join(l for l in log.splitlines()
                            if not re.search(r"^ptxas info|^ +\d+ bytes stack frame", l))
         reports = split_by_arch(log, _RE_PTXAS_ARCH)
-        if os.path.isfile(cuobjdump):
-            res = subprocess.run([cuobjdump, "-ptx", obj], capture_output=True, text=True)
-            if res.returncode != 0:
-                raise RuntimeError("cuobjdump -ptx %s failed (exit %d): %s"
-                                   % (obj, res.returncode, res.stderr.strip()))
-            ptx = split_by_arch(res.stdout, _RE_CUOBJDUMP_ARCH)
-        else:
-            ptx = ptx_in_object(obj)
+        ptx = ptx_in_object(obj)
         stem = os.path.splitext(os.path.basename(src))[0]
         for a in archs:
             if a not in ptx:

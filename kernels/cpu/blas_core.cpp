@@ -13,6 +13,13 @@
 #include <utility>
 #include <vector>
 
+// OpenBLAS's Fortran entry point: the check goes through it, not cblas_sgemm,
+// so it stays out of the per-step timing bench/blas_time.cpp takes of every
+// cblas_sgemm call; both reach the same kernels.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc);
+
 namespace trainer::cpu {
 
 namespace {
@@ -64,19 +71,6 @@ void fill(std::vector<float>& v, uint32_t state) {
     x = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
   }
 }
-
-}  // namespace
-}  // namespace trainer::cpu
-
-// OpenBLAS's Fortran entry point: the check goes through it, not cblas_sgemm,
-// so it stays out of the per-step timing bench/blas_time.cpp takes of every
-// cblas_sgemm call; both reach the same kernels.
-extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                       const float* beta, float* c, const int* ldc);
-
-namespace trainer::cpu {
-namespace {
 
 // Largest |C - reference| relative to sum_k |a_ik b_kj| for one column-major
 // product C (M x N) = op(A) op(B), A stored M x K (K x M transposed), B K x N
