@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "comm/nccl_table.h"
+#include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/blas_info.h"
 #include "core/cuda_module.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_select.h"
@@ -50,6 +52,10 @@ std::string describe_devices(bool* ok) {
     }
   }
   out += "train.device=auto: " + select_device("auto", 0).line + "\n";
+  // The CPU side too: which OpenBLAS kernels a CPU run here gets (the same
+  // choice every subcommand makes at start-up, app/main.cpp), so a script
+  // can run its own BLAS with the same core (scripts/bench_cpu.py).
+  out += "cpu BLAS: OpenBLAS " + cpu::blas_threading() + ", " + cpu::blas_core_summary() + "\n";
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "model/sharding.h"
 #include "runtime/device_select.h"
 #include "infer/generate.h"
+#include "kernels/cpu/blas_core.h"
 #include "interop/run_tokenizer.h"
 
 namespace trainer {
@@ -88,6 +89,7 @@ int run_generate(const GenerateOptions& opt) {
                (long long)ck.meta.step, ck.meta.layout.c_str(), saved.model.arch.c_str(),
                std::to_string(saved.model.n_layers).append(" layers").c_str(), tok->kind().c_str(),
                chosen.empty() ? "" : " from ", chosen.c_str(), dev.line.c_str());
+  if (dev.device == Device::CPU) std::fprintf(stderr, "BLAS: %s\n", cpu::blas_core_summary().c_str());
   if (int64_t(prompt.size()) > window)
     std::fprintf(stderr, "generate: the prompt has %zu tokens, the context window %lld (train.seq_len): keeping its "
                          "last %lld\n", prompt.size(), (long long)window, (long long)window);

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -78,6 +79,33 @@ TEST_CASE("blas core: the best core the CPU's features allow, never a step down"
   CHECK(cpu::blas_core_level("FutureLake") == -1);
 }
 
+TEST_CASE("blas core: the choice from features, OpenBLAS's pick and the user's setting", "[blas]") {
+  const auto skx = features(true, true, true, false), hsw = features(true, true, false, false);
+  CHECK(cpu::core_to_request(skx, "Prescott", "") == "SkylakeX");
+  CHECK(cpu::core_to_request(hsw, "Prescott", "") == "Haswell");
+  CHECK(cpu::core_to_request(skx, "SkylakeX", "").empty());
+  // The user's setting wins, whatever it is: a worse core, an unknown name.
+  CHECK(cpu::core_to_request(skx, "Prescott", "Prescott").empty());
+  CHECK(cpu::core_to_request(skx, "Prescott", "Haswell").empty());
+  CHECK(cpu::core_to_request(skx, "Prescott", "NoSuchCore").empty());
+  // The verdict after the restart: the asked core must run and pass the check.
+  CHECK(cpu::core_check_verdict("SkylakeX", "SkylakeX", 2e-7).empty());
+  CHECK(cpu::core_check_verdict("SkylakeX", "skylakex", 9e-5).empty());
+  CHECK(cpu::core_check_verdict("SkylakeX", "Prescott", -1) == "SkylakeX was asked for but OpenBLAS runs Prescott");
+  CHECK(cpu::core_check_verdict("SkylakeX", "SkylakeX", 0.03) ==
+        "SkylakeX failed the sgemm check (largest relative error 0.03, limit 0.0001)");
+  CHECK_FALSE(cpu::core_check_verdict("SkylakeX", "SkylakeX", NAN).empty());
+}
+
+TEST_CASE("blas core: the sgemm check catches a kernel that computes wrongly", "[blas]") {
+  const double good = cpu::sgemm_check_error(), wrong = cpu::sgemm_check_error(cpu::wrong_sgemm_standin);
+  std::printf("[blas core] sgemm check: OpenBLAS %.3g, the stand-in that drops one term %.3g (limit 1e-4)\n", good,
+              wrong);
+  CHECK(good < 1e-5);
+  CHECK(wrong > 1e-3);
+  CHECK_FALSE(cpu::core_check_verdict(cpu::blas_core_name(), cpu::blas_core_name(), wrong).empty());
+}
+
 TEST_CASE("blas core: the kernels this process runs pass the sgemm check", "[blas]") {
   const double err = cpu::sgemm_check_error();
   std::printf("[blas core] %s: sgemm against the double loop, largest relative error %.3g (limit 1e-4)\n",
@@ -105,6 +133,15 @@ TEST_CASE("blas core: the start-up line says which core runs and why", "[blas][b
   }
   // The user's choice is kept and named.
   CHECK(blas_line(dir, "OPENBLAS_CORETYPE=Prescott") == "BLAS: core Prescott, OPENBLAS_CORETYPE=Prescott");
+  // A core whose sgemm computes wrongly (the stand-in, on the core set as
+  // the trainer sets it) is taken back: the run goes on with OpenBLAS's own
+  // choice and says why.
+  const std::string wrong = blas_line(
+      dir, "OPENBLAS_CORETYPE=Prescott TRAINER_BLAS_CORE_SET=Prescott TRAINER_BLAS_CORE_PICKED=Prescott "
+           "TRAINER_TEST_BLAS_CHECK=wrong");
+  CHECK_THAT(wrong, Catch::Contains("OpenBLAS's choice") &&
+                        Catch::Contains("Prescott failed the sgemm check (largest relative error") &&
+                        Catch::Contains("OPENBLAS_CORETYPE=NAME forces a core"));
   // A core OpenBLAS does not run as asked is taken back, saying so.
   const std::string back = blas_line(dir, "OPENBLAS_CORETYPE=NoSuchCore TRAINER_BLAS_CORE_SET=NoSuchCore");
   CHECK_THAT(back, Catch::Contains("OpenBLAS's choice") &&

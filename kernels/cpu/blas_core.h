@@ -29,6 +29,14 @@ std::string best_blas_core(const CpuFeatures& cpu);
 // The core to ask for instead of `picked`, "" to keep it.
 std::string better_blas_core(const CpuFeatures& cpu, const std::string& picked);
 
+// The whole choice, as a pure function: the core to ask for given what the
+// CPU can run, what OpenBLAS picked and the user's OPENBLAS_CORETYPE ("" when
+// unset; any setting wins: nothing is asked for), "" to keep OpenBLAS's pick.
+std::string core_to_request(const CpuFeatures& cpu, const std::string& picked, const std::string& user_setting);
+// The verdict on a requested core: "" when OpenBLAS runs `asked` and its
+// sgemm check's error is within the limit, else why it must be taken back.
+std::string core_check_verdict(const std::string& asked, const std::string& runs, double check_error);
+
 // OpenBLAS's own name for the core it runs.
 std::string blas_core_name();
 
@@ -42,9 +50,20 @@ bool choose_blas_core();
 // returns true: the caller must re-execute again.
 bool reject_unverified_blas_core();
 
-// The largest relative error of OpenBLAS's sgemm against the reference over
-// the shapes and transpositions the trainer's linears use.
-double sgemm_check_error();
+// A column-major sgemm with the Fortran BLAS's signature.
+using SgemmFn = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                         const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                         const float* beta, float* c, const int* ldc);
+// The largest relative error of `sgemm` (null: OpenBLAS's) against the
+// reference over the shapes and transpositions the trainer's linears use.
+double sgemm_check_error(SgemmFn sgemm = nullptr);
+// A stand-in that computes wrongly, as a broken kernel would: OpenBLAS's
+// sgemm with the last term of every dot product dropped. The test hook
+// TRAINER_TEST_BLAS_CHECK=wrong makes the start-up check use it, so the
+// fallback can be seen end to end.
+void wrong_sgemm_standin(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                         const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                         const float* beta, float* c, const int* ldc);
 
 // For the start-up line: "core SkylakeX (...why, and how to choose another)".
 std::string blas_core_summary();
