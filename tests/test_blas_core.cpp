@@ -131,6 +131,12 @@ TEST_CASE("blas core: the start-up line says which core runs and why", "[blas][b
     CHECK_THAT(line, Catch::Contains("OpenBLAS's choice"));
     CHECK(cpu::better_blas_core(cpu, runs).empty());
   }
+  // trainer devices says the same for a CPU run here (scripts read it).
+  std::string devices;
+  // (Its exit status is about the CUDA module, which is not this test's.)
+  e2e::run("env -u OPENBLAS_CORETYPE -u TRAINER_BLAS_CORE_SET -u TRAINER_BLAS_CORE_PICKED "
+           "-u TRAINER_BLAS_CORE_REJECTED " + std::string(TRAINER_BIN) + " devices", &devices);
+  CHECK_THAT(devices, Catch::Contains("\ncpu BLAS: OpenBLAS ") && Catch::Contains(line.substr(6) + "\n"));
   // The user's choice is kept and named.
   CHECK(blas_line(dir, "OPENBLAS_CORETYPE=Prescott") == "BLAS: core Prescott, OPENBLAS_CORETYPE=Prescott");
   // A core whose sgemm computes wrongly (the stand-in, on the core set as
