@@ -18,6 +18,13 @@ library that times every cblas_sgemm) and adds a table of how much of the step i
 how fast the step could get if everything else took no time at this BLAS's speed.
 Run with Debian's python3 (it has torch): /usr/bin/python3 scripts/bench_cpu.py [--write]
 
+The same OpenBLAS kernels on both sides: OpenBLAS picks its kernels ("core") from the CPU model and a
+masked model gets slow ones; the trainer corrects that at start-up (kernels/cpu/blas_core.h). The bench
+asks the trainer which core it runs (`trainer devices`, its "cpu BLAS:" line) and runs every PyTorch
+measurement in a child process with OPENBLAS_CORETYPE set to it, so the comparison is kernel for kernel;
+it also times PyTorch as a user gets it (no OPENBLAS_CORETYPE: OpenBLAS's own pick) in another column,
+unless --no-torch-default or the two cores are the same. Each PyTorch child reports the core it ran.
+
 Optional second peer after PyTorch, Karpathy's llm.c CPU trainer (--llmc PATH): build it
 yourself, outside this repository (clone https://github.com/karpathy/llm.c and
 run `make train_gpt2` in it), then pass `--llmc path/to/train_gpt2`. Nothing is
@@ -205,6 +212,57 @@ def bench_torch(shape, threads, steps, warmup):
         opt.step()
         times.append(time.perf_counter() - t0)
     return statistics.median(times[warmup:]) * 1e3, sum(p.numel() for p in m.parameters())
+
+
+def openblas_core():
+    """The core of the OpenBLAS this process's torch loaded (its libblas.so.3 is OpenBLAS on Debian)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "unknown (torch's BLAS is not OpenBLAS)"
+
+
+def torch_worker(spec):
+    """One PyTorch measurement in this (child) process: the parent chose its OPENBLAS_CORETYPE."""
+    if spec["what"] == "sgemm":
+        out = dict(gflops=sgemm_gflops(spec["threads"]))
+    else:
+        ms, nparams = bench_torch(SHAPES[spec["shape"]], spec["threads"], spec["steps"], spec["warmup"])
+        out = dict(ms=ms, nparams=nparams)
+    out.update(core=openblas_core(), version=torch.__version__)
+    print("TORCH_WORKER " + json.dumps(out), flush=True)
+
+
+def run_torch(spec, core):
+    """Runs torch_worker in a child with OPENBLAS_CORETYPE=core (None: unset, OpenBLAS's own pick)."""
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", json.dumps(spec)], env=env,
+                       capture_output=True, text=True)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("TORCH_WORKER ")]
+    if p.returncode != 0 or not lines:
+        sys.exit(f"bench_cpu: the PyTorch child ({spec}, OPENBLAS_CORETYPE={core}) failed:\n{p.stdout}{p.stderr}")
+    out = json.loads(lines[-1][len("TORCH_WORKER "):])
+    if core and out["core"].lower() != core.lower():
+        sys.exit(f"bench_cpu: PyTorch's OpenBLAS runs {out['core']} although OPENBLAS_CORETYPE={core}: "
+                 "the comparison would not be kernel for kernel")
+    return out
+
+
+def trainer_blas(binary):
+    """(core, the trainer's whole "cpu BLAS:" line) from `trainer devices`."""
+    p = subprocess.run([binary, "devices"], capture_output=True, text=True)
+    line = next((l for l in p.stdout.splitlines() if l.startswith("cpu BLAS: ")), None)
+    m = re.search(r", core ([A-Za-z0-9_]+)", line or "")
+    if not m:
+        sys.exit(f"bench_cpu: `{binary} devices` printed no 'cpu BLAS: ... core NAME' line (an older trainer?):\n"
+                 f"{p.stdout}{p.stderr}")
+    return m.group(1), line[len("cpu BLAS: "):]
 
 
 def bench_trainer(binary, shape, threads, steps, warmup, data, blas_time=None):
@@ -443,7 +501,13 @@ def main():
                     "bench/libblas_time.so beside --trainer) and print how much of its step is sgemm: the "
                     "step a faster rest of the code could reach at the machine's GEMM rate")
     ap.add_argument("--write", action="store_true", help="also write the table into docs/PERFORMANCE.md")
+    ap.add_argument("--no-torch-default", action="store_true",
+                    help="skip the PyTorch column with OpenBLAS's own core (the defaults a user gets)")
+    ap.add_argument("--torch-worker", help=argparse.SUPPRESS)  # a child's one measurement (run_torch)
     a = ap.parse_args()
+    if a.torch_worker:
+        torch_worker(json.loads(a.torch_worker))
+        return
     if a.rounds < 1:
         sys.exit(f"bench_cpu: --rounds {a.rounds}: at least 1")
     names = a.shapes.split(",") if a.shapes else DEFAULT_SHAPES + ([LLMC_SHAPE] if a.llmc else [])
@@ -473,24 +537,37 @@ def main():
     # This machine's speed drifts by 10-15% over minutes (a shared VM): sgemm is measured before,
     # between and after the shapes and the best rate is the table's peak (the lowest, most
     # conservative percentages); trainer and PyTorch alternate for --rounds rounds, median of each.
-    gemms = [sgemm_gflops(a.threads)]
+    core, blas_line = trainer_blas(a.trainer)
+    sgemm_spec = dict(what="sgemm", threads=a.threads)
+    default = run_torch(sgemm_spec, None)  # also says which core a user's PyTorch gets
+    torch_default = not a.no_torch_default and default["core"].lower() != core.lower()
+    print(f"trainer BLAS: {blas_line}\nPyTorch: OPENBLAS_CORETYPE={core} for the comparison; "
+          f"OpenBLAS's own pick for PyTorch here: {default['core']} ({default['gflops']:.0f} GFLOP/s sgemm)",
+          file=sys.stderr, flush=True)
+    gemms = [run_torch(sgemm_spec, core)["gflops"]]
     measured, llmc_params = [], None
     with tempfile.TemporaryDirectory() as tmp:
         data = byte_data(os.path.join(tmp, "tokens.bin"))
         for n in names:
             shape = SHAPES[n]
-            ours_runs, theirs_runs = [], []
+            ours_runs, theirs_runs, default_runs = [], [], []
+            spec = dict(what="step", shape=n, threads=a.threads, steps=a.steps, warmup=a.warmup)
             for _ in range(a.rounds):
                 ours_runs.append(bench_trainer(a.trainer, shape, a.threads, a.steps, a.warmup, data))
-                theirs, nparams = bench_torch(shape, a.threads, a.steps, a.warmup)
+                t = run_torch(spec, core)
+                theirs, nparams = t["ms"], t["nparams"]
                 theirs_runs.append(theirs)
-                print(f"{n}: trainer {ours_runs[-1]['ms']:.1f} ms/step, PyTorch {theirs:.1f} ms/step",
+                if torch_default:
+                    default_runs.append(run_torch(spec, None)["ms"])
+                print(f"{n}: trainer {ours_runs[-1]['ms']:.1f} ms/step, PyTorch {theirs:.1f} ms/step ({core})" +
+                      (f", {default_runs[-1]:.1f} ms/step ({default['core']})" if torch_default else ""),
                       file=sys.stderr, flush=True)
             ours = dict(ours_runs[0])
             for k in ("ms", "tflops", "startup_s"):
                 ours[k] = statistics.median(r[k] for r in ours_runs)
             ours["rss_mib"] = max(r["rss_mib"] for r in ours_runs)
             theirs = statistics.median(theirs_runs)
+            theirs_default = statistics.median(default_runs) if default_runs else None
             if blas_time:
                 timed = bench_trainer(a.trainer, shape, a.threads, a.steps, a.warmup, data, blas_time)
                 ours["gemm_ms"] = gemm_floor_ms(timed["sgemm"], a.steps, a.warmup, a.threads)
@@ -502,17 +579,19 @@ def main():
                 print(f"llm.c: {a.warmup + a.steps} steps, {lc['wall_s']:.1f} s from start to its last step line "
                       f"(+{lc['files_s']:.1f} s writing its checkpoint and data); "
                       f"train loss {lc['first_loss']} at step 0, {lc['last_loss']} at its last", file=sys.stderr, flush=True)
-            gemms.append(sgemm_gflops(a.threads))
-            measured.append((n, shape, ours, theirs, nparams, lc))
+            gemms.append(run_torch(sgemm_spec, core)["gflops"])
+            measured.append((n, shape, ours, theirs, nparams, lc, theirs_default))
     gemm = max(gemms)
     rows = []
-    for n, shape, ours, theirs, nparams, lc in measured:
+    for n, shape, ours, theirs, nparams, lc, theirs_default in measured:
         tokens = shape["micro"] * shape["seq"]
         gflops = ours["tflops"] * 1e3
         torch_gflops = gflops * ours["ms"] / theirs  # the same work in PyTorch's time
         row = (f"| {n} ({nparams / 1e6:.1f}M, {shape['micro']} x {shape['seq']}) | {ours['ms']:.1f} | "
                f"{theirs:.1f} | {theirs / ours['ms']:.2f}x | {tokens / ours['ms'] * 1e3:.0f} | "
                f"{gflops:.0f} ({gflops / gemm:.0%}) | {torch_gflops:.0f} ({torch_gflops / gemm:.0%}) | ")
+        if torch_default:
+            row += f"{theirs_default:.1f} | {theirs_default / ours['ms']:.2f}x | "
         if lc:
             llmc_gflops = gflops * ours["ms"] / lc["ms"]  # the same work (the trainer's count) in llm.c's time
             row += (f"{lc['ms']:.1f} | {lc['ms'] / ours['ms']:.2f}x | {tokens / lc['ms'] * 1e3:.0f} | "
@@ -524,7 +603,7 @@ def main():
         rows.append(row)
         print(rows[-1], flush=True)
     floor_rows = []
-    for n, shape, ours, theirs, nparams, lc in measured:
+    for n, shape, ours, theirs, nparams, lc, _ in measured:
         if "gemm_ms" not in ours:
             continue
         big, small = ours["gemm_ms"]
@@ -557,20 +636,29 @@ model and step differ from the other two: the text above this table.
 """
         llmc_head = " llm.c ms/step | trainer vs llm.c | llm.c tokens/s | llm.c GFLOP/s (% sgemm) |"
         llmc_rule = "---|---|---|---|"
+    default_text, default_head, default_rule = "", "", ""
+    if torch_default:
+        default_text = (f"; as a user gets it (OpenBLAS's own pick, {default['core']}, sgemm "
+                        f"{default['gflops']:.0f} GFLOP/s) in the columns so marked")
+        default_head = f" PyTorch ms/step ({default['core']}, its default) | speed-up over it |"
+        default_rule = "---|---|"
+    elif not a.no_torch_default:
+        default_text = f" (also OpenBLAS's own pick for PyTorch here: {default['core']})"
     table = f"""## CPU training step: {title}
 
 Measured {datetime.date.today()} at commit `{commit}` on {cpu}, {a.threads} threads,
 by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}{f" --rounds {a.rounds}" if a.rounds != 1 else ""}{" --gemm-floor" if blas_time else ""}` (median of {a.steps} steps after {a.warmup} warm-up{f"; trainer and PyTorch alternate, {a.rounds} runs each, the median of their medians" if a.rounds > 1 else ""});
-sgemm (2048^3 fp32 through PyTorch's BLAS, same threads): {gemm:.0f} GFLOP/s, the best of {len(gemms)} measurements
+sgemm (2048^3 fp32 through PyTorch's BLAS with the trainer's core, same threads): {gemm:.0f} GFLOP/s, the best of {len(gemms)} measurements
 before, between and after the shapes (they ranged {min(gemms):.0f}-{max(gemms):.0f}: this machine's speed drifts). One step = forward +
 backward + clip + AdamW, fp32, the same shapes and parameter counts on both sides; PyTorch
-{torch.__version__} eager (explicit attention; 1.13 has no SDPA), AdamW foreach; both with
-OMP_WAIT_POLICY={os.environ["OMP_WAIT_POLICY"]}. GFLOP/s: the trainer's own count (6N + 12LTC per token),
-for PyTorch the same work over its time. RSS: the trainer's peak resident memory (VmHWM, as it prints it) against the
+{default["version"]} eager (explicit attention; 1.13 has no SDPA), AdamW foreach; both with
+OMP_WAIT_POLICY={os.environ["OMP_WAIT_POLICY"]}. OpenBLAS kernels: the trainer's "{blas_line}";
+PyTorch runs with OPENBLAS_CORETYPE={core}, the same kernels{default_text}. GFLOP/s: the trainer's own count
+(model/flops.h: 6 x the matmul weights + 6LTC per token, causal attention at half), for PyTorch the same work over its time. RSS: the trainer's peak resident memory (VmHWM, as it prints it) against the
 memory plan it prints (MiB). Start-up: from process start to step 1, as the trainer prints it (s).
 {llmc_text}
-| shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) |{llmc_head} peak RSS / plan MiB | start-up s |
-|---|---|---|---|---|---|---|{llmc_rule}---|---|
+| shape | trainer ms/step | PyTorch ms/step | speed-up | trainer tokens/s | trainer GFLOP/s (% sgemm) | PyTorch GFLOP/s (% sgemm) |{default_head}{llmc_head} peak RSS / plan MiB | start-up s |
+|---|---|---|---|---|---|---|{default_rule}{llmc_rule}---|---|
 """ + "\n".join(rows) + "\n"
     if floor_rows:
         table += f"""
