@@ -12,7 +12,8 @@ kernels/cuda/budgets.tsv:
   - registers <= the entry's max_regs;
   - the block size is the code's: the entry's block must equal the kernel's
     __launch_bounds__ (.maxntid in the PTX) or, without one, every launch
-    site's compile-time block size (`<<<grid, BLOCK, ...>>>` in kernels/cuda/);
+    site's compile-time block size (`launch(kernel, grid, BLOCK, ...)`, the
+    helper of kernels/cuda/launch.cuh, or `<<<grid, BLOCK, ...>>>` in kernels/cuda/);
   - theoretical occupancy at that block size and the entry's dynamic shared
     memory >= the entry's floor (and at least one block fits).
 
@@ -501,10 +502,86 @@ def _local_block_value(text: str, upto: int, name: str, consts: Dict[str, str]) 
     return eval_int(body, consts)
 
 
+def _callee_before(text: str, end: int) -> str:
+    """The kernel a `<<<` at `end` launches: an identifier, optionally followed by
+    <template args>."""
+    j = end - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    if j >= 0 and text[j] == ">":
+        depth = 0
+        while j >= 0:
+            if text[j] == ">":
+                depth += 1
+            elif text[j] == "<":
+                depth -= 1
+                if depth == 0:
+                    break
+            j -= 1
+        j -= 1
+    stop = j + 1
+    while j >= 0 and (text[j].isalnum() or text[j] == "_"):
+        j -= 1
+    return text[j + 1:stop]
+
+
+_RE_LAUNCH_CALL = re.compile(r"(?<![\w.>])launch\s*\(\s*(\w+)\s*")
+
+
+def _launch_call(text: str, m: "re.Match[str]") -> Optional[Tuple[str, List[str]]]:
+    """`launch(kernel<...>, grid, block, smem, stream, args...)` (kernels/cuda/launch.cuh)
+    at m -> (callee, [grid, block, ...]); None for anything else named launch (its
+    definition: the first parameter is no kernel name)."""
+    i = m.end()
+    if text.startswith("<", i):  # template arguments, which may hold commas
+        depth = 0
+        while i < len(text):
+            depth += {"<": 1, ">": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        while i < len(text) and text[i].isspace():
+            i += 1
+    if not text.startswith(",", i):
+        return None
+    depth, j = 1, i + 1
+    while j < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[j], 0)
+        j += 1
+    return m.group(1), split_top_level(text[i + 1:j - 1])
+
+
+def _launch_site(text: str, at: int, callee: str, config: List[str], rel: str,
+                 consts: Dict[str, str]) -> LaunchSite:
+    """A launch of `callee` at offset `at` with the launch configuration's parts
+    (grid, block, ...): its block size when that is a compile-time constant."""
+    line = text.count("\n", 0, at) + 1
+    # a local alias: `auto kernel = some_kernel<...>;`
+    alias = None
+    for a in re.finditer(r"\bauto\s+%s\s*=\s*(\w+)" % re.escape(callee), text[max(0, at - 4000):at]):
+        alias = a.group(1)
+    kernel = alias or callee
+    expr = config[1] if len(config) > 1 else ""
+    block: Optional[int] = None
+    why = ""
+    try:
+        try:
+            block = eval_int(expr, consts)
+        except ExprError:
+            if re.fullmatch(r"\w+", expr):
+                block = _local_block_value(text, at, expr, consts)
+            else:
+                raise
+    except (ExprError, ZeroDivisionError) as err:
+        why = str(err)
+    return LaunchSite(kernel, rel, line, expr, block, why)
+
+
 def scan_sources(paths: Iterable[str], root: str) -> SourceInfo:
-    """Every `kernel<...><<<grid, block, ...>>>` in the given files, with the block size
-    when it is a compile-time constant (literals, constexpr names of the file and its
-    includes, local dim3 / const int built from those)."""
+    """Every `launch(kernel<...>, grid, block, ...)` and `kernel<...><<<grid, block, ...>>>`
+    in the given files, with the block size when it is a compile-time constant
+    (literals, constexpr names of the file and its includes, local dim3 / const int
+    built from those)."""
     sites: Dict[str, List[LaunchSite]] = {}
     kernels: Dict[str, List[str]] = {}
     for path in paths:
@@ -513,51 +590,19 @@ def scan_sources(paths: Iterable[str], root: str) -> SourceInfo:
         consts = _file_constants(path, root)
         for m in _RE_GLOBAL.finditer(text):
             kernels.setdefault(m.group(2), []).append(rel)
+        found = []
         for m in re.finditer(r"<<<", text):
-            # callee: identifier, optionally followed by <template args>, before <<<
-            j = m.start() - 1
-            while j >= 0 and text[j].isspace():
-                j -= 1
-            if j >= 0 and text[j] == ">":
-                depth = 0
-                while j >= 0:
-                    if text[j] == ">":
-                        depth += 1
-                    elif text[j] == "<":
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    j -= 1
-                j -= 1
-            end = j + 1
-            while j >= 0 and (text[j].isalnum() or text[j] == "_"):
-                j -= 1
-            callee = text[j + 1:end]
+            callee = _callee_before(text, m.start())
             close = text.find(">>>", m.end())
-            if not callee or close < 0:
-                continue
-            args = split_top_level(text[m.end():close])
-            line = text.count("\n", 0, m.start()) + 1
-            # a local alias: `auto kernel = some_kernel<...>;`
-            alias = None
-            for a in re.finditer(r"\bauto\s+%s\s*=\s*(\w+)" % re.escape(callee),
-                                 text[max(0, m.start() - 4000):m.start()]):
-                alias = a.group(1)
-            kernel = alias or callee
-            expr = args[1] if len(args) > 1 else ""
-            block: Optional[int] = None
-            why = ""
-            try:
-                try:
-                    block = eval_int(expr, consts)
-                except ExprError:
-                    if re.fullmatch(r"\w+", expr):
-                        block = _local_block_value(text, m.start(), expr, consts)
-                    else:
-                        raise
-            except (ExprError, ZeroDivisionError) as err:
-                why = str(err)
-            sites.setdefault(kernel, []).append(LaunchSite(kernel, rel, line, expr, block, why))
+            if callee and close >= 0:
+                found.append((m.start(), callee, split_top_level(text[m.end():close])))
+        for m in _RE_LAUNCH_CALL.finditer(text):
+            call = _launch_call(text, m)
+            if call:
+                found.append((m.start(), call[0], call[1]))
+        for at, callee, config in sorted(found, key=lambda f: f[0]):
+            site = _launch_site(text, at, callee, config, rel, consts)
+            sites.setdefault(site.kernel, []).append(site)
     return SourceInfo(launch_sites=sites, kernels=kernels)
 
 

@@ -392,6 +392,34 @@ class SourceScanTest(unittest.TestCase):
             self.assertEqual(blocks["static_kernel"], [(256, 18)])
             self.assertEqual(info.launch_sites["lb_kernel"][1].block_expr, "threads")
 
+    def test_scan_launch_helper(self):
+        """kernels/cuda/launch.cuh's launch(kernel, grid, block, smem, stream, args...) is a
+        launch site as <<<>>> is; the helper's own definition is none."""
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "kernels", "cuda"))
+            src = os.path.join(d, "kernels", "cuda", "b.cu")
+            with open(src, "w") as fh:
+                fh.write(textwrap.dedent("""\
+                    constexpr int kThreads = 256;
+                    template <typename T> __global__ void dim_kernel(T* p) {}
+                    __global__ void plain_kernel(float* p) {}
+                    template <typename... Params, typename... Args>
+                    void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                cudaStream_t stream, Args&&... args) {}
+                    void host(int n) {
+                      launch(plain_kernel, grid_for(n, 256), kThreads / 2, 0, stream(), p);
+                      const dim3 block{unsigned(kThreads), 1};
+                      launch(dim_kernel<std::pair<int, int>>, grid, block, 0, stream(),
+                             p);  // launch(plain_kernel, 1, 999, 0, s, p);
+                      auto kernel = dim_kernel<float>;
+                      launch(kernel, unsigned(n), n, 0, stream(), p);
+                      log("launch(plain_kernel, 1, 998, 0, s, p)");
+                    }
+                    """))
+            info = kb.scan_sources([src], d)
+            blocks = {k: [(s.block, s.line) for s in v] for k, v in info.launch_sites.items()}
+            self.assertEqual(blocks, {"plain_kernel": [(128, 8)], "dim_kernel": [(256, 10), (None, 13)]})
+
     def test_repository_sources_resolve(self):
         """Every launch site in kernels/cuda/ of a kernel without __launch_bounds__ has a
         compile-time block size (the ones with a runtime size all have bounds)."""

@@ -29,6 +29,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -69,8 +70,8 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
     using adamw_detail::phase_of;
     const int head = adamw_detail::common_head(
         {phase_of<float>(param.data), phase_of<Tg>(grad.data), phase_of<float>(m.data), phase_of<float>(v.data)});
-    adamw_kernel<float, Tg, false><<<grid_for(n), kThreads, 0, stream()>>>(
-        nullptr, param.f32(), static_cast<const Tg*>(grad.data), m.f32(), v.f32(), n, head, double(s.weight_decay), c);
+    launch(adamw_kernel<float, Tg, false>, grid_for(n), kThreads, 0, stream(), nullptr, param.f32(),
+           static_cast<const Tg*>(grad.data), m.f32(), v.f32(), n, head, double(s.weight_decay), c);
     KERNEL_CHECK("adamw_kernel", ctx);
   });
 }
@@ -88,9 +89,8 @@ void adamw_update_master(Tensor param, Tensor master, Tensor grad, Tensor m, Ten
       const int head = adamw_detail::common_head({phase_of<Tp>(param.data), phase_of<float>(master.data),
                                                   phase_of<Tg>(grad.data), phase_of<float>(m.data),
                                                   phase_of<float>(v.data)});
-      adamw_kernel<Tp, Tg, true><<<grid_for(n), kThreads, 0, stream()>>>(
-          static_cast<Tp*>(param.data), master.f32(), static_cast<const Tg*>(grad.data), m.f32(), v.f32(), n,
-          head, double(s.weight_decay), c);
+      launch(adamw_kernel<Tp, Tg, true>, grid_for(n), kThreads, 0, stream(), static_cast<Tp*>(param.data), master.f32(),
+             static_cast<const Tg*>(grad.data), m.f32(), v.f32(), n, head, double(s.weight_decay), c);
       KERNEL_CHECK("adamw_kernel", ctx);
     });
   });

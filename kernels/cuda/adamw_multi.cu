@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -209,8 +210,8 @@ void adamw_update_master_multi(const std::vector<Tensor>& params, const std::vec
                             std::to_string(kChunk) + ", param " + dtype_name(pt) + ", grad " + dtype_name(gt);
     DISPATCH_FLOAT(pt, Tp, kOp, {
       DISPATCH_FLOAT(gt, Tg, kOp, {
-        adamw_multi_kernel<Tp, Tg><<<unsigned(count), kThreads, 0, stream()>>>(
-            dev_tensors, dev_chunks + group_begin[grp], c);
+        launch(adamw_multi_kernel<Tp, Tg>, unsigned(count), kThreads, 0, stream(), dev_tensors,
+               dev_chunks + group_begin[grp], c);
         KERNEL_CHECK("adamw_multi_kernel", ctx);
       });
     });

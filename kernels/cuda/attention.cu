@@ -85,6 +85,9 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/ptx.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -137,70 +140,6 @@ static_assert(fwd_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "forward smem");
 static_assert(dkdv_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dK/dV smem");
 static_assert(dq_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dQ smem");
 
-// ---- PTX wrappers -----------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes
-// (src-size 0: nothing is read). Ragged tails become zero rows this way.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
-               "l"(static_cast<uint64_t>(__cvta_generic_to_global(src))), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i,
-// r[i] is this lane's fragment of matrix i: row lane/4, columns 2*(lane%4)+{0,1}
-// (with .trans: rows 2*(lane%4)+{0,1}, column lane/4).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p))
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p))
-               : "memory");
-}
-
-// D (16x8 f32) += A (16x16) * B (16x8). With g = lane/4, t = lane%4:
-//   A regs {a0,a1,a2,a3} = A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]
-//   B regs {b0,b1}       = B[2t..2t+1][g], B[2t+8..2t+9][g]
-//   C/D c0..c3           = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
-// (the lower-index element of a pair sits in the low 16 bits).
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
-                                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4],
-                                                  uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Two floats rounded to T, lo in the low half.
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
 template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
@@ -226,13 +165,6 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c_lo)[4
   a[1] = pack2<T>(c_lo[2], c_lo[3]);
   a[2] = pack2<T>(c_hi[0], c_hi[1]);
   a[3] = pack2<T>(c_hi[2], c_hi[3]);
-}
-
-// 2^x (MUFU.EX2; 2^-inf = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // Reductions over the 4 lanes of a quad (the 4 threads sharing an MMA row).
@@ -288,7 +220,7 @@ __global__ void __launch_bounds__(kThreads)
                      float scale_log2, bool causal, int win) {
   constexpr int Br = FwdTiles<D>::Br, Bc = FwdTiles<D>::Bc, LD = D + kPad;
   static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [Br][LD]
   T* Ks = Qs + Br * LD;                     // [2][Bc][LD]
   T* Vs = Ks + 2 * Bc * LD;                 // [2][Bc][LD]
@@ -443,7 +375,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int Bc = DkvTiles<D>::Bc, Br = DkvTiles<D>::Br, LD = D + kPad;
   static_assert(Bc == 16 * (kThreads / 32), "one warp per 16 keys");
   static_assert(Br <= kThreads, "lse/delta staging assumes Br <= threads");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   T* Ks = reinterpret_cast<T*>(smem_raw);  // [Bc][LD]
   T* Vs = Ks + Bc * LD;                     // [Bc][LD]
   T* Qs = Vs + Bc * LD;                     // [2][Br][LD]
@@ -590,7 +522,7 @@ __global__ void __launch_bounds__(kThreads)
                         int Hq, int Hkv, float scale, float scale_log2, bool causal, int win) {
   constexpr int Br = DqTiles<D>::Br, Bc = DqTiles<D>::Bc, LD = D + kPad;
   static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [Br][LD]
   T* dOs = Qs + Br * LD;                    // [Br][LD]
   T* Ks = dOs + Br * LD;                    // [2][Bc][LD]
@@ -732,7 +664,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
                       const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
                       float scale, bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const FwdTileSmem<D> s(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -786,7 +718,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
                            const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
                            bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DkvTileSmem<D> s(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -838,7 +770,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
                          const float* __restrict__ lse, const float* __restrict__ delta, int seq,
                          int Hq, int Hkv, float scale, bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DqTileSmem<D> s(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -935,8 +867,8 @@ void forward_simple(const Dims& d, T* out, float* lse, const T* q, const T* k, c
   constexpr size_t smem = FwdTileSmem<D>::bytes(false);
   allow_smem_once<simple_fwd_kernel<T, D>>(smem, "simple_fwd_kernel");
   const dim3 grid(unsigned((d.T + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-  simple_fwd_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
-      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D), causal, win);
+  launch(simple_fwd_kernel<T, D>, grid, kTileThreads, smem, stream(), out, lse, q, k, v, int(d.T),
+         int(d.Hq), int(d.Hkv), softmax_scale(D), causal, win);
   KERNEL_CHECK("simple_fwd_kernel", ctx);
 }
 
@@ -947,8 +879,8 @@ void forward_mma(const Dims& d, T* out, float* lse, const T* q, const T* k, cons
   allow_smem_once<flash_fwd_kernel<T, D>>(smem, "flash_fwd_kernel");
   constexpr int Br = FwdTiles<D>::Br;
   const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
-  flash_fwd_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
-      out, lse, q, k, v, int(d.T), int(d.Hq), int(d.Hkv), softmax_scale(D) * kLog2e, causal, win);
+  launch(flash_fwd_kernel<T, D>, grid, kThreads, smem, stream(), out, lse, q, k, v, int(d.T),
+         int(d.Hq), int(d.Hkv), softmax_scale(D) * kLog2e, causal, win);
   KERNEL_CHECK("flash_fwd_kernel", ctx);
 }
 
@@ -961,16 +893,16 @@ void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T*
     constexpr size_t smem = DkvTileSmem<D>::bytes(false);
     allow_smem_once<simple_bwd_dkdv_kernel<T, D>>(smem, "simple_bwd_dkdv_kernel");
     const dim3 grid(unsigned((d.T + kTileKeys - 1) / kTileKeys), unsigned(d.Hkv), unsigned(d.B));
-    simple_bwd_dkdv_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
-        dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
+    launch(simple_bwd_dkdv_kernel<T, D>, grid, kTileThreads, smem, stream(), dk, dv, q, k, v, dout,
+           lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
     KERNEL_CHECK("simple_bwd_dkdv_kernel", ctx);
   }
   {
     constexpr size_t smem = DqTileSmem<D>::bytes(false);
     allow_smem_once<simple_bwd_dq_kernel<T, D>>(smem, "simple_bwd_dq_kernel");
     const dim3 grid(unsigned((d.T + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-    simple_bwd_dq_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
-        dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
+    launch(simple_bwd_dq_kernel<T, D>, grid, kTileThreads, smem, stream(), dq, q, k, v, dout, lse,
+           delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
     KERNEL_CHECK("simple_bwd_dq_kernel", ctx);
   }
 }
@@ -985,9 +917,8 @@ void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q,
     allow_smem_once<flash_bwd_dkdv_kernel<T, D>>(smem, "flash_bwd_dkdv_kernel");
     constexpr int Bc = DkvTiles<D>::Bc;
     const dim3 grid(unsigned((d.T + Bc - 1) / Bc), unsigned(d.Hkv), unsigned(d.B));
-    flash_bwd_dkdv_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
-        dk, dv, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale,
-        scale * kLog2e, causal, win);
+    launch(flash_bwd_dkdv_kernel<T, D>, grid, kThreads, smem, stream(), dk, dv, q, k, v, dout, lse,
+           delta, int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e, causal, win);
     KERNEL_CHECK("flash_bwd_dkdv_kernel", ctx);
   }
   {
@@ -995,9 +926,8 @@ void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q,
     allow_smem_once<flash_bwd_dq_kernel<T, D>>(smem, "flash_bwd_dq_kernel");
     constexpr int Br = DqTiles<D>::Br;
     const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
-    flash_bwd_dq_kernel<T, D><<<grid, kThreads, smem, stream()>>>(
-        dq, q, k, v, dout, lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e,
-        causal, win);
+    launch(flash_bwd_dq_kernel<T, D>, grid, kThreads, smem, stream(), dq, q, k, v, dout, lse, delta,
+           int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e, causal, win);
     KERNEL_CHECK("flash_bwd_dq_kernel", ctx);
   }
 }

@@ -55,6 +55,8 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
                    const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
                    int Tk, int Hq, int Hkv, float scale, int window) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const FwdTileSmem<D> s(smem_raw);
   const int* Qp = s.Qp;
   const int* Kp = s.Kp;
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
                         const int32_t* __restrict__ k_pos, int Tq, int Tk, int Hq, int Hkv,
                         float scale, int window) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DkvTileSmem<D> s(smem_raw);  // Lr: lse (-inf: the row adds nothing)
   const int* Qp = s.Qp;
   const int* Kp = s.Kp;
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
                       const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
                       int Tk, int Hq, int Hkv, float scale, int window) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DqTileSmem<D> s(smem_raw);
   const int* Qp = s.Qp;
   const int* Kp = s.Kp;
@@ -367,11 +369,11 @@ void forward_launch(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, T
   constexpr size_t smem = FwdTileSmem<D>::bytes(true);
   allow_smem_once<pos_fwd_kernel<T, D>>(smem, "pos_fwd_kernel");
   const dim3 grid(unsigned((d.Tq + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-  pos_fwd_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
-      static_cast<T*>(out.data), static_cast<float*>(lse.data), static_cast<const T*>(q.data),
-      static_cast<const T*>(k.data), static_cast<const T*>(v.data),
-      static_cast<const int32_t*>(q_pos.data), static_cast<const int32_t*>(k_pos.data), int(d.Tq),
-      int(d.Tk), int(d.Hq), int(d.Hkv), softmax_scale(D), window);
+  launch(pos_fwd_kernel<T, D>, grid, kTileThreads, smem, stream(), static_cast<T*>(out.data),
+         static_cast<float*>(lse.data), static_cast<const T*>(q.data),
+         static_cast<const T*>(k.data), static_cast<const T*>(v.data),
+         static_cast<const int32_t*>(q_pos.data), static_cast<const int32_t*>(k_pos.data),
+         int(d.Tq), int(d.Tk), int(d.Hq), int(d.Hkv), softmax_scale(D), window);
   KERNEL_CHECK("pos_fwd_kernel", ctx);
 }
 
@@ -386,22 +388,22 @@ void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout
     constexpr size_t smem = DkvTileSmem<D>::bytes(true);
     allow_smem_once<pos_bwd_dkdv_kernel<T, D>>(smem, "pos_bwd_dkdv_kernel");
     const dim3 grid(unsigned((d.Tk + kTileKeys - 1) / kTileKeys), unsigned(d.Hkv), unsigned(d.B));
-    pos_bwd_dkdv_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
-        static_cast<T*>(dk.data), static_cast<T*>(dv.data), static_cast<const T*>(q.data),
-        static_cast<const T*>(k.data), static_cast<const T*>(v.data),
-        static_cast<const T*>(dout.data), static_cast<const float*>(lse.data), delta, qp, kp,
-        int(d.Tq), int(d.Tk), int(d.Hq), int(d.Hkv), scale, window);
+    launch(pos_bwd_dkdv_kernel<T, D>, grid, kTileThreads, smem, stream(), static_cast<T*>(dk.data),
+           static_cast<T*>(dv.data), static_cast<const T*>(q.data), static_cast<const T*>(k.data),
+           static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
+           static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
+           int(d.Hkv), scale, window);
     KERNEL_CHECK("pos_bwd_dkdv_kernel", ctx);
   }
   {
     constexpr size_t smem = DqTileSmem<D>::bytes(true);
     allow_smem_once<pos_bwd_dq_kernel<T, D>>(smem, "pos_bwd_dq_kernel");
     const dim3 grid(unsigned((d.Tq + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-    pos_bwd_dq_kernel<T, D><<<grid, kTileThreads, smem, stream()>>>(
-        static_cast<T*>(dq.data), static_cast<const T*>(q.data), static_cast<const T*>(k.data),
-        static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
-        static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
-        int(d.Hkv), scale, window);
+    launch(pos_bwd_dq_kernel<T, D>, grid, kTileThreads, smem, stream(), static_cast<T*>(dq.data),
+           static_cast<const T*>(q.data), static_cast<const T*>(k.data),
+           static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
+           static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
+           int(d.Hkv), scale, window);
     KERNEL_CHECK("pos_bwd_dq_kernel", ctx);
   }
 }
@@ -435,10 +437,10 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
   if (blocks > INT_MAX) fail(op, "out " + out.shape_str() + " has too many rows for one launch");
   const std::string ctx = "out " + out.shape_str() + " " + dtype_name(out.dtype);
   DISPATCH_FLOAT(out.dtype, T, op, {
-    merge_kernel<T><<<unsigned(blocks), kMergeWarps * 32, 0, stream()>>>(
-        static_cast<T*>(out.data), static_cast<float*>(lse.data),
-        static_cast<const T*>(part_out.data), static_cast<const float*>(part_lse.data), rows,
-        T_len, H, D);
+    launch(merge_kernel<T>, unsigned(blocks), kMergeWarps * 32, 0, stream(),
+           static_cast<T*>(out.data), static_cast<float*>(lse.data),
+           static_cast<const T*>(part_out.data), static_cast<const float*>(part_lse.data), rows,
+           T_len, H, D);
     KERNEL_CHECK("merge_kernel", ctx);
   });
 }

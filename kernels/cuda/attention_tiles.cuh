@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace trainer::cuda::attention_tiles {
 
@@ -333,8 +334,8 @@ static __global__ void __launch_bounds__(kDeltaWarps * 32)
 template <typename T>
 void launch_delta(float* delta, const T* out, const T* dout, int64_t rows, int64_t T_len,
                   int64_t Hq, int64_t D, const std::string& ctx) {
-  attention_delta_kernel<T><<<unsigned((rows + kDeltaWarps - 1) / kDeltaWarps), kDeltaWarps * 32,
-                              0, stream()>>>(delta, out, dout, rows, T_len, Hq, int(D));
+  launch(attention_delta_kernel<T>, unsigned((rows + kDeltaWarps - 1) / kDeltaWarps),
+         kDeltaWarps * 32, 0, stream(), delta, out, dout, rows, T_len, Hq, int(D));
   KERNEL_CHECK("attention_delta_kernel", ctx);
 }
 

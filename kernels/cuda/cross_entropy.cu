@@ -54,6 +54,8 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -89,8 +91,8 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 // Fixed order (shuffle-down tree in each warp, then warp 0 over the warps),
 // so the result depends only on the data and blockDim: deterministic.
 __device__ __forceinline__ void block_merge(float& m, float& s) {
-  __shared__ float sm[32];
-  __shared__ float ss[32];
+  TRAINER_SHARED(float, sm, [32]);
+  TRAINER_SHARED(float, ss, [32]);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nwarps = (blockDim.x + 31) >> 5;
@@ -364,7 +366,9 @@ __global__ void __launch_bounds__(1024)
 
   // The row's factors for the gradient pass: exp(x - ref) * inv, and the
   // target column's value.
-  __shared__ float sh_ref, sh_inv, sh_dt;
+  TRAINER_SHARED(float, sh_ref);
+  TRAINER_SHARED(float, sh_inv);
+  TRAINER_SHARED(float, sh_dt);
   if (tid == 0) {
     double M = -INFINITY;
     for (int64_t p = 0; p < P; ++p) M = fmax(M, double(all_stats[(p * N + row) * 3]));
@@ -433,9 +437,9 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, Tensor logits
   DISPATCH_FLOAT(logits.dtype, Tin, kOp, {
     DISPATCH_FLOAT(out_dtype, Tout, kOp, {
       const int threads = threads_for(V, kVec<Tin>);
-      cross_entropy_kernel<Tin, Tout><<<unsigned(N), threads, 0, stream()>>>(
-          losses.f32(), has_d ? static_cast<Tout*>(dlogits.data) : nullptr,
-          static_cast<const Tin*>(logits.data), targets.i32(), V, grad_scale);
+      launch(cross_entropy_kernel<Tin, Tout>, unsigned(N), threads, 0, stream(), losses.f32(),
+             has_d ? static_cast<Tout*>(dlogits.data) : nullptr, static_cast<const Tin*>(logits.data), targets.i32(), V,
+             grad_scale);
       KERNEL_CHECK("cross_entropy_kernel", ctx);
     });
   });
@@ -453,9 +457,8 @@ void cross_entropy_partial_stats(Tensor stats, Tensor logits, Tensor targets, in
                           ", valid_cols " + std::to_string(valid_cols);
   DISPATCH_FLOAT(logits.dtype, Tin, op, {
     const int threads = threads_for(valid_cols, kVec<Tin>);
-    partial_stats_kernel<Tin><<<unsigned(N), threads, 0, stream()>>>(
-        stats.f32(), static_cast<const Tin*>(logits.data), targets.i32(), Vl, valid_cols,
-        vocab_offset, vocab_size);
+    launch(partial_stats_kernel<Tin>, unsigned(N), threads, 0, stream(), stats.f32(),
+           static_cast<const Tin*>(logits.data), targets.i32(), Vl, valid_cols, vocab_offset, vocab_size);
     KERNEL_CHECK("partial_stats_kernel", ctx);
   });
 }
@@ -478,10 +481,9 @@ void cross_entropy_vocab_parallel(Tensor losses, Tensor dlogits, Tensor logits, 
     DISPATCH_FLOAT(out_dtype, Tout, op, {
       // Without dlogits only thread 0 works: one warp is enough.
       const int threads = has_d ? threads_for(Vl, kVec<Tin>) : 32;
-      vocab_parallel_kernel<Tin, Tout><<<unsigned(N), threads, 0, stream()>>>(
-          losses.f32(), has_d ? static_cast<Tout*>(dlogits.data) : nullptr,
-          static_cast<const Tin*>(logits.data), targets.i32(), all_stats.f32(), N, P, Vl,
-          valid_cols, vocab_offset, grad_scale);
+      launch(vocab_parallel_kernel<Tin, Tout>, unsigned(N), threads, 0, stream(), losses.f32(),
+             has_d ? static_cast<Tout*>(dlogits.data) : nullptr, static_cast<const Tin*>(logits.data), targets.i32(),
+             all_stats.f32(), N, P, Vl, valid_cols, vocab_offset, grad_scale);
       KERNEL_CHECK("vocab_parallel_kernel", ctx);
     });
   });

@@ -46,6 +46,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pack.cuh"
 
 namespace trainer::cuda {
@@ -227,11 +228,11 @@ void embedding_forward(Tensor out, Tensor ids, Tensor table, bool accumulate, in
     TO* o = static_cast<TO*>(out.data);
     const TT* t = static_cast<const TT*>(table.data);
     if (vec)
-      embedding_forward_kernel<TO, TT, kPack><<<unsigned(blocks), kThreads, 0, stream()>>>(
-          o, ids.i32(), t, N, C, row_offset, rows, vocab_size, accumulate);
+      launch(embedding_forward_kernel<TO, TT, kPack>, unsigned(blocks), kThreads, 0, stream(), o, ids.i32(), t, N, C,
+             row_offset, rows, vocab_size, accumulate);
     else
-      embedding_forward_kernel<TO, TT, 1><<<unsigned(blocks), kThreads, 0, stream()>>>(
-          o, ids.i32(), t, N, C, row_offset, rows, vocab_size, accumulate);
+      launch(embedding_forward_kernel<TO, TT, 1>, unsigned(blocks), kThreads, 0, stream(), o, ids.i32(), t, N, C,
+             row_offset, rows, vocab_size, accumulate);
     KERNEL_CHECK("embedding_forward_kernel", context);
   }));
 }
@@ -269,8 +270,8 @@ void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t row_offs
   void* temp = base + 4 * array_bytes;
 
   const int64_t key_blocks = (N + kThreads - 1) / kThreads;
-  embedding_keys_kernel<<<unsigned(key_blocks), kThreads, 0, stream()>>>(keys_in, vals_in, ids.i32(), N,
-                                                                         row_offset, rows, vocab_size);
+  launch(embedding_keys_kernel, unsigned(key_blocks), kThreads, 0, stream(), keys_in, vals_in, ids.i32(), N, row_offset,
+         rows, vocab_size);
   KERNEL_CHECK("embedding_keys_kernel", context);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, int(N), 0,
                                              end_bit, stream()),
@@ -282,11 +283,11 @@ void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t row_offs
     TD* d = static_cast<TD*>(dtable.data);
     const TG* g = static_cast<const TG*>(dout.data);
     if (vec)
-      embedding_backward_kernel<TD, TG, kPack><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(
-          d, g, keys_out, vals_out, N, C, uint32_t(rows));
+      launch(embedding_backward_kernel<TD, TG, kPack>, grid, kWarpsPerBlock * 32, 0, stream(), d, g, keys_out, vals_out,
+             N, C, uint32_t(rows));
     else
-      embedding_backward_kernel<TD, TG, 1><<<grid, kWarpsPerBlock * 32, 0, stream()>>>(
-          d, g, keys_out, vals_out, N, C, uint32_t(rows));
+      launch(embedding_backward_kernel<TD, TG, 1>, grid, kWarpsPerBlock * 32, 0, stream(), d, g, keys_out, vals_out, N,
+             C, uint32_t(rows));
     KERNEL_CHECK("embedding_backward_kernel", context);
   }));
 }

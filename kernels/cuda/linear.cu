@@ -42,6 +42,8 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -275,7 +277,7 @@ constexpr int kRowLanes = 8;  // rows read in parallel per block
 template <typename TG, typename TB>
 __global__ void colsum_kernel(const TG* g, int64_t N, int64_t OC, int64_t rows_per_chunk, float* partial,
                               TB* dbias, bool direct) {
-  __shared__ float s[kRowLanes][kColTile + 1];
+  TRAINER_SHARED(float, s, [kRowLanes][kColTile + 1]);
   const int64_t c = int64_t(blockIdx.x) * kColTile + threadIdx.x;
   const int64_t r0 = int64_t(blockIdx.y) * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
@@ -346,12 +348,12 @@ void add_column_sums(Tensor dbias, Tensor dout, int64_t N, int64_t OC) {
   const dim3 block{unsigned(kColTile), unsigned(kRowLanes)};
   const dim3 grid{unsigned(col_blocks), unsigned(chunks)};
   DISPATCH_FLOAT(dout.dtype, TG, "linear_backward", DISPATCH_FLOAT(dbias.dtype, TB, "linear_backward", {
-    colsum_kernel<TG, TB><<<grid, block, 0, stream()>>>(static_cast<const TG*>(dout.data), N, OC, rows_per_chunk,
-                                                         partial, static_cast<TB*>(dbias.data), direct);
+    launch(colsum_kernel<TG, TB>, grid, block, 0, stream(), static_cast<const TG*>(dout.data), N, OC, rows_per_chunk,
+           partial, static_cast<TB*>(dbias.data), direct);
     KERNEL_CHECK("colsum_kernel", ctx_shapes);
     if (!direct) {
-      colsum_finish_kernel<TB><<<grid_for(OC, 256), 256, 0, stream()>>>(partial, chunks, OC,
-                                                                          static_cast<TB*>(dbias.data));
+      launch(colsum_finish_kernel<TB>, grid_for(OC, 256), 256, 0, stream(), partial, chunks, OC,
+             static_cast<TB*>(dbias.data));
       KERNEL_CHECK("colsum_finish_kernel", ctx_shapes);
     }
   }));
@@ -372,8 +374,8 @@ void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
 
   auto seed_with_bias = [&] {
     DISPATCH_FLOAT(out.dtype, TO, op, DISPATCH_FLOAT(bias.dtype, TB, op, {
-      broadcast_bias_kernel<TO, TB><<<grid_for(N * OC, 256), 256, 0, stream()>>>(
-          static_cast<TO*>(out.data), static_cast<const TB*>(bias.data), N, OC);
+      launch(broadcast_bias_kernel<TO, TB>, grid_for(N * OC, 256), 256, 0, stream(), static_cast<TO*>(out.data),
+             static_cast<const TB*>(bias.data), N, OC);
       KERNEL_CHECK("broadcast_bias_kernel", ctx());
     }));
   };

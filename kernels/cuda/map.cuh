@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace trainer::cuda {
 
@@ -34,7 +35,7 @@ void launch_map(const char* kernel, const Op& op, int64_t n, bool vec, const std
   if (n <= 0) return;
   const int64_t units = vec ? n / kMapPack + n % kMapPack : n;
   const int64_t blocks = std::min((units + kMapThreads - 1) / kMapThreads, kMapMaxBlocks);
-  map_kernel<<<unsigned(blocks), kMapThreads, 0, stream()>>>(op, n, vec);
+  launch(map_kernel<Op>, unsigned(blocks), kMapThreads, 0, stream(), op, n, vec);
   KERNEL_CHECK(kernel, context);
 }
 

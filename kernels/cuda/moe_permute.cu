@@ -25,6 +25,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_common.cuh"
 
 namespace trainer::cuda {
@@ -154,7 +155,7 @@ int32_t* invert_row_map(const char* op, const Tensor& row_map) {
   auto* inv = static_cast<int32_t*>(scratch(size_t(NK) * sizeof(int32_t), op));
   CUDA_CHECK(cudaMemsetAsync(inv, 0xff, size_t(NK) * sizeof(int32_t), stream()),
              std::string(op) + ": inverse of row_map " + row_map.shape_str());
-  invert_row_map_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(row_map.i32(), NK, inv);
+  launch(invert_row_map_kernel, blocks_for(NK, kThreads), kThreads, 0, stream(), row_map.i32(), NK, inv);
   KERNEL_CHECK("invert_row_map_kernel", std::string(op) + ": row_map " + row_map.shape_str());
   return inv;
 }
@@ -178,17 +179,14 @@ void moe_permute(Tensor xp, Tensor x, Tensor row_map) {
   const int32_t* inv = invert_row_map(op, row_map);
   const unsigned blocks = blocks_for(NK, kWarpsPerBlock);
   if (row_bytes % 16 == 0 && base % 16 == 0) {
-    permute_rows_kernel<uint4><<<blocks, kThreads, 0, stream()>>>(static_cast<uint4*>(xp.data),
-                                                                 static_cast<const uint4*>(x.data), inv, NK, int(K),
-                                                                 int64_t(row_bytes / 16));
+    launch(permute_rows_kernel<uint4>, blocks, kThreads, 0, stream(), static_cast<uint4*>(xp.data),
+           static_cast<const uint4*>(x.data), inv, NK, int(K), int64_t(row_bytes / 16));
   } else if (row_bytes % 4 == 0 && base % 4 == 0) {
-    permute_rows_kernel<uint32_t><<<blocks, kThreads, 0, stream()>>>(static_cast<uint32_t*>(xp.data),
-                                                                     static_cast<const uint32_t*>(x.data), inv, NK,
-                                                                     int(K), int64_t(row_bytes / 4));
+    launch(permute_rows_kernel<uint32_t>, blocks, kThreads, 0, stream(), static_cast<uint32_t*>(xp.data),
+           static_cast<const uint32_t*>(x.data), inv, NK, int(K), int64_t(row_bytes / 4));
   } else {
-    permute_rows_kernel<uint16_t><<<blocks, kThreads, 0, stream()>>>(static_cast<uint16_t*>(xp.data),
-                                                                     static_cast<const uint16_t*>(x.data), inv, NK,
-                                                                     int(K), int64_t(row_bytes / 2));
+    launch(permute_rows_kernel<uint16_t>, blocks, kThreads, 0, stream(), static_cast<uint16_t*>(xp.data),
+           static_cast<const uint16_t*>(x.data), inv, NK, int(K), int64_t(row_bytes / 2));
   }
   KERNEL_CHECK("permute_rows_kernel", ctx);
 }
@@ -199,8 +197,8 @@ void moe_permute_backward(Tensor dx, Tensor dxp, Tensor row_map) {
   const int64_t N = row_map.dim(0), K = row_map.dim(1), C = dx.dim(1);
   if (N == 0 || K == 0 || C == 0) return;
   DISPATCH_FLOAT(dx.dtype, T, op, {
-    permute_backward_kernel<T><<<blocks_for(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
-        static_cast<T*>(dx.data), static_cast<const T*>(dxp.data), row_map.i32(), N, int(K), C);
+    launch(permute_backward_kernel<T>, blocks_for(N, kWarpsPerBlock), kThreads, 0, stream(), static_cast<T*>(dx.data),
+           static_cast<const T*>(dxp.data), row_map.i32(), N, int(K), C);
     KERNEL_CHECK("permute_backward_kernel", std::string(op) + ": dx " + dx.shape_str() + " " +
                                                 dtype_name(dx.dtype) + ", dxp " + dxp.shape_str());
   });
@@ -213,8 +211,8 @@ void moe_unpermute(Tensor y, Tensor yp, Tensor row_map, Tensor topk_w) {
   if (N == 0 || C == 0) return;
   // K == 0 still runs: every token's y is zero then.
   DISPATCH_FLOAT(y.dtype, T, op, {
-    unpermute_kernel<T><<<blocks_for(N, kWarpsPerBlock), kThreads, 0, stream()>>>(
-        static_cast<T*>(y.data), static_cast<const T*>(yp.data), row_map.i32(), topk_w.f32(), N, int(K), C);
+    launch(unpermute_kernel<T>, blocks_for(N, kWarpsPerBlock), kThreads, 0, stream(), static_cast<T*>(y.data),
+           static_cast<const T*>(yp.data), row_map.i32(), topk_w.f32(), N, int(K), C);
     KERNEL_CHECK("unpermute_kernel", std::string(op) + ": y " + y.shape_str() + " " + dtype_name(y.dtype) +
                                          ", yp " + yp.shape_str());
   });
@@ -234,13 +232,13 @@ void moe_unpermute_backward(Tensor dyp, Tensor dtopk_w, Tensor dy, Tensor yp, Te
     if (C > 0) {
       std::lock_guard<std::mutex> lock(scratch_mutex());
       const int32_t* inv = invert_row_map(op, row_map);
-      unpermute_backward_rows_kernel<T><<<blocks_for(NK, kWarpsPerBlock), kThreads, 0, stream()>>>(
-          static_cast<T*>(dyp.data), static_cast<const T*>(dy.data), inv, topk_w.f32(), NK, int(K), C);
+      launch(unpermute_backward_rows_kernel<T>, blocks_for(NK, kWarpsPerBlock), kThreads, 0, stream(),
+             static_cast<T*>(dyp.data), static_cast<const T*>(dy.data), inv, topk_w.f32(), NK, int(K), C);
       KERNEL_CHECK("unpermute_backward_rows_kernel", ctx);
     }
     if (have_dw) {
-      dtopk_w_kernel<T><<<blocks_for(NK, kWarpsPerBlock), kThreads, 0, stream()>>>(
-          dtopk_w.f32(), static_cast<const T*>(dy.data), static_cast<const T*>(yp.data), row_map.i32(), N, int(K), C);
+      launch(dtopk_w_kernel<T>, blocks_for(NK, kWarpsPerBlock), kThreads, 0, stream(), dtopk_w.f32(),
+             static_cast<const T*>(dy.data), static_cast<const T*>(yp.data), row_map.i32(), N, int(K), C);
       KERNEL_CHECK("dtopk_w_kernel", ctx);
     }
   });

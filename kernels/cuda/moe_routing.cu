@@ -48,7 +48,9 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_common.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -125,7 +127,7 @@ constexpr int kStatsThreads = 1024;  // 32 warps; the kernel relies on it
 // partials per column are added in warp order.
 __global__ void __launch_bounds__(kStatsThreads) router_stats_kernel(float* S, const float* P, const int* cnt,
                                                                      int64_t N, int E) {
-  __shared__ double part[32][33];
+  TRAINER_SHARED(double, part, [32][33]);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool bad = cnt[E] != 0;
   for (int c0 = 0; c0 < E; c0 += 32) {
@@ -206,7 +208,7 @@ constexpr int kChunk = 256;  // assignments per block in the rank pass (= its bl
 // hist[chunk, e] = count of e in the chunk, written by e's last entry.
 __global__ void __launch_bounds__(kChunk) dispatch_rank_kernel(const int32_t* I, const int32_t* A, int32_t* R,
                                                                int* hist, int64_t N, int K, int E) {
-  __shared__ int s[kChunk];
+  TRAINER_SHARED(int, s, [kChunk]);
   const int64_t NK = N * int64_t(K);
   const int64_t j = int64_t(blockIdx.x) * kChunk + threadIdx.x;
   int e = -1;
@@ -244,8 +246,8 @@ constexpr int kScanThreads = 256;
 // contiguous range, so reads and writes stay in order.
 template <typename Get, typename Put>
 __device__ int block_exclusive_scan(int64_t n, Get get, Put put) {
-  __shared__ int sums[kScanThreads];
-  __shared__ int total;
+  TRAINER_SHARED(int, sums, [kScanThreads]);
+  TRAINER_SHARED(int, total);
   const int64_t per = (n + kScanThreads - 1) / kScanThreads;
   const int64_t i0 = int64_t(threadIdx.x) * per;
   const int64_t i1 = i0 + per < n ? i0 + per : n;
@@ -313,9 +315,8 @@ void moe_route_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor logi
   if (N == 0) return;
   const unsigned blocks = unsigned((N + 127) / 128);
   DISPATCH_FLOAT(logits.dtype, T, op, {
-    route_forward_kernel<T><<<blocks, 128, 0, stream()>>>(probs.f32(), topk_idx.i32(), topk_w.f32(),
-                                                          static_cast<const T*>(logits.data), N, int(E), int(K),
-                                                          normalize);
+    launch(route_forward_kernel<T>, blocks, 128, 0, stream(), probs.f32(), topk_idx.i32(), topk_w.f32(),
+           static_cast<const T*>(logits.data), N, int(E), int(K), normalize);
     KERNEL_CHECK("route_forward_kernel", std::string(op) + ": logits " + logits.shape_str() + " " +
                                              dtype_name(logits.dtype) + ", topk_idx " + topk_idx.shape_str());
   });
@@ -330,10 +331,10 @@ void moe_router_stats(Tensor stats, Tensor probs, Tensor topk_idx) {
   int* cnt = static_cast<int*>(scratch(size_t(E + 1) * sizeof(int), op));
   CUDA_CHECK(cudaMemsetAsync(cnt, 0, size_t(E + 1) * sizeof(int), stream()), ctx);
   if (NK > 0) {
-    count_experts_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(topk_idx.i32(), NK, int(E), cnt);
+    launch(count_experts_kernel, blocks_for(NK, kThreads), kThreads, 0, stream(), topk_idx.i32(), NK, int(E), cnt);
     KERNEL_CHECK("count_experts_kernel", ctx);
   }
-  router_stats_kernel<<<1, kStatsThreads, 0, stream()>>>(stats.f32(), probs.f32(), cnt, N, int(E));
+  launch(router_stats_kernel, 1, kStatsThreads, 0, stream(), stats.f32(), probs.f32(), cnt, N, int(E));
   KERNEL_CHECK("router_stats_kernel", ctx);
 }
 
@@ -347,8 +348,8 @@ void moe_aux_loss_forward(Tensor aux, Tensor stats, int tokens, int topk) {
     CUDA_CHECK(cudaMemsetAsync(aux.data, 0, sizeof(float), stream()), ctx);
     return;
   }
-  aux_loss_kernel<<<1, 1, 0, stream()>>>(aux.f32(), stats.f32(), int(E), double(tokens),
-                                         double(tokens) * double(topk));
+  launch(aux_loss_kernel, 1, 1, 0, stream(), aux.f32(), stats.f32(), int(E), double(tokens),
+         double(tokens) * double(topk));
   KERNEL_CHECK("aux_loss_kernel", ctx);
 }
 
@@ -366,9 +367,9 @@ void moe_route_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor top
   const float* counts = aux_grad != 0.f && tokens > 0 && K > 0 ? stats.f32() : nullptr;
   const unsigned blocks = unsigned((N + 127) / 128);
   DISPATCH_FLOAT(dlogits.dtype, T, op, {
-    route_backward_kernel<T><<<blocks, 128, 0, stream()>>>(
-        static_cast<T*>(dlogits.data), have_dw ? dtopk_w.f32() : nullptr, probs.f32(), topk_idx.i32(), topk_w.f32(),
-        counts, aux_grad, N, int(E), int(K), double(tokens), normalize);
+    launch(route_backward_kernel<T>, blocks, 128, 0, stream(), static_cast<T*>(dlogits.data),
+           have_dw ? dtopk_w.f32() : nullptr, probs.f32(), topk_idx.i32(), topk_w.f32(), counts, aux_grad, N, int(E),
+           int(K), double(tokens), normalize);
     KERNEL_CHECK("route_backward_kernel", ctx);
   });
 }
@@ -391,15 +392,15 @@ void moe_dispatch_plan(Tensor row_map, Tensor offsets, Tensor topk_idx, int num_
   int* totals = hist + chunks * E;
   CUDA_CHECK(cudaMemsetAsync(hist, 0, size_t(chunks * E) * sizeof(int), stream()), ctx);
   const int32_t* A = admitted.empty() ? nullptr : admitted.i32();
-  dispatch_rank_kernel<<<unsigned(chunks), kChunk, 0, stream()>>>(topk_idx.i32(), A, row_map.i32(), hist, N, int(K),
-                                                                  int(E));
+  launch(dispatch_rank_kernel, unsigned(chunks), kChunk, 0, stream(), topk_idx.i32(), A, row_map.i32(), hist, N, int(K),
+         int(E));
   KERNEL_CHECK("dispatch_rank_kernel", ctx);
-  dispatch_scan_kernel<<<unsigned(E), kScanThreads, 0, stream()>>>(hist, chunks, int(E), totals);
+  launch(dispatch_scan_kernel, unsigned(E), kScanThreads, 0, stream(), hist, chunks, int(E), totals);
   KERNEL_CHECK("dispatch_scan_kernel", ctx);
-  dispatch_offsets_kernel<<<1, kScanThreads, 0, stream()>>>(totals, int(E), capacity, offsets.i32());
+  launch(dispatch_offsets_kernel, 1, kScanThreads, 0, stream(), totals, int(E), capacity, offsets.i32());
   KERNEL_CHECK("dispatch_offsets_kernel", ctx);
-  dispatch_finalize_kernel<<<blocks_for(NK, kThreads), kThreads, 0, stream()>>>(
-      topk_idx.i32(), A, row_map.i32(), hist, offsets.i32(), N, int(K), int(E), capacity);
+  launch(dispatch_finalize_kernel, blocks_for(NK, kThreads), kThreads, 0, stream(), topk_idx.i32(), A, row_map.i32(),
+         hist, offsets.i32(), N, int(K), int(E), capacity);
   KERNEL_CHECK("dispatch_finalize_kernel", ctx);
 }
 

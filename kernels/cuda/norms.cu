@@ -37,7 +37,9 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pack.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -121,7 +123,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // order by each thread. Must be reached by all threads of the block. The
 // second barrier keeps the next call from overwriting totals still being read.
 __device__ __forceinline__ float2 block_sum2(float2 v) {
-  __shared__ float2 warp_total[32];
+  TRAINER_SHARED(float2, warp_total, [32]);
   v.x = warp_sum(v.x);
   v.y = warp_sum(v.y);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -225,7 +227,7 @@ template <typename TX, typename TY, int P>
 __global__ void __launch_bounds__(kMaxBwdThreads)
     rmsnorm_backward_kernel(TX* dx, float* partial_w, const TY* dout, const TX* x, AnyVec w,
                             const float* rstd, int64_t N, int C, int64_t rows_per_block, bool smem_acc) {
-  extern __shared__ float smem_acc_buf[];
+  TRAINER_DYNAMIC_SHARED(float, smem_acc_buf);
   float* acc = smem_acc ? smem_acc_buf : partial_w + int64_t(blockIdx.x) * C;
   const int step = int(blockDim.x) * P;
   for (int c = int(threadIdx.x) * P; c < C; c += step)
@@ -277,7 +279,7 @@ __global__ void __launch_bounds__(kMaxBwdThreads)
     layernorm_backward_kernel(TX* dx, float* partial_w, float* partial_b, const TY* dout, const TX* x,
                               AnyVec w, const float* mean, const float* rstd, int64_t N, int C,
                               int64_t rows_per_block, bool smem_acc) {
-  extern __shared__ float smem_acc_buf[];
+  TRAINER_DYNAMIC_SHARED(float, smem_acc_buf);
   const bool has_bias = partial_b != nullptr;
   float* acc_w = smem_acc ? smem_acc_buf : partial_w + int64_t(blockIdx.x) * C;
   float* acc_b = !has_bias ? nullptr : smem_acc ? smem_acc_buf + C : partial_b + int64_t(blockIdx.x) * C;
@@ -420,7 +422,7 @@ void allow_smem(Kernel kernel, const BwdLaunch& l, const std::string& context) {
 
 void column_sums(AnyVec grad, const float* partial, int64_t groups, int C, const std::string& context) {
   const int blocks = (C + kColumnThreads - 1) / kColumnThreads;
-  column_sum_kernel<<<blocks, kColumnThreads, 0, stream()>>>(grad, partial, groups, C);
+  launch(column_sum_kernel, blocks, kColumnThreads, 0, stream(), grad, partial, groups, C);
   KERNEL_CHECK("column_sum_kernel", context);
 }
 
@@ -444,11 +446,11 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps
     TY* o = static_cast<TY*>(out.data);
     const TX* xp = static_cast<const TX*>(x.data);
     if (vec)
-      rmsnorm_forward_kernel<TX, TY, kPack><<<blocks, kRowsPerBlock * 32, 0, stream()>>>(
-          o, rstd.f32(), xp, any_vec(weight), N, C, eps);
+      launch(rmsnorm_forward_kernel<TX, TY, kPack>, blocks, kRowsPerBlock * 32, 0, stream(), o, rstd.f32(), xp,
+             any_vec(weight), N, C, eps);
     else
-      rmsnorm_forward_kernel<TX, TY, 1><<<blocks, kRowsPerBlock * 32, 0, stream()>>>(
-          o, rstd.f32(), xp, any_vec(weight), N, C, eps);
+      launch(rmsnorm_forward_kernel<TX, TY, 1>, blocks, kRowsPerBlock * 32, 0, stream(), o, rstd.f32(), xp,
+             any_vec(weight), N, C, eps);
     KERNEL_CHECK("rmsnorm_forward_kernel", context);
   }));
 }
@@ -473,13 +475,13 @@ void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor w
     if (vec) {
       auto kernel = rmsnorm_backward_kernel<TX, TY, kPack>;
       allow_smem(kernel, l, context);
-      kernel<<<unsigned(l.groups), l.threads, l.smem_bytes, stream()>>>(
-          d, partial, g, xp, any_vec(weight), rstd.f32(), N, C, l.rows_per_block, l.smem_acc);
+      launch(kernel, unsigned(l.groups), l.threads, l.smem_bytes, stream(), d, partial, g, xp, any_vec(weight),
+             rstd.f32(), N, C, l.rows_per_block, l.smem_acc);
     } else {
       auto kernel = rmsnorm_backward_kernel<TX, TY, 1>;
       allow_smem(kernel, l, context);
-      kernel<<<unsigned(l.groups), l.threads, l.smem_bytes, stream()>>>(
-          d, partial, g, xp, any_vec(weight), rstd.f32(), N, C, l.rows_per_block, l.smem_acc);
+      launch(kernel, unsigned(l.groups), l.threads, l.smem_bytes, stream(), d, partial, g, xp, any_vec(weight),
+             rstd.f32(), N, C, l.rows_per_block, l.smem_acc);
     }
     KERNEL_CHECK("rmsnorm_backward_kernel", context);
   }));
@@ -500,11 +502,11 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor we
     TY* o = static_cast<TY*>(out.data);
     const TX* xp = static_cast<const TX*>(x.data);
     if (vec)
-      layernorm_forward_kernel<TX, TY, kPack><<<blocks, kRowsPerBlock * 32, 0, stream()>>>(
-          o, mean.f32(), rstd.f32(), xp, any_vec(weight), b, N, C, eps);
+      launch(layernorm_forward_kernel<TX, TY, kPack>, blocks, kRowsPerBlock * 32, 0, stream(), o, mean.f32(),
+             rstd.f32(), xp, any_vec(weight), b, N, C, eps);
     else
-      layernorm_forward_kernel<TX, TY, 1><<<blocks, kRowsPerBlock * 32, 0, stream()>>>(
-          o, mean.f32(), rstd.f32(), xp, any_vec(weight), b, N, C, eps);
+      launch(layernorm_forward_kernel<TX, TY, 1>, blocks, kRowsPerBlock * 32, 0, stream(), o, mean.f32(), rstd.f32(),
+             xp, any_vec(weight), b, N, C, eps);
     KERNEL_CHECK("layernorm_forward_kernel", context);
   }));
 }
@@ -533,15 +535,13 @@ void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Te
     if (vec) {
       auto kernel = layernorm_backward_kernel<TX, TY, kPack>;
       allow_smem(kernel, l, context);
-      kernel<<<unsigned(l.groups), l.threads, l.smem_bytes, stream()>>>(
-          d, partial_w, partial_b, g, xp, any_vec(weight), mean.f32(), rstd.f32(), N, C, l.rows_per_block,
-          l.smem_acc);
+      launch(kernel, unsigned(l.groups), l.threads, l.smem_bytes, stream(), d, partial_w, partial_b, g, xp,
+             any_vec(weight), mean.f32(), rstd.f32(), N, C, l.rows_per_block, l.smem_acc);
     } else {
       auto kernel = layernorm_backward_kernel<TX, TY, 1>;
       allow_smem(kernel, l, context);
-      kernel<<<unsigned(l.groups), l.threads, l.smem_bytes, stream()>>>(
-          d, partial_w, partial_b, g, xp, any_vec(weight), mean.f32(), rstd.f32(), N, C, l.rows_per_block,
-          l.smem_acc);
+      launch(kernel, unsigned(l.groups), l.threads, l.smem_bytes, stream(), d, partial_w, partial_b, g, xp,
+             any_vec(weight), mean.f32(), rstd.f32(), N, C, l.rows_per_block, l.smem_acc);
     }
     KERNEL_CHECK("layernorm_backward_kernel", context);
   }));

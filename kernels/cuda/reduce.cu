@@ -19,7 +19,9 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pack.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -51,7 +53,7 @@ double* reduce_scratch() {
 // Fixed-order block reduction: butterfly inside each warp, then thread 0 adds
 // the warp totals in warp order. The result is valid in thread 0 only.
 __device__ __forceinline__ double block_sum_to_thread0(double v) {
-  __shared__ double warp_total[32];
+  TRAINER_SHARED(double, warp_total, [32]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -120,12 +122,14 @@ double reduce(const char* op, const Tensor& x) {
   DISPATCH_FLOAT(x.dtype, T, op, {
     const T* p = static_cast<const T*>(x.data);
     if (vec)
-      reduce_partials_kernel<T, kSquare, true><<<blocks, kReduceThreads, 0, stream()>>>(p, n, partials);
+      launch(reduce_partials_kernel<T, kSquare, true>, blocks, kReduceThreads, 0, stream(), p, n,
+             partials);
     else
-      reduce_partials_kernel<T, kSquare, false><<<blocks, kReduceThreads, 0, stream()>>>(p, n, partials);
+      launch(reduce_partials_kernel<T, kSquare, false>, blocks, kReduceThreads, 0, stream(), p, n,
+             partials);
     KERNEL_CHECK("reduce_partials_kernel", std::string(op) + " " + context);
   });
-  reduce_final_kernel<<<1, kReduceMaxBlocks, 0, stream()>>>(partials, blocks, result);
+  launch(reduce_final_kernel, 1, kReduceMaxBlocks, 0, stream(), partials, blocks, result);
   KERNEL_CHECK("reduce_final_kernel", std::string(op) + " " + context);
   double host = 0;
   CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, stream()),

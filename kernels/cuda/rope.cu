@@ -42,6 +42,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace trainer::cuda {
 namespace {
@@ -122,7 +123,7 @@ const float2* rope_table(int64_t P, const std::vector<double>& inv_freq, const s
   const size_t bytes = size_t(P * half) * sizeof(float2);
   CUDA_CHECK(cudaMalloc(&table, bytes), "rope: cos/sin table of " + std::to_string(bytes) + " bytes for " + context);
   const int64_t blocks = std::min((P * half + kThreads - 1) / kThreads, kMaxBlocks);
-  rope_table_kernel<<<unsigned(blocks), kThreads, 0, stream()>>>(table, P, half, freq);
+  launch(rope_table_kernel, unsigned(blocks), kThreads, 0, stream(), table, P, half, freq);
   KERNEL_CHECK("rope_table_kernel", "rope: cos/sin table for " + context);
   tables->emplace(key, table);
   return table;
@@ -218,15 +219,15 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
     const double* freq = device_inv_freq(inv_freq, std::string(op) + " " + context);
     float2* t = pos_table_scratch(size_t(T_len * half), std::string(op) + " " + context);
     const int64_t tblocks = std::min((T_len * half + kThreads - 1) / kThreads, kMaxBlocks);
-    rope_pos_table_kernel<<<unsigned(tblocks), kThreads, 0, stream()>>>(
-        t, static_cast<const int32_t*>(pos->data), T_len, half, freq);
+    launch(rope_pos_table_kernel, unsigned(tblocks), kThreads, 0, stream(), t, static_cast<const int32_t*>(pos->data),
+           T_len, half, freq);
     KERNEL_CHECK("rope_pos_table_kernel", std::string(op) + " " + context);
     table = t;
     pos_offset = 0;
   }
   DISPATCH_FLOAT(inp.dtype, T, op, {
-    rope_kernel<T><<<unsigned(blocks), kThreads, 0, stream()>>>(
-        static_cast<T*>(out.data), static_cast<const T*>(inp.data), table, B * T_len, T_len, pos_offset, H, half, sign);
+    launch(rope_kernel<T>, unsigned(blocks), kThreads, 0, stream(), static_cast<T*>(out.data),
+           static_cast<const T*>(inp.data), table, B * T_len, T_len, pos_offset, H, half, sign);
     KERNEL_CHECK("rope_kernel", std::string(op) + " " + context);
   });
 }
