@@ -22,10 +22,11 @@ std::string describe_devices(bool* ok) {
     out += "cuda module: none (this build has no CUDA backend: configure with nvcc and TRAINER_CUDA=AUTO or ON)\n";
   } else {
     const CudaDriverProbe& d = probe_cuda_driver();
+    const char* unused = cuda_module_emulated() ? "; the emulated device's module needs none" : "";
     if (d.devices >= 0)
-      out += "cuda driver: " + version_text(d.version) + ", " + std::to_string(d.devices) + " device(s)\n";
+      out += "cuda driver: " + version_text(d.version) + ", " + std::to_string(d.devices) + " device(s)" + unused + "\n";
     else
-      out += "cuda driver: none (" + d.why + ")\n";
+      out += "cuda driver: none (" + d.why + unused + ")\n";
     std::string why;
     if (const CudaBackend* cuda = usable_cuda_module(&why)) {
       char sig[24];

@@ -135,4 +135,10 @@ std::string cuda_module_path() {
   return chosen_path();
 }
 
+bool cuda_module_emulated() {
+  const std::string path = cuda_module_path();
+  const size_t slash = path.rfind('/');
+  return path.substr(slash == std::string::npos ? 0 : slash + 1) == kCudaEmuModuleFile;
+}
+
 }  // namespace trainer

@@ -22,6 +22,9 @@
 namespace trainer {
 
 inline constexpr const char* kCudaModuleFile = "libtrainer_cuda.so";
+// The same module built for the emulated device (emu/cuda_module.cmake),
+// chosen through $TRAINER_CUDA_MODULE.
+inline constexpr const char* kCudaEmuModuleFile = "libtrainer_cuda_emu.so";
 
 // Whether this build has a CUDA module at all (TRAINER_HAVE_CUDA).
 bool cuda_module_built();
@@ -54,5 +57,8 @@ const Table* kept_cuda_module_table(const CudaTableSpec& want, std::string* why)
 bool cuda_backend_loaded();
 // The file the loader opened, or would open (rule 2 gives the linked file).
 std::string cuda_module_path();
+// Whether that file is the emulated device's module (by its name): it runs
+// on the CPU, so no CUDA driver is asked before it is loaded.
+bool cuda_module_emulated();
 
 }  // namespace trainer

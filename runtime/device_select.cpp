@@ -22,10 +22,11 @@ int cuda_device_count(std::string* why) {
   int n = -1;
   if (!cuda_module_built()) {
     reason = "this build has no CUDA backend";
-  } else if (const CudaDriverProbe& d = probe_cuda_driver(); d.devices <= 0) {
-    // No driver, or no device: the module (and libcublasLt with it) stays unloaded.
-    n = d.devices;
-    reason = d.why;
+  } else if (!cuda_module_emulated() && probe_cuda_driver().devices <= 0) {
+    // No driver, or no device: the module (and libcublasLt with it) stays
+    // unloaded. The emulated device's module needs neither.
+    n = probe_cuda_driver().devices;
+    reason = probe_cuda_driver().why;
   } else if (const CudaBackend* cuda = usable_cuda_module(&reason)) {
     // The runtime's count, which CUDA_VISIBLE_DEVICES and a driver too old
     // for the runtime can still bring to nothing.

@@ -15,6 +15,10 @@
 #include <cstddef>
 #include <utility>
 
+#ifdef TRAINER_CUDA_EMU
+#include "emu/runtime_launch.h"
+#endif
+
 namespace trainer::cuda {
 
 template <typename... Params, typename... Args>
@@ -24,7 +28,11 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
 #ifndef TRAINER_CUDA_EMU
   kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
 #else
-#error "the emulated device's launch is not built yet (kernels/cuda/launch.cuh)"
+  // Every CUDA thread calls the kernel with its own copies of the converted
+  // arguments, as each thread of a <<<>>> launch sees the parameters; errors
+  // reach cudaGetLastError() as a launch's would.
+  ::trainer::emu::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block, smem, stream,
+                                [&] { kernel(args...); });
 #endif
 }
 

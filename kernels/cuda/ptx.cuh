@@ -89,5 +89,37 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }  // namespace trainer::cuda
 
 #else  // TRAINER_CUDA_EMU
-#error "the emulated device's PTX instructions are not built yet (kernels/cuda/ptx.cuh)"
+
+// The same functions on the emulated device (emu/ptx_lane.h): each lane's
+// call reaches the PTX ISA's semantics, cp.async through the thread's own
+// queue, ldmatrix and mma.sync through a collective of the whole warp.
+#include "emu/ex2.h"
+#include "emu/ptx_lane.h"
+
+namespace trainer::cuda {
+
+inline void cp_async_16(void* dst, const void* src, bool valid) {
+  ::trainer::emu::thread_cp_async_queue().copy(::trainer::emu::CpAsyncCache::cg, dst, src, 16, valid ? 16 : 0);
+}
+inline void cp_async_commit() { ::trainer::emu::thread_cp_async_queue().commit(); }
+template <int N> inline void cp_async_wait() { ::trainer::emu::thread_cp_async_queue().wait_group(N); }
+
+inline void ldsm_x4(uint32_t (&r)[4], const void* p) { ::trainer::emu::ldmatrix_x4_lane(r, p, false); }
+inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { ::trainer::emu::ldmatrix_x4_lane(r, p, true); }
+
+template <typename T>
+void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+inline void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  ::trainer::emu::mma_m16n8k16_lane(::trainer::emu::Type16::bf16, c, a, b0, b1);
+}
+template <>
+inline void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  ::trainer::emu::mma_m16n8k16_lane(::trainer::emu::Type16::f16, c, a, b0, b1);
+}
+
+inline float fast_exp2(float x) { return ::trainer::emu::ex2_approx_ftz_f32(x); }
+
+}  // namespace trainer::cuda
+
 #endif

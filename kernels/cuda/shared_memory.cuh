@@ -22,17 +22,11 @@
 
 #else  // TRAINER_CUDA_EMU
 
-// A sketch of what the emulator will provide; nothing builds this branch yet
-// (launch.cuh and ptx.cuh stop an emulated build first).
-#include <cstddef>
-
-namespace trainer::emu {
-// The running block's storage for one shared declaration, keyed by it; zeroed
-// by no one, as on a GPU.
-void* block_shared(const void* key, std::size_t bytes, std::size_t align);
-// The running block's dynamic shared memory (the launch's smem bytes).
-void* dynamic_shared();
-}  // namespace trainer::emu
+// The running block's storage, from the SIMT executor: block_shared(key,
+// bytes, align) is one declaration's instance in this block (fresh blocks
+// get fresh storage, filled with a poison byte rather than zeros, as a GPU
+// gives garbage), dynamic_shared() the launch's dynamic bytes.
+#include "emu/simt.h"
 
 // A function-local static's address is the key: one per declaration and per
 // template instance, as nvcc gives each its own __shared__ variable.
