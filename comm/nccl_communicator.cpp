@@ -27,7 +27,12 @@ std::string nccl_version() {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
   // NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch.
-  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  std::string text =
+      "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+#ifdef TRAINER_EMU_NCCL
+  text += std::string(" (") + TRAINER_EMU_NCCL_DESCRIPTION + ")";  // a version number cannot say it is emulated
+#endif
+  return text;
 }
 
 struct NcclCommunicator::Impl {

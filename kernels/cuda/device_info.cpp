@@ -19,8 +19,13 @@ std::string major_minor(int v) { return std::to_string(v / 1000) + "." + std::to
 std::string describe() {
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
-  return "CUDA runtime " + major_minor(runtime) + " (built with " + major_minor(CUDART_VERSION) + "), cuBLASLt " +
-         std::to_string(cublasLtGetVersion());
+  std::string text = "CUDA runtime " + major_minor(runtime) + " (built with " + major_minor(CUDART_VERSION) +
+                     "), cuBLASLt " + std::to_string(cublasLtGetVersion());
+#ifdef TRAINER_EMU_CUBLASLT
+  // The version numbers are the toolkit's headers'; what runs is the emulator.
+  text = "emulated: " + text + " (" + TRAINER_EMU_CUBLASLT_DESCRIPTION + ")";
+#endif
+  return text;
 }
 
 int device_count(std::string* why) {
