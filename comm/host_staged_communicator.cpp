@@ -5,13 +5,16 @@
 #include <numeric>
 
 #include "core/device_memory.h"
+#include "kernels/ops.h"
 
 namespace trainer {
 
-// A host buffer standing in for (a prefix of) a device tensor.
+// A host buffer standing in for (a prefix of) a device tensor. A reduction
+// of BF16 or F16 runs on an F32 widening of it (`host`; Gloo reduces F32),
+// the copies going through `narrow`, host bytes in the device's dtype.
 struct HostStagedCommunicator::HostCopy {
-  std::unique_ptr<uint64_t[]> bytes;  // 8-byte aligned for every dtype
-  Tensor host, device;
+  std::unique_ptr<uint64_t[]> bytes, narrow_bytes;  // 8-byte aligned for every dtype
+  Tensor host, device, narrow;
 };
 
 namespace {
@@ -24,25 +27,41 @@ Tensor flat(const Tensor& t, int64_t n = -1) {
   return Tensor(t.data, t.dtype, {n}, t.device);
 }
 
-HostCopy host_buffer(const Tensor& device) {
+Tensor host_tensor(std::unique_ptr<uint64_t[]>& bytes, DType dtype, int64_t n) {
+  bytes.reset(new uint64_t[std::max<size_t>(1, (size_t(n) * dtype_size(dtype) + 7) / 8)]);
+  return Tensor(bytes.get(), dtype, {n}, Device::CPU);
+}
+
+// `reduced`: the host collective reduces it, so 16-bit floats widen to F32.
+HostCopy host_buffer(const Tensor& device, bool reduced = false) {
   HostCopy c;
   c.device = device;
-  const size_t words = std::max<size_t>(1, (device.nbytes() + 7) / 8);
-  c.bytes.reset(new uint64_t[words]);
-  c.host = Tensor(c.bytes.get(), device.dtype, {device.numel()}, Device::CPU);
+  const bool widen = reduced && (device.dtype == DType::BF16 || device.dtype == DType::F16);
+  c.host = host_tensor(c.bytes, widen ? DType::F32 : device.dtype, device.numel());
+  if (widen) c.narrow = host_tensor(c.narrow_bytes, device.dtype, device.numel());
   return c;
 }
 
 // A host copy of the tensor's current values, taken in the compute
 // stream's order.
-HostCopy copy_out(const Tensor& device) {
-  HostCopy c = host_buffer(device);
-  if (device.numel() > 0) copy_between_devices(c.host, device);
+HostCopy copy_out(const Tensor& device, bool reduced = false) {
+  HostCopy c = host_buffer(device, reduced);
+  if (device.numel() == 0) return c;
+  if (!c.narrow_bytes) {
+    copy_between_devices(c.host, device);
+    return c;
+  }
+  copy_between_devices(c.narrow, device);
+  ops::convert(c.host, c.narrow);
   return c;
 }
 
+// The sum rounds once, here, where NCCL's ring rounds at every hop.
 void copy_back(const HostCopy& c) {
-  if (c.device.numel() > 0) copy_between_devices(c.device, c.host);
+  if (c.device.numel() == 0) return;
+  if (!c.narrow_bytes) return copy_between_devices(c.device, c.host);
+  ops::convert(c.narrow, c.host);
+  copy_between_devices(c.device, c.narrow);
 }
 
 bool overlaps(const Tensor& a, const Tensor& b) {
@@ -118,7 +137,7 @@ HostStagedCommunicator::~HostStagedCommunicator() = default;
 
 void HostStagedCommunicator::do_all_reduce(Tensor t, ReduceOp op) {
   settle(t);
-  const HostCopy c = copy_out(t);
+  const HostCopy c = copy_out(t, true);
   host_->all_reduce(c.host, op);
   copy_back(c);
 }
@@ -127,7 +146,7 @@ void HostStagedCommunicator::do_reduce_scatter(Tensor out, Tensor in) {
   settle(in);
   settle(out);
   // `in` is copied before anything is written: out may be its own chunk.
-  const HostCopy src = copy_out(in), dst = host_buffer(out);
+  const HostCopy src = copy_out(in, true), dst = host_buffer(out, true);
   host_->reduce_scatter(dst.host, src.host);
   copy_back(dst);
 }
@@ -226,7 +245,7 @@ std::unique_ptr<Work> HostStagedCommunicator::do_post_receives(const std::vector
 std::unique_ptr<Work> HostStagedCommunicator::do_all_reduce_async(Tensor t) {
   settle(t);
   std::vector<HostCopy> results;
-  results.push_back(copy_out(t));
+  results.push_back(copy_out(t, true));
   std::unique_ptr<Work> w = host_->all_reduce_async(results.back().host);
   return track(std::move(w), {}, std::move(results));
 }
@@ -235,8 +254,8 @@ std::unique_ptr<Work> HostStagedCommunicator::do_reduce_scatter_async(Tensor out
   settle(in);
   settle(out);
   std::vector<HostCopy> inputs, results;
-  inputs.push_back(copy_out(in));
-  results.push_back(host_buffer(out));
+  inputs.push_back(copy_out(in, true));
+  results.push_back(host_buffer(out, true));
   std::unique_ptr<Work> w = host_->reduce_scatter_async(results.back().host, inputs.back().host);
   return track(std::move(w), std::move(inputs), std::move(results));
 }

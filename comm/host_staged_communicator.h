@@ -9,7 +9,9 @@
 // and returns once it has landed, a wait on that stream and not the whole
 // device), runs the host collective on them, and copies the results back on
 // the compute stream. Asynchronous calls copy out at once and copy back in
-// wait(). The same code runs on CPU tensors, where the copies are memcpys:
+// wait(). Reductions of BF16 and F16 run in F32, as Gloo reduces no 16-bit
+// type: the host copies widen (ops::convert) and the result rounds back
+// once. The same code runs on CPU tensors, where the copies are memcpys:
 // tests/test_host_staged.cpp runs every mesh axis that way against Gloo.
 #pragma once
 

@@ -1,6 +1,7 @@
 // bf16 and fp16 on the host, for files that store them (Hugging Face
-// exports and imports): conversion to fp32 is exact; from fp32 rounds to
-// nearest even, as PyTorch's .to(torch.bfloat16) does, NaN stays NaN.
+// exports and imports) and the CPU backend's convert (a GPU run's 16-bit
+// tensors staged in host memory): conversion to fp32 is exact; from fp32
+// rounds to nearest even, as PyTorch's .to(torch.bfloat16) does, NaN stays NaN.
 #pragma once
 
 #include <cmath>
@@ -39,6 +40,25 @@ inline float f32_from_f16(uint16_t h) {
     return f;
   }
   return sign ? -f : f;
+}
+
+// Round to nearest even, as __float2half_rn: 65520 and beyond are infinite,
+// below 2^-14 the subnormals' fixed steps of 2^-24.
+inline uint16_t f16_from_f32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);
+  if (a >= 0x38800000u) {  // normal: rebias the exponent (127 -> 15), round 23 mantissa bits to 10
+    const uint32_t r = a - (112u << 23);
+    return uint16_t(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+  }
+  const uint32_t e = a >> 23;
+  if (e < 102) return uint16_t(sign);  // under half the smallest subnormal
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;  // shift 1..24
+  const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return uint16_t(sign | (q + (rem > half || (rem == half && (q & 1u)))));  // q + 1 may be the smallest normal
 }
 
 }  // namespace trainer

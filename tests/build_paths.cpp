@@ -11,5 +11,10 @@ const char* stand_in_cuda_module_file() { return BUILD_STAND_IN_CUDA_MODULE_FILE
 const char* cuda_module_file() { return ""; }
 const char* stand_in_cuda_module_file() { return ""; }
 #endif
+#ifdef BUILD_CUDA_EMU_MODULE_FILE
+const char* cuda_emu_module_file() { return BUILD_CUDA_EMU_MODULE_FILE; }
+#else
+const char* cuda_emu_module_file() { return ""; }
+#endif
 
 }  // namespace trainer::test

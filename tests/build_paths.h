@@ -9,9 +9,11 @@ const char* trainer_bin();
 const char* source_dir();
 const char* cuda_module_file();           // "" when this build has no CUDA module
 const char* stand_in_cuda_module_file();  // "" likewise
+const char* cuda_emu_module_file();       // "" when this build has no emulated CUDA module
 }  // namespace trainer::test
 
 #define TRAINER_BIN (::trainer::test::trainer_bin())
 #define TRAINER_SOURCE_DIR (::trainer::test::source_dir())
 #define TRAINER_CUDA_MODULE_FILE (::trainer::test::cuda_module_file())
 #define STAND_IN_CUDA_MODULE_FILE (::trainer::test::stand_in_cuda_module_file())
+#define TRAINER_CUDA_EMU_MODULE (::trainer::test::cuda_emu_module_file())

@@ -171,7 +171,8 @@ int run_by_hand(const std::string& cfg, int world, const std::string& run_dir, s
 
 namespace trainer::e2e {
 
-Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model) {
+Setup make_setup_config(const std::string& prefix, const std::string& name, const std::string& model,
+                        const std::string& train) {
   Setup s;
   s.dir = fs::temp_directory_path() / ("trainer_" + prefix + "_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(s.dir);
@@ -180,13 +181,19 @@ Setup make_setup(const std::string& prefix, const std::string& name, const std::
   s.cfg = (s.dir / "cfg.yaml").string();
   std::ofstream(s.cfg) << "run: {name: " << prefix << "}\n"
                        << "model: " << model << "\n"
-                       << "train: {steps: 20, seq_len: 32, micro_batch_size: 2, global_batch_size: 8, "
-                          "eval_interval: 10, eval_steps: 1}\n"
+                       << "train: {" << train << "}\n"
                        << "optim: {lr: 3.0e-3, warmup_steps: 3}\n"
                        << "data: {train: [" << tokens.string() << "], valid: [" << tokens.string() << "]}\n"
                        << "checkpoint: {interval: 20}\n"
                        << "log: {interval: 1, progress: lines}\n"
                        << "parallel: {timeout_s: 60}\n";
+  return s;
+}
+
+Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model) {
+  const Setup s = make_setup_config(prefix, name, model,
+                                    "steps: 20, seq_len: 32, micro_batch_size: 2, global_batch_size: 8, "
+                                    "eval_interval: 10, eval_steps: 1");
   std::string out;
   const int rc = run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + s.single(), &out);
   INFO(e2e::tail(out));

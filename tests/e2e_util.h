@@ -75,6 +75,10 @@ struct Setup {
   std::string single() const { return (dir / "single").string(); }
 };
 Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model);
+// The same configuration with other `train:` keys (the inside of its flow
+// map: device, precision, batch) and no reference run made.
+Setup make_setup_config(const std::string& prefix, const std::string& name, const std::string& model,
+                        const std::string& train);
 
 // Losses and validation losses within 1e-5 relative of the reference, final
 // weights (assembled from the checkpoints) within 1e-4; prints the errors

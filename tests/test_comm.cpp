@@ -28,6 +28,7 @@
 #include "comm/gloo_communicator.h"
 #include "comm/host_staged_communicator.h"
 #include "comm/process_group.h"
+#include "core/half_float.h"
 #include "rank_runner.h"
 #include "e2e_util.h"
 #include "observe/wait_attribution.h"
@@ -68,7 +69,7 @@ std::string error_of(const std::function<void()>& f) {
 // --- the collectives of one communicator ------------------------------------
 
 // all_reduce: sums (F32 over several of Gloo's segments, I32, F64), max, and
-// the refused bf16.
+// the refused bf16 (Gloo's).
 void check_all_reduce(Communicator& c) {
   const int r = c.rank(), n = c.size();
   const float tri = float(n * (n - 1) / 2);  // sum of the ranks
@@ -97,7 +98,9 @@ void check_all_reduce(Communicator& c) {
     c.all_reduce(view(d, DType::F64));
     expect_all<double>(d, [&](size_t) { return 0.5 * n + tri; }, "all_reduce sum F64");
   }
-  {  // bf16 cannot be reduced on the CPU backend, and saying so breaks nothing
+  // bf16 cannot be reduced on the CPU backend, and saying so breaks nothing;
+  // the host-staged communicator reduces it in F32 (its own test below).
+  if (dynamic_cast<HostStagedCommunicator*>(&c) == nullptr) {
     std::vector<uint16_t> b(8, 0x3f80);
     const std::string e = error_of([&] { c.all_reduce(view(b, DType::BF16)); });
     CHILD_CHECK(contains(e, "not supported on the CPU backend") && contains(e, c.name()), "bf16 all_reduce: " + e);
@@ -385,6 +388,58 @@ TEST_CASE("comm: the host-staged communicator matches the same closed forms on 2
     INFO("world of " << n);
     require_all_passed(results);
   }
+}
+
+namespace {
+
+// Element i of rank r's 16-bit tensor, and the sum of two ranks' as the
+// host-staged communicator gives it: added in F32, rounded once.
+uint16_t narrow16(DType t, float v) { return t == DType::BF16 ? bf16_from_f32(v) : f16_from_f32(v); }
+float widen16(DType t, uint16_t h) { return t == DType::BF16 ? f32_from_bf16(h) : f32_from_f16(h); }
+uint16_t element16(DType t, int r, size_t i) { return narrow16(t, 1.f + 0.3f * float(i) + 0.01f * float(r)); }
+uint16_t sum16(DType t, size_t i) { return narrow16(t, widen16(t, element16(t, 0, i)) + widen16(t, element16(t, 1, i))); }
+
+// all_reduce and reduce_scatter, waited for at once and asynchronously, of
+// 16-bit tensors on two ranks.
+void check_16bit_reductions(Communicator& c, DType t) {
+  const std::string what = dtype_name(t);
+  const size_t n = 8;
+  auto mine = [&] {
+    std::vector<uint16_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = element16(t, c.rank(), i);
+    return v;
+  };
+  for (bool async : {false, true}) {
+    std::vector<uint16_t> x = mine(), part(n / 2);
+    const std::vector<uint16_t> in = mine();
+    std::vector<uint16_t> in_copy = in;
+    if (async) {
+      c.all_reduce_async(view(x, t))->wait();
+      c.reduce_scatter_async(view(part, t), view(in_copy, t))->wait();
+    } else {
+      c.all_reduce(view(x, t));
+      c.reduce_scatter(view(part, t), view(in_copy, t));
+    }
+    for (size_t i = 0; i < n; ++i) CHILD_CHECK(x[i] == sum16(t, i), what + " all_reduce element " + std::to_string(i));
+    for (size_t i = 0; i < n / 2; ++i)
+      CHILD_CHECK(part[i] == sum16(t, size_t(c.rank()) * n / 2 + i), what + " reduce_scatter element " + std::to_string(i));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("comm: the host-staged communicator reduces BF16 and F16 in F32 (Gloo alone refuses them)", "[comm]") {
+  // A GPU run in bf16 (the default) or fp16 under parallel.backend host:
+  // its gradient reductions, tp's activation sums.
+  Run run;
+  run.world = 2;
+  run.mesh.dp = 2;
+  run.host_staged = true;
+  const auto results = run_ranks(run, [](ProcessGroups& pg, std::string&) {
+    for (DType t : {DType::BF16, DType::F16}) check_16bit_reductions(pg.world(), t);
+    pg.finalize();
+  });
+  require_all_passed(results);
 }
 
 TEST_CASE("comm: waits in collectives are charged to the rank that arrived last", "[comm][monitor]") {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/half_float.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "tests/test_util.h"
@@ -129,6 +130,63 @@ TEST_CASE("elementwise: fill, copy, add, add_inplace, scale_inplace", "[ops][den
   REQUIRE_THROWS_WITH(ops::add(out, a, small), "add: a [40000] vs b [3]");
   Owned ints({n}, DType::I32);
   test::require_rejected([&] { ops::copy(out, ints); }, {"copy: ", "dst F32 vs src I32"});
+}
+
+namespace {
+
+// Every 16-bit pattern of `t` to F32 and back through ops::convert; the
+// patterns that did not come back (NaNs need only stay NaN).
+int64_t round_trip_misses(DType t, uint16_t nan_exponent) {
+  std::vector<uint16_t> bits(65536), back(65536);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i);
+  std::vector<float> wide(65536);
+  ops::convert(Tensor(wide.data(), DType::F32, {65536}), Tensor(bits.data(), t, {65536}));
+  ops::convert(Tensor(back.data(), t, {65536}), Tensor(wide.data(), DType::F32, {65536}));
+  int64_t misses = 0;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const bool nan = (bits[i] & nan_exponent) == nan_exponent && (bits[i] & ~nan_exponent & 0x7fffu) != 0;
+    misses += nan ? !std::isnan(wide[i]) || (back[i] & nan_exponent) != nan_exponent : back[i] != bits[i];
+  }
+  return misses;
+}
+
+// Between each pair of neighbouring positive finite values of `t` (pattern
+// k, k + 1, whose F32 midpoint is exact): the midpoint rounds to the even
+// pattern, anything nearer a neighbour to it; the patterns that did not.
+int64_t tie_misses(DType t, uint16_t largest, float (*widen)(uint16_t)) {
+  std::vector<float> probes;
+  std::vector<uint16_t> want;
+  for (uint32_t k = 0; k < largest; ++k) {
+    const float lo = widen(uint16_t(k)), hi = widen(uint16_t(k + 1)), mid = lo + (hi - lo) / 2;
+    probes.insert(probes.end(), {std::nextafter(mid, 0.f), mid, std::nextafter(mid, hi)});
+    want.insert(want.end(), {uint16_t(k), uint16_t(k % 2 ? k + 1 : k), uint16_t(k + 1)});
+  }
+  std::vector<uint16_t> got(probes.size());
+  ops::convert(Tensor(got.data(), t, {int64_t(got.size())}), Tensor(probes.data(), DType::F32, {int64_t(probes.size())}));
+  int64_t misses = 0;
+  for (size_t i = 0; i < got.size(); ++i) misses += got[i] != want[i];
+  return misses;
+}
+
+}  // namespace
+
+// The CPU backend computes in F32, but a GPU run's BF16/F16 tensors staged in
+// host memory (ZeRO-Offload, the host-staged backend's reductions) convert
+// here, rounding as the GPU does (round to nearest even).
+TEST_CASE("elementwise: convert F32 <-> BF16/F16 on the host rounds to nearest even", "[ops][dense][convert]") {
+  CHECK(round_trip_misses(DType::BF16, 0x7f80) == 0);
+  CHECK(round_trip_misses(DType::F16, 0x7c00) == 0);
+  CHECK(tie_misses(DType::BF16, 0x7f7f, f32_from_bf16) == 0);  // up to bf16's largest finite value
+  CHECK(tie_misses(DType::F16, 0x7bff, f32_from_f16) == 0);    // subnormals, normals, up to 65504
+  // Past F16's largest finite value: halfway to the next power of two is infinity.
+  std::vector<float> big = {65519.99f, 65520.f, -65520.f, 1e30f, -INFINITY};
+  std::vector<uint16_t> h(big.size());
+  ops::convert(Tensor(h.data(), DType::F16, {int64_t(h.size())}), Tensor(big.data(), DType::F32, {int64_t(big.size())}));
+  CHECK(h == std::vector<uint16_t>{0x7bff, 0x7c00, 0xfc00, 0x7c00, 0xfc00});
+  // BF16 -> F16 goes through F32: 1 + 2^-7 is exact in both.
+  std::vector<uint16_t> b = {0x3f81}, f(1);
+  ops::convert(Tensor(f.data(), DType::F16, {1}), Tensor(b.data(), DType::BF16, {1}));
+  CHECK(f[0] == 0x3c08);
 }
 
 TEST_CASE("elementwise: sum_squares in double, NaN propagates", "[ops][dense]") {

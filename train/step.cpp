@@ -168,9 +168,9 @@ bool StepRunner::diverged(int64_t step, StepResult& r) {
 // update, owes its interval's save to the next healthy step, and may roll
 // the run back or stop it.
 bool StepRunner::flagged(int64_t step, StepResult& r) {
-  const StepVerdict v =
-      hooks_.skip_step == step + 1 && !skip_fired_ ? policy_.flag("skipped by the test hook") : policy_.judge(r.loss, r.norm);
-  if (hooks_.skip_step == step + 1) skip_fired_ = true;  // once, as nan_grad
+  // Once per hooked step, as nan_grad: a rollback runs the step number again.
+  const bool hooked = hooks_.skip_steps.erase(step + 1) > 0;
+  const StepVerdict v = hooked ? policy_.flag("skipped by the test hook") : policy_.judge(r.loss, r.norm);
   if (v.flag == StepFlag::Healthy) return false;
   last_flagged_ = true;
   const std::string param =

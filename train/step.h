@@ -66,7 +66,7 @@ class StepRunner {
   TestHooks hooks_;
   std::vector<ParamInfo> global_params_;
   std::chrono::steady_clock::time_point t0_;
-  bool nan_fired_ = false, skip_fired_ = false, preempt_ = false, last_flagged_ = false;
+  bool nan_fired_ = false, preempt_ = false, last_flagged_ = false;
   std::string last_flag_;
   int64_t completed_ = 0;
   // Rollbacks to the same checkpoint in a row: the third means the fault is

@@ -40,7 +40,7 @@ TestHooks test_hooks_for(int rank) {
     else if (name == "signal")
       h.signal_step = first_launch ? int64_t(value) : -1;
     else if (name == "skip")
-      h.skip_step = int64_t(value);
+      h.skip_steps.insert(int64_t(value));
     else
       throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, kill_in_save, signal, skip)");
   }

@@ -14,12 +14,14 @@
 //   skip=*:STEP          every rank treats STEP as flagged by train.nonfinite
 //                        (the reference a NaN run is compared with); like
 //                        nan_grad, only the first time STEP runs (a rollback
-//                        runs it again)
+//                        runs it again). May repeat: the reference of an fp16
+//                        run whose loss scale overflowed at several steps
 // RANK may be * (every rank).
 // Unset in every real run; a malformed entry is an error naming it.
 #pragma once
 
 #include <cstdint>
+#include <set>
 
 namespace trainer {
 
@@ -27,7 +29,7 @@ struct TestHooks {
   int64_t nan_grad_step = -1;  // for this rank; -1: none
   double delay_ms = 0;
   int64_t kill_step = -1, signal_step = -1, kill_in_save_step = -1;
-  int64_t skip_step = -1;
+  std::set<int64_t> skip_steps;  // each taken once (StepRunner erases it)
 };
 
 // The hooks that apply to `rank`.

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/half_float.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
 
@@ -55,12 +56,35 @@ void scale_inplace(Tensor t, float s) {
   for (int64_t i = 0; i < n; ++i) p[i] *= s;
 }
 
-// Same dtype only: the CPU backend holds nothing but F32 (and moves bytes).
+namespace {
+
+float widen(DType t, const void* p, int64_t i) {
+  if (t == DType::F32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  return t == DType::BF16 ? f32_from_bf16(h) : f32_from_f16(h);
+}
+
+void narrow(DType t, void* p, int64_t i, float v) {
+  if (t == DType::F32)
+    static_cast<float*>(p)[i] = v;
+  else
+    static_cast<uint16_t*>(p)[i] = t == DType::BF16 ? bf16_from_f32(v) : f16_from_f32(v);
+}
+
+}  // namespace
+
+// The CPU backend computes in F32 only, but a GPU run stages its BF16/F16
+// tensors in host memory (ZeRO-Offload's gradients and weights, the
+// host-staged backend's reductions, which Gloo runs in F32): those convert
+// here, rounding to nearest even as the GPU's convert does.
 void convert(Tensor dst, Tensor src) {
-  if (dst.dtype != src.dtype)
-    checks::fail("convert", std::string("the CPU backend is fp32 only: ") + dtype_name(src.dtype) +
-                                src.shape_str() + " -> " + dtype_name(dst.dtype) + dst.shape_str());
-  if (dst.data != src.data && src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
+  if (dst.dtype == src.dtype) {
+    if (dst.data != src.data && src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
+    return;
+  }
+  const int64_t n = dst.numel();
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) narrow(dst.dtype, dst.data, i, widen(src.dtype, src.data, i));
 }
 
 }  // namespace trainer::cpu

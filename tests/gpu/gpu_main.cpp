@@ -66,10 +66,11 @@ int main(int argc, char* argv[]) {
     trainer::gputest::g_seed_base = std::strtoull(s, nullptr, 10);
   std::printf(
       "gpu_tests: device %d of %d: %s, %d SMs, sm_%d%d, %.1f GiB, driver %d, runtime %d, seed "
-      "%llu\n",
+      "%llu%s\n",
       dev, count, p.name, p.multiProcessorCount, p.major, p.minor,
       double(p.totalGlobalMem) / double(1ull << 30), driver, runtime,
-      (unsigned long long)trainer::gputest::g_seed_base);
+      (unsigned long long)trainer::gputest::g_seed_base,
+      trainer::gputest::emulator_shapes() ? ", the emulator's shapes (GPU_TESTS_SHAPES=gpu: the GPU's)" : "");
   std::fflush(stdout);
 
   const int failed = Catch::Session().run(argc, argv);

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_backend.h"
 #include "core/device_memory.h"
 #include "core/half_float.h"
 #include "core/tensor.h"
@@ -204,19 +205,78 @@ inline Tensor absent_cuda() {
   return t;
 }
 
+// ---- the emulated device -------------------------------------------------------
+// Whether the device is the emulated one (libtrainer_cuda_emu.so on the CPU,
+// emu/runtime_device.cpp names it so): shapes sized for a GPU are minutes
+// there, so cases pick smaller ones that still reach the same edges.
+inline bool emulated() {
+  static const bool is = [] {
+    int dev = 0;
+    cudaDeviceProp p{};
+    return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
+           std::strstr(p.name, "Emulated") != nullptr;
+  }();
+  return is;
+}
+// Whether cases take the emulator's shapes: on the emulated device, unless
+// GPU_TESTS_SHAPES=gpu asks for the GPU's there (hours, for a bug hunt).
+inline bool emulator_shapes() {
+  static const bool small = [] {
+    const char* v = std::getenv("GPU_TESTS_SHAPES");
+    return emulated() && !(v && std::string(v) == "gpu");
+  }();
+  return small;
+}
+// The GPU's size, or the emulator's where emulator_shapes().
+template <class T>
+T gpu_or_emu(T gpu, T emu) {
+  return emulator_shapes() ? emu : gpu;
+}
+
 // ---- device synchronisation that names the op -----------------------------------
 // A sticky error (an illegal address, say) leaves the context unusable; the
 // first one is remembered so that later cases say why they cannot run
 // instead of failing with unrelated CUDA errors.
 inline std::string g_device_broken;
 
+// The emulated module keeps its CUDA runtime to itself (emu/cuda_module.cmake)
+// and this program links another copy, which never sees the module's errors;
+// the module's own synchronisation does (it throws the sticky error of a
+// kernel fault; a launch error the op has thrown already). "" when none.
+inline std::string emulated_module_error() {
+  std::string why;
+  const CudaBackend* runtime = cuda_backend(&why);
+  if (!runtime) return "no CUDA module: " + why;
+  try {
+    runtime->synchronize();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Whether waiting for the device fails: a sticky error, once
+// cudaGetLastError has taken a plain one.
+inline bool device_unusable() {
+  return emulated() ? !emulated_module_error().empty() : cudaDeviceSynchronize() != cudaSuccess;
+}
+
+inline void sync_emulated(const std::string& after) {
+  const std::string error = emulated_module_error();
+  if (error.empty()) return;
+  const std::string msg = "CUDA error after " + after + ": " + error;
+  if (g_device_broken.empty()) g_device_broken = msg;
+  throw std::runtime_error(msg);
+}
+
 inline void sync(const std::string& after) {
+  if (emulated()) return sync_emulated(after);
   cudaError_t e = cudaDeviceSynchronize();
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) {
     const std::string msg =
         "CUDA error after " + after + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
-    if (cudaDeviceSynchronize() != cudaSuccess && g_device_broken.empty()) g_device_broken = msg;
+    if (device_unusable() && g_device_broken.empty()) g_device_broken = msg;
     throw std::runtime_error(msg);
   }
 }
@@ -481,8 +541,7 @@ inline void run_case(const std::string& label, const std::function<void()>& body
   } catch (const std::exception& e) {
     std::printf("[gpu] %-64s FAIL: threw: %s\n", label.c_str(), e.what());
     FAIL_CHECK(label << ": threw: " << e.what());
-    if (g_device_broken.empty() && cudaDeviceSynchronize() != cudaSuccess)
-      g_device_broken = label + ": " + e.what();
+    if (g_device_broken.empty() && device_unusable()) g_device_broken = label + ": " + e.what();
   }
 }
 

@@ -847,14 +847,31 @@ struct Heads {
 // Ratios 1, 2, 4. With Hkv >= 2 whenever Hq > Hkv, mapping query head h to
 // kv head h % Hkv instead of h / (Hq / Hkv) gives a different answer.
 const Heads kHeads[] = {{4, 4}, {4, 2}, {8, 2}};
-const int64_t kAttnT[] = {1, 17, 100, 257, 1000};
+
+// The emulated device runs every thread of a kernel on the CPU, where the
+// sweep's T = 1000 alone takes minutes and its cost grows with B * Hq * T^2.
+// There the sweep keeps every edge at a fraction of that: lengths 1, 17, 100
+// and 129 (two 64-row tiles and one row: three K/V tiles, so the double
+// buffers are refilled, and a last tile of one row, as 257 on a GPU), a
+// batch of one from T = 100, and smaller heads with the same ratios 1, 2
+// (Hkv = 2) and 4, the last as MQA (Hkv = 1).
+struct SweepShapes {
+  std::vector<int64_t> lengths;
+  std::vector<Heads> heads;
+  int64_t batch_one_from;  // B = 1 from this T on, else 2
+};
+SweepShapes sweep_shapes() {
+  return gpu_or_emu(SweepShapes{{1, 17, 100, 257, 1000}, {std::begin(kHeads), std::end(kHeads)}, 1000},
+                    SweepShapes{{1, 17, 100, 129}, {{2, 2}, {4, 2}, {4, 1}}, 100});
+}
 
 void attention_sweep(DType dt) {
-  for (int64_t T : kAttnT)
+  const SweepShapes sh = sweep_shapes();
+  for (int64_t T : sh.lengths)
     for (bool causal : {true, false})
-      for (const Heads& h : kHeads)
+      for (const Heads& h : sh.heads)
         for (int64_t D : {int64_t(64), int64_t(128)})
-          attention_case(dt, T >= 1000 ? 1 : 2, T, h.Hq, h.Hkv, D, causal);
+          attention_case(dt, T >= sh.batch_one_from ? 1 : 2, T, h.Hq, h.Hkv, D, causal);
 }
 
 }  // namespace
@@ -873,10 +890,15 @@ TEST_CASE("gpu attention BF16: causal/full, GQA 1/2/4, D 64/128, T 1..1000, dete
 // fp32 one), one past the fp32 tile, at the MMA tile and one past it, and
 // across several tiles: tiles before every row's band are skipped, the
 // band's edge is masked. Kept small: the families have time caps.
+// The long rows: T = 1000 and 8 query heads on 2 on a GPU; on the emulated
+// device (sweep_shapes() says why) T = 333, still a ragged last tile and whole
+// tiles before the last rows' band of 200, and 4 query heads on 1 (MQA).
 void window_sweep(DType dt) {
+  const int64_t T = gpu_or_emu<int64_t>(1000, 333);
+  const Heads h = gpu_or_emu(Heads{8, 2}, Heads{4, 1});
   for (int64_t window : {int64_t(1), int64_t(33), int64_t(64), int64_t(65), int64_t(200)}) {
     if (window < 99) attention_case(dt, 2, 100, 4, 2, 64, true, window);
-    attention_case(dt, 1, 1000, 8, 2, 128, true, window);
+    attention_case(dt, 1, T, h.Hq, h.Hkv, 128, true, window);
   }
   attention_case(dt, 2, 257, 4, 4, 128, true, 65);
 }
@@ -892,10 +914,13 @@ TEST_CASE("gpu attention BF16 with a sliding window: windows 1..200, T 100..1000
 }
 
 TEST_CASE("gpu attention F16: a subset of the sweep", "[gpu][attention][f16]") {
-  for (int64_t T : {int64_t(17), int64_t(257), int64_t(1000)})
+  // The sweep's rows under a tile, of several tiles and long (sweep_shapes()).
+  const SweepShapes sh = sweep_shapes();
+  for (int64_t T : gpu_or_emu<std::vector<int64_t>>({17, 257, 1000}, {17, 129}))
     for (bool causal : {true, false}) {
-      attention_case(F16, T >= 1000 ? 1 : 2, T, 8, 2, 128, causal);
-      attention_case(F16, T >= 1000 ? 1 : 2, T, 4, 4, 64, causal);
+      const int64_t B = T >= sh.batch_one_from ? 1 : 2;
+      attention_case(F16, B, T, 8, 2, 128, causal);
+      attention_case(F16, B, T, 4, 4, 64, causal);
     }
 }
 

@@ -1,7 +1,8 @@
 // Whole-model check on the GPU: the same tiny model, data and seed trained 50
-// steps on the CPU (fp32 reference) and on the GPU in fp32, bf16 and fp16; the
-// loss curves must agree within each precision's tolerance. And a sharded
-// rank's initial weights on the device equal the host's slice bit for bit.
+// steps (4 on the emulated device) on the CPU (fp32 reference) and on the GPU
+// in fp32, bf16 and fp16; the loss curves must agree within each precision's
+// tolerance. And a sharded rank's initial weights on the device equal the
+// host's slice bit for bit.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -20,6 +21,7 @@
 #include "model/sharding.h"
 #include "model/transformer.h"
 #include "optim/zero.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "train/engine.h"
 
 namespace fs = std::filesystem;
@@ -43,20 +45,31 @@ std::string token_file() {
   return path;
 }
 
+// The run's length and batch. On a GPU 50 steps of 8 sequences (two
+// micro-batches of 4). The emulated device takes about a second a step:
+// there 4 steps of 4 sequences, still two micro-batches, a warmup and the
+// decay after it, a loss that falls by more than 1.
+struct Schedule {
+  int steps, warmup, micro_batch, global_batch;
+};
+Schedule schedule() { return gputest::gpu_or_emu(Schedule{50, 5, 4, 8}, Schedule{4, 2, 2, 4}); }
+
 // launched: as if started by torchrun with one process, so the engine builds
 // process groups (an NCCL communicator of one on the GPU) and ZeRO runs its
 // collectives through them.
 TrainSummary train(const std::string& arch, const std::string& device,
                           const std::string& precision, int experts, int zero_stage = 0, bool launched = false) {
+  const Schedule sc = schedule();
   const std::string yaml =
       "run: {name: gpu_train, dir: " +
       (fs::temp_directory_path() / ("gpu_run_" + std::to_string(::getpid()))).string() +
       "}\nmodel: {arch: " + arch +
       ", d_model: 128, n_layers: 2, n_heads: 2, max_seq_len: 64, moe: {num_experts: " +
       std::to_string(experts) + ", top_k: 2}}\n" + "train: {device: " + device +
-      ", precision: " + precision +
-      ", steps: 50, seq_len: 64, micro_batch_size: 4, global_batch_size: 8}\n"
-      "optim: {lr: 3.0e-3, warmup_steps: 5}\nparallel: {zero_stage: " + std::to_string(zero_stage) + "}\n"
+      ", precision: " + precision + ", steps: " + std::to_string(sc.steps) +
+      ", seq_len: 64, micro_batch_size: " + std::to_string(sc.micro_batch) +
+      ", global_batch_size: " + std::to_string(sc.global_batch) + "}\noptim: {lr: 3.0e-3, warmup_steps: " +
+      std::to_string(sc.warmup) + "}\nparallel: {zero_stage: " + std::to_string(zero_stage) + "}\n"
       "data: {train: [" +
       token_file() + "]}\nlog: {interval: 50, jsonl: false, progress: lines}\n";
   Config c = load_config_text(yaml, "<gpu test>", {});
@@ -100,7 +113,7 @@ TEST_CASE("a tiny model trains to the same loss curve on GPU and CPU", "[gpu][tr
     const char* arch;
     int experts;
     const char* precision;
-    double tol;  // max |gpu - cpu| / cpu over the 50 steps
+    double tol;  // max |gpu - cpu| / cpu over the steps
   };
   // fp32 differs only by summation order; bf16 keeps 8 mantissa bits, fp16 10
   // (and loss scaling), so their curves drift by a few percent at most.
@@ -113,7 +126,8 @@ TEST_CASE("a tiny model trains to the same loss curve on GPU and CPU", "[gpu][tr
     DYNAMIC_SECTION(c.arch << " experts=" << c.experts << " " << c.precision) {
       const std::vector<double> cpu = train(c.arch, "cpu", "fp32", c.experts).losses;
       const TrainSummary gpu = train(c.arch, "cuda", c.precision, c.experts);
-      REQUIRE(cpu.size() == 50);
+      const size_t steps = size_t(schedule().steps);
+      REQUIRE(cpu.size() == steps);
       const CurveDiff d = curve_diff(gpu, cpu);
       std::printf(
           "[gpu training] %s experts=%d %s: loss %.4f -> %.4f (cpu %.4f -> %.4f), %zu steps compared, %zu "
@@ -121,7 +135,7 @@ TEST_CASE("a tiny model trains to the same loss curve on GPU and CPU", "[gpu][tr
           c.arch, c.experts, c.precision, gpu.losses.empty() ? 0.0 : gpu.losses.front(),
           gpu.losses.empty() ? 0.0 : gpu.losses.back(), cpu.front(), cpu.back(), d.compared, d.skipped, d.worst,
           c.tol);
-      REQUIRE(gpu.losses.size() + d.skipped == 50);
+      REQUIRE(gpu.losses.size() + d.skipped == steps);
       CHECK(d.skipped <= 5);
       CHECK(d.finite);
       CHECK(d.worst < c.tol);
@@ -132,11 +146,12 @@ TEST_CASE("a tiny model trains to the same loss curve on GPU and CPU", "[gpu][tr
 
 TEST_CASE("one GPU under a launcher: NCCL world of one, ZeRO 0-3, same curve as the CPU", "[gpu][training][nccl]") {
   const std::vector<double> cpu = train("llama", "cpu", "fp32", 0).losses;
-  REQUIRE(cpu.size() == 50);
+  const size_t steps = size_t(schedule().steps);
+  REQUIRE(cpu.size() == steps);
   for (int stage : {0, 1, 2, 3}) {
     DYNAMIC_SECTION("zero " << stage) {
       const TrainSummary gpu = train("llama", "cuda", "bf16", 0, stage, true);
-      REQUIRE(gpu.losses.size() == 50);
+      REQUIRE(gpu.losses.size() == steps);
       const CurveDiff d = curve_diff(gpu, cpu);
       std::printf("[gpu training] NCCL world of 1, ZeRO %d, bf16: loss %.4f -> %.4f, max rel diff vs cpu %.3e (tol 5e-2)\n",
                   stage, gpu.losses.front(), gpu.losses.back(), d.worst);
