@@ -10,6 +10,7 @@
 #include "emu/kernel_names.h"
 #include "emu/runtime_internal.h"
 #include "emu/runtime_launch.h"
+#include "emu/block.h"
 #include "emu/simt.h"
 
 namespace trainer::emu::runtime {
@@ -34,17 +35,8 @@ size_t max_dynamic_shared(const void* kernel) {
   return it == a.max_dynamic_shared.end() ? kDefaultDynamicShared : it->second;
 }
 
-std::string dims(dim3 d) {
-  // Appended piece by piece: g++ 12 warns (-Wrestrict, wrongly) on "(" + std::string.
-  std::string text(1, '(');
-  text += std::to_string(d.x);
-  text += ',';
-  text += std::to_string(d.y);
-  text += ',';
-  text += std::to_string(d.z);
-  text += ')';
-  return text;
-}
+// The executor's "(x,y,z)", for the runtime's own dim3.
+std::string dims(dim3 d) { return detail::dim_text(Dim3{d.x, d.y, d.z}); }
 
 // What cudaErrorInvalidConfiguration means: "" when the sizes are legal.
 std::string bad_configuration(dim3 grid, dim3 block) {
