@@ -100,6 +100,11 @@ def run_tests(src, spec):
     except subprocess.TimeoutExpired:
         return 124, time.time() - t0, "timed out after 900 s"
     lines = out.splitlines()
+    # The tests' own verdict line ("[gpu] label rel=... FAIL (worst at ...)")
+    # says what differed; Catch's "FAILED: CHECK( ok )" only where.
+    first = next((i for i, l in enumerate(lines) if l.startswith("[gpu]") and " FAIL" in l), None)
+    if first is not None:
+        return rc, time.time() - t0, " ".join(lines[first].split())[:300]
     first = next((i for i, l in enumerate(lines) if "FAILED" in l or "error" in l.lower()), None)
     what = " ".join(l.strip() for l in lines[first:first + 4]) if first is not None else ""
     return rc, time.time() - t0, what[:300]

@@ -16,6 +16,12 @@
 #   runner's forked ranks (ASAN_SPEC / TSAN_SPEC below). OpenMP runs one
 #   thread there (OMP_NUM_THREADS=1): libgomp is not instrumented, and its
 #   barriers would be reported as races; the threads above are all ours.
+# Both builds are TRAINER_CUDA=EMU (the emulated CUDA module, no nvcc): the
+# module's kernels and host code run instrumented in gpu_tests_emu (EMU_ASAN_SPEC,
+# EMU_TSAN_SPEC), where device memory is host memory with poisoned guard
+# zones (ASan) and each CUDA thread is a fiber TSan sees as a thread, with
+# happens-before only where a GPU has it (barriers, warp rendezvous, kernel
+# ends): a shared-memory access with no barrier between is reported as a race.
 # Any sanitizer report fails the test that made it, so the script fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +39,10 @@ for t in $threaded; do spec+=",$t~[e2e]~[serial]"; done
 # prefetch and the asynchronous checkpoint writer, together.
 spec+=",parallel.overlap on and off give the same run bit for bit"
 TSAN_SPEC=${TSAN_SPEC:-$spec}
+# The ops of the emulated module under the sanitizers: every kernel family
+# with shared memory, barriers or warp shuffles, at the emulator's shapes.
+EMU_ASAN_SPEC=${EMU_ASAN_SPEC:-"[sanitize],[norm],[reduce],[optim],[moe],[cp],[embedding],[rope],[activation],[convert]"}
+EMU_TSAN_SPEC=${EMU_TSAN_SPEC:-"[sanitize],[norm],[reduce],[moe],[cp]"}
 # The TSan build compiles only the test files holding those tests (found by
 # the same tags and names, so a new test of a threaded part is picked up).
 tsan_files=$(grep -lE '\[(checkpoint|store|watchdog|comm|multirank)\]|TEST_CASE\("prefetch|parallel\.overlap on and off give the same run bit for bit' \
@@ -44,12 +54,12 @@ record() { [[ -n "${TRAINER_TIMINGS:-}" ]] && printf '%s\t%d\t%s\n' "$1" "$2" "$
 build() {  # build NAME DIR FLAGS [TEST_FILES]
   local name=$1 dir=$2 flags=$3 files=${4:-} t0=$SECONDS
   mkdir -p "$dir"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DTRAINER_CUDA=OFF "-DTRAINER_TEST_FILES=$files" \
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DTRAINER_CUDA=EMU "-DTRAINER_TEST_FILES=$files" \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 -fno-omit-frame-pointer -march=x86-64-v2 -fno-math-errno $flags" \
     -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="$flags" \
     -DCMAKE_MODULE_LINKER_FLAGS_SANITIZE="$flags" > "$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; record "$name build" $((SECONDS - t0)) FAILED; exit 1; }
-  cmake --build "$dir" -j"$jobs" --target unit_tests trainer > "$dir/build.log" 2>&1 ||
+  cmake --build "$dir" -j"$jobs" --target unit_tests trainer trainer_cuda_emu gpu_tests_emu > "$dir/build.log" 2>&1 ||
     { tail -40 "$dir/build.log"; record "$name build" $((SECONDS - t0)) FAILED; exit 1; }
   echo "sanitize_ci: $dir configured and built in $((SECONDS - t0)) s"
   record "$name build" $((SECONDS - t0)) ok
@@ -102,6 +112,25 @@ run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
   return $rc
 }
 
+run_emu() {  # run_emu NAME DIR SPEC: gpu_tests_emu with the spec; a report fails it
+  local name=$1 dir=$2 spec=$3 t0=$SECONDS rc=0
+  local log="$root/$dir/gpu_tests_emu.log"
+  "$dir/gpu_tests_emu" "$spec" --durations no > "$log" 2>&1 || rc=$?
+  sed '/^[[:space:]]*$/d' "$log" | tail -1 | sed 's/^/  /'
+  if ! grep -q "^gpu_tests: device .*Emulated CUDA device" "$log"; then
+    echo "sanitize_ci: $name: gpu_tests_emu did not run on the emulated device:"; head -5 "$log"; rc=1
+  fi
+  if grep -qE "$report_re" "$log"; then
+    echo "sanitize_ci: $name reported (first report):"
+    grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$log"
+    rc=1
+  fi
+  echo "sanitize_ci: $name (gpu_tests_emu $spec): $(cases_run "$log") test cases," \
+    "$( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/gpu_tests_emu.log"
+  record "$name run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo FAILED)"
+  return $rc
+}
+
 what=("$@")
 ((${#what[@]})) || what=(asan tsan)
 failed=0
@@ -110,13 +139,17 @@ for w in "${what[@]}"; do
     asan)
       build asan build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        run asan build-asan "$ASAN_SPEC" || failed=1 ;;
+        run asan build-asan "$ASAN_SPEC" || failed=1
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        run_emu "asan emu" build-asan "$EMU_ASAN_SPEC" || failed=1 ;;
     tsan)
       # No target_clones: their ifunc resolvers run while the loader
       # relocates, before TSan's runtime is up, and crash instrumented.
       build tsan build-tsan "-fsanitize=thread -DTRAINER_NO_SIMD_CLONES" "$tsan_files"
       OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 die_after_fork=0" \
-        run tsan build-tsan "$TSAN_SPEC" || failed=1 ;;
+        run tsan build-tsan "$TSAN_SPEC" || failed=1
+      OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+        run_emu "tsan emu" build-tsan "$EMU_TSAN_SPEC" || failed=1 ;;
     *) echo "sanitize_ci: unknown sanitizer '$w' (asan or tsan)" >&2; exit 2 ;;
   esac
 done
