@@ -14,10 +14,16 @@
 #   summary.md is written first (date, commit from gpu_deps/SOURCE when the
 #     copy has no .git) and appended after every phase, so a kill at any point
 #     still returns everything measured so far;
-#   versions; configure build-gpu (sm_90 only); build gpu_tests first with all
-#     cores (and the CUDA module libtrainer_cuda.so it loads), then trainer and
-#     bench_kernels (no CPU-only tests: CI runs those);
+#   versions; configure build-gpu (sm_90 only); build ptx_probe (one small
+#     file; its failure stops nothing), then gpu_tests with all cores (and the
+#     CUDA module libtrainer_cuda.so it loads), then trainer and bench_kernels
+#     (no CPU-only tests: CI runs those);
 #     PyTorch's benchmark runs only while our build does, and is stopped when it ends;
+#   the PTX probe (seconds): `ptx_probe --expect gpu_deps/ptx_probe_emu.txt`, the
+#     GPU's mma, ldmatrix, cp.async, ex2, shuffles and atomics against the
+#     emulator's output that scripts/gpu_deps_bundle.sh stored (docs/EMULATOR.md);
+#     without that file the GPU's own output and ISA checks are still kept and the
+#     row says "not run";
 #   our GPU tests, one process per op family, each with its own time limit,
 #     line-buffered, with GPU_TESTS_REQUIRE_DEVICE=1 (no device = failure);
 #   a failed family again under compute-sanitizer memcheck (time-capped);
@@ -33,15 +39,18 @@
 #     ranks under memcheck;
 #   with nothing failed and time left: racecheck and synccheck on a small
 #     attention subset; then PyTorch resumes with the time left; the tables.
-# Results in $OUT, 9 files: summary.md gpu-check.log build.log tests.log
+# Results in $OUT, 12 files: summary.md gpu-check.log build.log tests.log
 #   trainer.log mesh.log bench_kernels.json bench_torch.json bench_torch.log
+#   ptx_probe_gpu.txt ptx_probe_emu.txt ptx_probe_report.txt
 #
 #   bash scripts/gpu-check.sh --dry-run    # here: everything short of the GPU
 #
-# Environment: GPU_CHECK_BIN_DIR=DIR uses DIR/{gpu_tests,trainer,bench_kernels}
+# Environment: GPU_CHECK_BIN_DIR=DIR uses DIR/{gpu_tests,trainer,bench_kernels,ptx_probe}
 # (and DIR/libtrainer_cuda.so, which DIR/trainer loads) instead of building (a warm machine's earlier build, or the rehearsal's
 # stand-ins: tests/gpu_check_rehearsal.sh); GPU_CHECK_TORCH=0 skips PyTorch;
-# GPU_CHECK_FAMILY_CAP=N gives every test family N seconds.
+# GPU_CHECK_FAMILY_CAP=N gives every test family N seconds;
+# GPU_CHECK_PROBE_EXPECT=FILE compares the PTX probe with FILE instead of
+# gpu_deps/ptx_probe_emu.txt (the rehearsal's).
 # Numbers go to docs/PERFORMANCE.md only once measured by this script.
 set -uo pipefail   # no -e: a failing phase is recorded and the rest still runs
 cd "$(dirname "$0")/.."
@@ -60,6 +69,8 @@ done
 
 # ---- the plan -----------------------------------------------------------------
 T_INFO=15 T_CONFIGURE=75 T_BUILD=220 T_MEMCHECK=60 T_BENCH=60 T_BLOCKING=30 T_SANITIZE=40 T_SUMMARY=10
+# The PTX probe: its build (inside T_BUILD) and its run.
+T_PROBE_BUILD=60 T_PROBE=20
 # The mesh phase: references and 9 layouts of ~5 s each (2 ranks of a tiny
 # model, start-up bound), one hang (25 s) or memcheck rerun on top.
 T_MESH=100
@@ -92,10 +103,13 @@ BIN_DIR=${GPU_CHECK_BIN_DIR:-}
 WITH_TORCH=${GPU_CHECK_TORCH:-1}
 if [ -n "$BIN_DIR" ]; then
   BIN_DIR=$(cd "$BIN_DIR" && pwd)
-  GPU_TESTS=$BIN_DIR/gpu_tests TRAINER=$BIN_DIR/trainer BENCH=$BIN_DIR/bench_kernels
+  GPU_TESTS=$BIN_DIR/gpu_tests TRAINER=$BIN_DIR/trainer BENCH=$BIN_DIR/bench_kernels PTX_PROBE=$BIN_DIR/ptx_probe
 else
   GPU_TESTS=$ROOT/$BUILD/tests/gpu_tests TRAINER=$ROOT/$BUILD/trainer BENCH=$ROOT/$BUILD/bench/bench_kernels
+  PTX_PROBE=$ROOT/$BUILD/ptx_probe
 fi
+# The emulator's PTX probe output (scripts/gpu_deps_bundle.sh made it here).
+PROBE_EXPECT=${GPU_CHECK_PROBE_EXPECT:-$DEPS/ptx_probe_emu.txt}
 # The CUDA backend: every kernel lives in it, next to the trainer, which
 # dlopens it on the first CUDA use (gpu_tests and bench_kernels load the
 # same file).
@@ -272,6 +286,11 @@ phase_build() {
   local limit t0 what
   limit=$(cap $T_BUILD $(( 60 + AFTER_TESTS )))
   t0=$(date +%s)
+  # The PTX probe first: one small file, and a failure here stops nothing.
+  echo "== build ptx_probe" >> "$OUT/build.log"
+  timeout -k 10 "$(cap $(( T_PROBE_BUILD < limit ? T_PROBE_BUILD : limit )) $(( 60 + AFTER_TESTS )))" \
+    cmake --build "$BUILD" -j"$JOBS" --target ptx_probe >> "$OUT/build.log" 2>&1 ||
+    echo "gpu-check: ptx_probe did not build (build.log); the rest goes on"
   # gpu_tests first: it needs every kernel, and the tests come first.
   for what in gpu_tests "trainer bench_kernels"; do
     echo "== build $what" >> "$OUT/build.log"
@@ -283,7 +302,7 @@ phase_build() {
   done
   grep -E "error|warning: .*(spill|stack frame)" "$OUT/build.log" | head -30
   local built=""
-  for t in "$GPU_TESTS" "$MODULE" "$TRAINER" "$BENCH"; do [ -e "$t" ] && built+=" $(basename "$t")"; done
+  for t in "$GPU_TESTS" "$MODULE" "$TRAINER" "$BENCH" "$PTX_PROBE"; do [ -e "$t" ] && built+=" $(basename "$t")"; done
   if ((rc == 0)); then row build "ok:$built"
   elif ((rc == 124 || rc == 137)); then FAILED=1; row build "TIMEOUT after $limit s; built:${built:- nothing}"
   else FAILED=1; row build "FAILED (exit $rc): $(grep -m1 -E 'error' "$OUT/build.log" | cut -c1-160); built:${built:- nothing}"; fi
@@ -300,6 +319,46 @@ phase_build() {
     rm -f "$OUT/resource.tmp"
     row resources "$n kernels, max ${maxreg:-?} registers, $stack with a stack frame or local memory (build.log)"
   fi
+}
+
+# The PTX probe: the GPU's output of every hand-written PTX instruction and
+# warp builtin against the emulator's (docs/EMULATOR.md, "The PTX probe"), each
+# probe by its own rule; the report also says whether the GPU matches the ISA
+# as the probe reads it. Both outputs and the report stay in $OUT.
+probe_maxima() {  # the tolerance-ruled probes' largest differences, from the report
+  awk '/^probe (ex2_approx_ftz|mma_bf16_rand|mma_f16_rand):/ {
+      n = $2; sub(/:$/, "", n)
+      for (i = 1; i < NF; i++) if ($i == "difference") { printf "%s%s %s%s", sep, n, $(i + 1), ($(i + 2) == "ulp" ? " ulp" : ""); sep = ", " }
+    }' "$1"
+}
+phase_ptx_probe() {
+  section "PTX probe: the GPU against the emulator (ptx_probe_report.txt)"
+  local gpu=$OUT/ptx_probe_gpu.txt rep=$OUT/ptx_probe_report.txt rc args=() wrong refs src maxima mism
+  if [ ! -x "$PTX_PROBE" ]; then row ptx_probe "not run: $PTX_PROBE was not built"; return; fi
+  if [ -f "$PROBE_EXPECT" ]; then
+    cp "$PROBE_EXPECT" "$OUT/ptx_probe_emu.txt"
+    args=(--expect "$PROBE_EXPECT")
+  fi
+  timeout -k 5 "$(cap $T_PROBE $AFTER_TESTS)" "$PTX_PROBE" ${args[@]+"${args[@]}"} > "$gpu" 2> "$rep"
+  rc=$?
+  head -1 "$gpu"
+  grep -vE '^reference [^ ]+: ok |^probe [^ ]+: .*: ok$' "$rep" | head -40
+  wrong=$(grep -oE '^reference [a-z0-9_]+: WRONG' "$rep" | awk '{ sub(/:$/, "", $2); printf "%s%s", s, $2; s = " " }')
+  refs="ISA references ${wrong:+WRONG: }${wrong:-ok}"
+  if [ ! -f "$PROBE_EXPECT" ]; then
+    row ptx_probe "not run: no $PROBE_EXPECT to compare with (scripts/gpu_deps_bundle.sh makes it); the GPU alone: exit $rc, $refs (ptx_probe_gpu.txt)"
+    return
+  fi
+  src=$(sed -n 's/^# source: //p' "$PROBE_EXPECT" | head -1 | cut -c1-12)
+  maxima=$(probe_maxima "$rep")
+  mism=$(sed -n 's/^ptx_probe --expect .*: MISMATCH in [0-9]* probe(s): //p' "$rep")
+  if ((rc == 0)); then
+    row ptx_probe "ok: $(grep -oE 'all [0-9]+ probes agree' "$rep") with the emulator's (${src:-?}); $refs; max $maxima"
+  elif ((rc == 124 || rc == 137)); then row ptx_probe "TIMEOUT after $T_PROBE s (ptx_probe_report.txt)"
+  elif ((rc == 1)) && [ -n "$mism" ]; then
+    row ptx_probe "MISMATCH: $(wc -w <<< "$mism") probe(s) differ from the emulator's (${src:-?}): $mism; $refs; max $maxima (ptx_probe_report.txt)"
+  elif ((rc == 1)); then row ptx_probe "FAILED: the emulator's output agrees, but $refs (ptx_probe_report.txt)"
+  else row ptx_probe "FAILED (exit $rc): $(grep -m1 -E '^ptx_probe' "$rep" | cut -c1-160)"; fi
 }
 
 # run_family NAME SPEC CAP: one process, its own limit, its own row.
@@ -497,7 +556,8 @@ dry_run() {
   bad() { echo "  FAILED   $*"; fail=1; }
   echo "gpu-check --dry-run: budget $BUDGET s; plan (caps in seconds):"
   echo "  [$T_INFO] versions; [$T_CONFIGURE] cmake ${CMAKE_ARGS[*]} (+ NCCL from python3's site-packages)"
-  echo "  [$T_BUILD] cmake --build $BUILD --target gpu_tests, then trainer bench_kernels (PyTorch meanwhile: ${TORCH_CMD[*]})"
+  echo "  [$T_BUILD] cmake --build $BUILD --target ptx_probe [$T_PROBE_BUILD], gpu_tests, then trainer bench_kernels (PyTorch meanwhile: ${TORCH_CMD[*]})"
+  echo "  [$T_PROBE] ptx_probe --expect ${PROBE_EXPECT#"$ROOT"/} > \$OUT/ptx_probe_gpu.txt 2> \$OUT/ptx_probe_report.txt"
   local f name spec c
   for f in "${FAMILIES[@]}"; do
     IFS='|' read -r name spec c <<< "$f"
@@ -534,6 +594,7 @@ dry_run() {
   kb=$(( $(git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1) + $(du -sk gpu_deps 2>/dev/null | cut -f1 || echo 0) ))
   if ((kb > 48 * 1024)); then bad "the carried tree is $((kb / 1024)) MiB (limit 64 MiB; keep it under 48)"
   else ok "carried tree ~$((kb / 1024)) MiB of the 64 MiB limit"; fi
+  dry_probe || fail=1
   # Syntax of every script the call runs.
   bash -n "$0" && ok "bash -n $0" || bad "bash -n $0"
   bash -n scripts/gpu_mesh_check.sh && ok "bash -n scripts/gpu_mesh_check.sh" || bad "bash -n scripts/gpu_mesh_check.sh"
@@ -645,6 +706,27 @@ PY
   echo "gpu-check --dry-run: ok"
 }
 
+# dry_probe: the emulator's PTX probe output is in the bundle, readable, and
+# what this checkout's emulator computes (where a build of it is here).
+dry_probe() {
+  local pe=$PROBE_EXPECT bin=${PTX_PROBE_BUILD:-build}/ptx_probe_emu src head
+  if [ ! -f "$pe" ]; then
+    bad "${pe#"$ROOT"/} is missing: build ptx_probe_emu (build/, or PTX_PROBE_BUILD=DIR) and rerun scripts/gpu_deps_bundle.sh"
+    return 1
+  fi
+  src=$(sed -n 's/^# source: //p' "$pe" | head -1)
+  head=$(git rev-parse HEAD 2>/dev/null)
+  ok "${pe#"$ROOT"/}: $(grep -vc '^#' "$pe") values, $(grep -c '^# reference .*: ok ' "$pe") ISA references ok, from ${src:-an unknown commit}"
+  [[ -n $head && $src == "$head"* ]] ||
+    echo "  --       ${pe#"$ROOT"/} is not from HEAD ($head): rerun scripts/gpu_deps_bundle.sh if emu/ or tests/ptx_probe changed"
+  if [ ! -x "$bin" ]; then
+    echo "  --       no $bin here: the file's format is checked on the GPU"
+    return 0
+  fi
+  if "$bin" --expect "$pe" > /dev/null 2> "$OUT/ptx_probe_dry.txt"; then ok "$bin --expect ${pe#"$ROOT"/}: $(tail -1 "$OUT/ptx_probe_dry.txt" | sed 's/.*: //')"
+  else bad "$bin --expect ${pe#"$ROOT"/}: $(tail -1 "$OUT/ptx_probe_dry.txt") ($OUT/ptx_probe_dry.txt; rerun scripts/gpu_deps_bundle.sh)"; return 1; fi
+}
+
 # dry_mesh TRAINER: the mesh phase on this CPU build, every layout, as the GPU
 # run does it but in fp32 with parallel.backend=host (the same staging code
 # over CPU memory), against the CPU one-process run at 1e-5.
@@ -675,7 +757,7 @@ main() {
     echo "# gpu-check $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo
     echo "commit: $(commit_line)"
-    echo "budget: $BUDGET s; logs: gpu-check.log build.log tests.log trainer.log mesh.log bench_torch.log"
+    echo "budget: $BUDGET s; logs: gpu-check.log build.log tests.log trainer.log mesh.log bench_torch.log ptx_probe_report.txt"
     echo
     echo "| phase | result | s |"
     echo "|---|---|---|"
@@ -687,6 +769,7 @@ main() {
   [ -z "$BIN_DIR" ] && torch_start "$(cap $(( T_CONFIGURE + T_BUILD )) $AFTER_TESTS)"
   phase_build
   if [ -n "$TORCH_PID" ]; then torch_stop; row "pytorch (during build)" "$(torch_results) results"; fi
+  phase_ptx_probe
   phase_gpu_tests
   phase_memcheck
   phase_bench
@@ -706,5 +789,5 @@ main() {
 if ((DRY)); then dry_run; exit $?; fi
 # Everything printed also goes to gpu-check.log; the pipeline waits for tee.
 main 2>&1 | tee -a "$OUT/gpu-check.log"
-grep -qE '^\| (configure|build|gpu[^|]*|trainer: [^|]*|bench_kernels|mesh[^|]*) \| (FAILED|TIMEOUT|CRASHED|NO TESTS|not run|KILLED)' "$SUMMARY" && exit 1
+grep -qE '^\| (configure|build|gpu[^|]*|ptx_probe|trainer: [^|]*|bench_kernels|mesh[^|]*) \| (FAILED|TIMEOUT|CRASHED|NO TESTS|not run|KILLED|MISMATCH)' "$SUMMARY" && exit 1
 exit 0

@@ -10,6 +10,9 @@
 #   bash scripts/gpu_deps_bundle.sh --test   # also configure + build build-bundle/
 #                                            # with only the bundle as hints
 #
+# It also stores the emulated device's PTX probe output (build/ptx_probe_emu,
+# built first; PTX_PROBE_BUILD=DIR for another build) as gpu_deps/ptx_probe_emu.txt.
+#
 # Layout mirrors /usr so each package's own CMake files find their prefix by
 # walking up from themselves; the few absolute /usr paths in them are rewritten.
 set -euo pipefail
@@ -22,7 +25,7 @@ for a in "$@"; do
     --xz) XZ=1 ;;
     --no-xz) XZ=0 ;;
     --test) TEST=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "gpu_deps_bundle: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -109,6 +112,44 @@ if ((XZ)); then
   # OpenBLAS is 35 MB of kernels for every x86 generation; xz makes it ~4 MB.
   xz -T0 -6 "$D/lib/libopenblas.so.0"
 fi
+
+# --- the emulator's PTX probe output ----------------------------------------------
+# What the emulated device computes for every hand-written PTX instruction and
+# warp builtin (tests/ptx_probe/): gpu-check.sh runs `ptx_probe --expect` on it,
+# so the GPU machine never builds the emulator. Built first in $PTX_PROBE_BUILD
+# (default build/, when configured) so that the output is this checkout's.
+# Without it gpu-check records its probe phase as not run; the bundle is still
+# made.
+PROBE_BUILD=${PTX_PROBE_BUILD:-build}
+PROBE=$PROBE_BUILD/ptx_probe_emu
+probe_note=""
+if [ -f "$PROBE_BUILD/CMakeCache.txt" ] &&
+   ! cmake --build "$PROBE_BUILD" --target ptx_probe_emu > "$D/probe-build.log" 2>&1; then
+  probe_note="cmake --build $PROBE_BUILD --target ptx_probe_emu failed: $(grep -m1 -iE 'error' "$D/probe-build.log" || true)"
+fi
+rm -f "$D/probe-build.log"
+if [ -z "$probe_note" ] && [ -x "$PROBE" ]; then
+  dirty=""
+  git diff --quiet HEAD -- 2>/dev/null || dirty=" + uncommitted changes"
+  probe_rc=0
+  "$PROBE" > "$D/ptx_probe_emu.body" 2> "$D/ptx_probe_emu.refs" || probe_rc=$?
+  if ((probe_rc == 0 || probe_rc == 1)) && [ -s "$D/ptx_probe_emu.body" ]; then
+    { echo "# source: $(git rev-parse HEAD 2>/dev/null || echo unknown)$dirty"
+      echo "# made by scripts/gpu_deps_bundle.sh from $PROBE at $(date -u '+%Y-%m-%d %H:%M:%S UTC') (exit $probe_rc)"
+      sed 's/^/# /' "$D/ptx_probe_emu.refs"
+      cat "$D/ptx_probe_emu.body"; } > "$D/ptx_probe_emu.txt"
+    echo "gpu_deps_bundle: $D/ptx_probe_emu.txt: $(grep -vc '^#' "$D/ptx_probe_emu.txt") values from $PROBE"
+    # The emulator disagreeing with the ISA as the probe reads it is an
+    # emulator bug; the GPU comparison is still worth having.
+    ((probe_rc == 0)) || echo "gpu_deps_bundle: warning: $PROBE's reference checks failed: $(grep -m1 WRONG "$D/ptx_probe_emu.refs")" >&2
+  else
+    probe_note="$PROBE exited $probe_rc: $(tail -1 "$D/ptx_probe_emu.refs")"
+  fi
+  rm -f "$D/ptx_probe_emu.body" "$D/ptx_probe_emu.refs"
+elif [ -z "$probe_note" ]; then
+  probe_note="no $PROBE (configure $PROBE_BUILD with the CUDA toolkit, or set PTX_PROBE_BUILD)"
+fi
+[ -z "$probe_note" ] || echo "gpu_deps_bundle: warning: no $D/ptx_probe_emu.txt: $probe_note" >&2
 
 # --- README ---------------------------------------------------------------------
 {

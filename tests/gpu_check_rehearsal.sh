@@ -5,9 +5,14 @@
 # FAILED, moe as TIMEOUT, every other family as ok, memcheck reruns of both,
 # the trainer and bench rows, the mesh phase's rows (scripts/gpu_mesh_check.sh:
 # every layout ok but cp2, whose stand-in losses are off, so it is FAILED
-# with its memcheck rerun in the row), and end with the elapsed row: a hang
-# or a failure in one family or layout costs only that one.
-#   bash tests/gpu_check_rehearsal.sh
+# with its memcheck rerun in the row), the PTX probe's row (the GPU's output
+# differing from the emulator's in ex2 by 6 ulp: MISMATCH, naming the probe),
+# and end with the elapsed row: a hang or a failure in one family or layout
+# costs only that one.
+#   bash tests/gpu_check_rehearsal.sh [PTX_PROBE_EMU]
+# With PTX_PROBE_EMU (build/ptx_probe_emu) the probe's stand-in is that real
+# program, compared with a perturbed copy of its own output, so the row is
+# made from the real report; without, a shell stand-in prints such a report.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 W=$(mktemp -d /tmp/gpu-check-rehearsal.XXXXXX)
@@ -74,11 +79,48 @@ rc=$?
 echo "========= ERROR SUMMARY: 0 errors"
 exit $rc
 EOF
+# ptx_probe: the emulated probe itself where given, else a stand-in whose
+# report has ex2_approx_ftz 6 ulp off. The "emulator's output" it is compared
+# with is $W/probe_emu.txt (GPU_CHECK_PROBE_EXPECT), never the checkout's gpu_deps.
+REAL_PROBE=${1:-}
+if [ -n "$REAL_PROBE" ] && [ ! -x "$REAL_PROBE" ]; then
+  echo "note: $REAL_PROBE is not built: the shell stand-in plays ptx_probe"
+  REAL_PROBE=""
+fi
+if [ -n "$REAL_PROBE" ]; then
+  REAL_PROBE=$(cd "$(dirname "$REAL_PROBE")" && pwd)/$(basename "$REAL_PROBE")
+  printf '#!/usr/bin/env bash\nexec %q "$@"\n' "$REAL_PROBE" > "$BIN/ptx_probe"
+  "$REAL_PROBE" 2> /dev/null | python3 -c '
+import sys
+for line in sys.stdin:
+    f = line.split()
+    if f[:2] == ["ex2_approx_ftz", "2000"]:
+        line = "%s %s %08x\n" % (f[0], f[1], int(f[2], 16) + 6)
+    sys.stdout.write(line)' > "$W/probe_emu.body"
+else
+  cat > "$BIN/ptx_probe" <<'EOF'
+#!/usr/bin/env bash
+echo "# ptx_probe (stand-in) on a stand-in GPU, sm_90"
+echo "# ex2_approx_ftz: stand-in"
+echo "ex2_approx_ftz 2000 3dfd32e8"
+echo "reference ex2_approx_ftz: ok (1 values, max difference 0 ulp; rule 2 ulp)" >&2
+if [ "${1:-}" = --expect ]; then
+  echo "probe mma_bf16_rand: 128 values, max difference 0 of sum |a*b| + |c| (rule x): ok" >&2
+  echo "probe mma_f16_rand: 128 values, max difference 0 of sum |a*b| + |c| (rule x): ok" >&2
+  echo "probe ex2_approx_ftz: 1 values, max difference 6 ulp (rule 4 ulp): MISMATCH" >&2
+  echo "ptx_probe --expect $2: MISMATCH in 1 probe(s): ex2_approx_ftz" >&2
+  exit 1
+fi
+EOF
+  echo "ex2_approx_ftz 2000 3dfd32ee" > "$W/probe_emu.body"
+fi
+{ echo "# source: 0123456789abcdef (rehearsal)"; cat "$W/probe_emu.body"; } > "$W/probe_emu.txt"
 chmod +x "$BIN"/*
 
 cd "$ROOT"
 t0=$(date +%s)
 PATH=$BIN:$PATH OUT=$W/out GPU_CHECK_BIN_DIR=$BIN GPU_CHECK_TORCH=0 GPU_CHECK_FAMILY_CAP=4 \
+  GPU_CHECK_PROBE_EXPECT=$W/probe_emu.txt \
   bash scripts/gpu-check.sh --budget=300 > "$W/run.log" 2>&1
 rc=$?
 secs=$(( $(date +%s) - t0 ))
@@ -94,6 +136,11 @@ expect "norms failed, with its checks counted" '^\| gpu: norms \| FAILED \(exit 
 expect "moe timed out, keeping its output" '^\| gpu: moe \| TIMEOUT after 4 s: 1 checks ok, 0 failed'
 for f in basic linear rope activations cross_entropy optimizer attention_f32 attention_bf16 attention_f16 ring_attention training training_nccl; do
   expect "$f ran" "^\| gpu: $f \| ok: 2 checks ok, 0 failed; worst error 0\.20 of its tolerance"
+done
+expect "PTX probe: ex2 differs from the emulator's" \
+  '^\| ptx_probe \| MISMATCH: 1 probe\(s\) differ from the emulator.s \(0123456789ab\): ex2_approx_ftz; ISA references ok; max mma_bf16_rand 0, mma_f16_rand 0, ex2_approx_ftz 6 ulp \(ptx_probe_report.txt\)'
+for f in ptx_probe_gpu.txt ptx_probe_emu.txt ptx_probe_report.txt; do
+  [ -s "$W/out/$f" ] && echo "ok      \$OUT/$f" || { echo "MISSING \$OUT/$f"; fail=1; }
 done
 expect "memcheck of norms" '^\| memcheck: norms \| 0 errors \(exit 1\)'
 expect "memcheck of moe, at twice its limit" '^\| memcheck: moe \| TIMEOUT after 8 s'

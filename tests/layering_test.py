@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-SKIP = {"tests", "docs", "scripts", "configs"}
+SKIP = {"tests", "docs", "scripts", "configs", "gpu_deps"}  # gpu_deps: the bundle for a GPU machine (yaml-cpp, ...)
 SOURCE = re.compile(r"\.(h|cpp|cu|cuh)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
