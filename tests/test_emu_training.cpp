@@ -36,13 +36,14 @@ using e2e::Setup;
 
 namespace {
 
-// Head dimension 64 (the CUDA attention's 64 or 128) on the smallest widths
-// that still split: two heads for tp 2.
+// Head dimension 64 (of the CUDA attention's 32, 64 and 128) on the smallest
+// widths that still split: two heads for tp 2.
 const char* const kLlama =
     "{arch: llama, d_model: 128, n_layers: 2, n_heads: 2, n_kv_heads: 2, d_ff: 256, max_seq_len: 32}";
-// Grouped-query attention too (two query heads share one key/value head).
+// Grouped-query attention (two query heads share a key/value head) at head
+// dimension 32, the quickstart's attention (configs/quickstart.yaml).
 const char* const kMoe =
-    "{arch: llama, d_model: 128, n_layers: 2, n_heads: 2, n_kv_heads: 1, d_ff: 256, max_seq_len: 32, "
+    "{arch: llama, d_model: 128, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 256, max_seq_len: 32, "
     "moe: {num_experts: 4, top_k: 2, d_ff: 128}}";
 
 const char* const kEmuFp32 = " --set train.device=cuda --set train.precision=fp32";
@@ -158,7 +159,7 @@ TEST_CASE("emulated CUDA device: tiny llama in fp32 equals the CPU backend at ev
   check_fp32("llama", kLlama);
 }
 
-TEST_CASE("emulated CUDA device: tiny MoE (4 experts, top-2, GQA) in fp32 equals the CPU backend at every step",
+TEST_CASE("emulated CUDA device: tiny MoE (4 experts, top-2, GQA, head dim 32) in fp32 equals the CPU backend at every step",
           "[emu][e2e][emu_module]") {
   check_fp32("moe", kMoe);
 }

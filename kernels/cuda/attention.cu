@@ -64,7 +64,9 @@
 // 2 * B*T*D*(4*Hq + 4*Hkv) + 8*B*Hq*T (K/V and Q/dO re-reads hit L2).
 // Compute bound for T >= ~512 at D = 64/128.
 //
-// Head dims 64 and 128 only (std::invalid_argument otherwise). The MMA path
+// Head dims 32, 64 and 128 only (std::invalid_argument otherwise); 32 is the
+// small models' (configs/quickstart.yaml: d_model 128 over 4 heads), with
+// 64's tiles. The MMA path
 // needs 16-byte aligned tensors (cp.async); views from the arenas are.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -122,8 +124,8 @@ constexpr int kThreads = 128;  // 4 warps per block in every MMA kernel
 constexpr int kPad = 8;        // halves of padding per smem row (16 B)
 
 template <int D> struct FwdTiles { static constexpr int Br = 64, Bc = 64; };
-template <int D> struct DkvTiles { static constexpr int Bc = 64, Br = D == 64 ? 64 : 32; };
-template <int D> struct DqTiles { static constexpr int Br = 64, Bc = D == 64 ? 64 : 32; };
+template <int D> struct DkvTiles { static constexpr int Bc = 64, Br = D <= 64 ? 64 : 32; };
+template <int D> struct DqTiles { static constexpr int Br = 64, Bc = D <= 64 ? 64 : 32; };
 
 template <typename T, int D> constexpr size_t fwd_smem_bytes() {
   return size_t(FwdTiles<D>::Br + 4 * FwdTiles<D>::Bc) * (D + kPad) * sizeof(T);
@@ -943,7 +945,8 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
   bool simple = true;
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
-    if (d.D == 64) forward_simple<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
+    if (d.D == 32) forward_simple<T, 32>(d, o, l, qp, kp, vp, causal, win, ctx);
+    else if (d.D == 64) forward_simple<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
     else forward_simple<T, 128>(d, o, l, qp, kp, vp, causal, win, ctx);
     return;
   }
@@ -953,7 +956,8 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
     need_aligned(op, "q", q);
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
-    if (d.D == 64) forward_mma<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
+    if (d.D == 32) forward_mma<T, 32>(d, o, l, qp, kp, vp, causal, win, ctx);
+    else if (d.D == 64) forward_mma<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
     else forward_mma<T, 128>(d, o, l, qp, kp, vp, causal, win, ctx);
   }
 }
@@ -980,7 +984,8 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
   bool simple = true;
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
-    if (d.D == 64) backward_simple<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    if (d.D == 32) backward_simple<T, 32>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    else if (d.D == 64) backward_simple<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
     else backward_simple<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
     return;
   }
@@ -993,7 +998,8 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
     need_aligned(op, "q", q);
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
-    if (d.D == 64) backward_mma<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    if (d.D == 32) backward_mma<T, 32>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    else if (d.D == 64) backward_mma<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
     else backward_mma<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
   }
 }

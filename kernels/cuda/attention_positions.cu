@@ -34,7 +34,7 @@
 // Smem (floats): forward (3*32*(D+1) + 32*33 + 3*32) + 64 ints = 29 / 54 KiB
 // (D = 64 / 128); dK/dV (4*32*(D+1) + 2*32*33 + 2*32) + 64 ints = 42 / 75 KiB;
 // dQ (4*32*(D+1) + 32*33 + 2*32) + 64 ints = 38 / 71 KiB; above 48 KiB the
-// kernel is opted in once. Head dims 64 and 128 (as attention_forward).
+// kernel is opted in once. Head dims 32, 64 and 128 (as attention_forward).
 //
 // attention_merge: one warp per (b, t, h) row: the new lse and the two
 // weights in fp32 (logaddexp as max + log1p(exp(min - max))), then the D
@@ -420,7 +420,9 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
   const std::string ctx = context(q, k, window);
   const int win = kernel_window(window);
   DISPATCH_FLOAT(q.dtype, T, op, {
-    if (d.D == 64)
+    if (d.D == 32)
+      forward_launch<T, 32>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
+    else if (d.D == 64)
       forward_launch<T, 64>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
     else
       forward_launch<T, 128>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
@@ -463,7 +465,9 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
   DISPATCH_FLOAT(q.dtype, T, op, {
     launch_delta<T>(delta, static_cast<const T*>(out.data), static_cast<const T*>(dout.data), rows,
                     d.Tq, d.Hq, d.D, ctx);
-    if (d.D == 64)
+    if (d.D == 32)
+      backward_launch<T, 32>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
+    else if (d.D == 64)
       backward_launch<T, 64>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
     else
       backward_launch<T, 128>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);

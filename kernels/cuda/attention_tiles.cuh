@@ -388,8 +388,8 @@ inline void same_dtype(const char* op, const char* name, const Tensor& t, const 
 
 // The head dims the kernels are built for.
 inline void need_head_dim(const char* op, int64_t D) {
-  if (D != 64 && D != 128)
-    fail(op, "head dim D=" + std::to_string(D) + " is not supported on CUDA (64 or 128)");
+  if (D != 32 && D != 64 && D != 128)
+    fail(op, "head dim D=" + std::to_string(D) + " is not supported on CUDA (32, 64 or 128)");
 }
 
 inline float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }

@@ -865,23 +865,27 @@ SweepShapes sweep_shapes() {
                     SweepShapes{{1, 17, 100, 129}, {{2, 2}, {4, 2}, {4, 1}}, 100});
 }
 
+// D = 32 (small models: the quickstart's d_model 128 over 4 heads) shares
+// 64's tiles and code, so it runs at one head layout, GQA, at every length.
 void attention_sweep(DType dt) {
   const SweepShapes sh = sweep_shapes();
   for (int64_t T : sh.lengths)
-    for (bool causal : {true, false})
+    for (bool causal : {true, false}) {
       for (const Heads& h : sh.heads)
         for (int64_t D : {int64_t(64), int64_t(128)})
           attention_case(dt, T >= sh.batch_one_from ? 1 : 2, T, h.Hq, h.Hkv, D, causal);
+      attention_case(dt, T >= sh.batch_one_from ? 1 : 2, T, 4, 2, 32, causal);
+    }
 }
 
 }  // namespace
 
-TEST_CASE("gpu attention F32: causal/full, GQA 1/2/4, D 64/128, T 1..1000, deterministic backward",
+TEST_CASE("gpu attention F32: causal/full, GQA 1/2/4, D 32/64/128, T 1..1000, deterministic backward",
           "[gpu][attention][f32]") {
   attention_sweep(F32);
 }
 
-TEST_CASE("gpu attention BF16: causal/full, GQA 1/2/4, D 64/128, T 1..1000, deterministic backward",
+TEST_CASE("gpu attention BF16: causal/full, GQA 1/2/4, D 32/64/128, T 1..1000, deterministic backward",
           "[gpu][attention][bf16]") {
   attention_sweep(BF16);
 }
@@ -897,18 +901,18 @@ void window_sweep(DType dt) {
   const int64_t T = gpu_or_emu<int64_t>(1000, 333);
   const Heads h = gpu_or_emu(Heads{8, 2}, Heads{4, 1});
   for (int64_t window : {int64_t(1), int64_t(33), int64_t(64), int64_t(65), int64_t(200)}) {
-    if (window < 99) attention_case(dt, 2, 100, 4, 2, 64, true, window);
+    if (window < 99) attention_case(dt, 2, 100, 4, 2, window == 33 ? 32 : 64, true, window);
     attention_case(dt, 1, T, h.Hq, h.Hkv, 128, true, window);
   }
   attention_case(dt, 2, 257, 4, 4, 128, true, 65);
 }
 
-TEST_CASE("gpu attention F32 with a sliding window: windows 1..200, T 100..1000, GQA, D 64/128",
+TEST_CASE("gpu attention F32 with a sliding window: windows 1..200, T 100..1000, GQA, D 32/64/128",
           "[gpu][attention][f32][window]") {
   window_sweep(F32);
 }
 
-TEST_CASE("gpu attention BF16 with a sliding window: windows 1..200, T 100..1000, GQA, D 64/128",
+TEST_CASE("gpu attention BF16 with a sliding window: windows 1..200, T 100..1000, GQA, D 32/64/128",
           "[gpu][attention][bf16][window]") {
   window_sweep(BF16);
 }
@@ -945,6 +949,7 @@ TEST_CASE("gpu attention, race-check subset for ThreadSanitizer", "[.][gpu][race
   attention_case(BF16, 1, 80, 4, 2, 128, false);
   attention_case(BF16, 1, 80, 2, 1, 64, true, 24);
   attention_case(F32, 1, 33, 2, 2, 64, true);
+  attention_case(BF16, 1, 70, 4, 2, 32, true);
 }
 
 // ---- activations --------------------------------------------------------------------

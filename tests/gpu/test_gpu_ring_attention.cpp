@@ -266,6 +266,7 @@ TEST_CASE("gpu ring attention F32: zigzag cp 2/3/4, GQA, tile-unaligned chunks, 
   ring_case(F32, {2, 2, 4, 2, 64, 37});
   ring_case(F32, {3, 1, 2, 2, 128, 20});
   ring_case(F32, {4, 1, 8, 2, 64, 50});
+  ring_case(F32, {2, 1, 4, 2, 32, 37});
 }
 
 TEST_CASE("gpu ring attention with a sliding window: F32 and BF16, windows inside a chunk and across chunks",
@@ -284,6 +285,7 @@ TEST_CASE("gpu ring attention BF16: zigzag cp 2/3, GQA, tile-unaligned chunks, m
           "[gpu][cp]") {
   ring_case(BF16, {2, 2, 4, 2, 64, 37});
   ring_case(BF16, {3, 1, 2, 2, 128, 20});
+  ring_case(BF16, {2, 1, 4, 2, 32, 37});
 }
 
 // Scattered positions: holes among a row's visible keys, Tq != Tk, rows that
