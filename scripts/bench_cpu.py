@@ -500,6 +500,9 @@ def main():
                     help="also run the trainer once per shape under libblas_time.so (LD_PRELOAD; default: "
                     "bench/libblas_time.so beside --trainer) and print how much of its step is sgemm: the "
                     "step a faster rest of the code could reach at the machine's GEMM rate")
+    ap.add_argument("--adjacent-sgemm", action="store_true",
+                    help="also measure sgemm right before and after every trainer run and compare each run with "
+                    "the mean of those two (the machine's speed drifts between measurements minutes apart)")
     ap.add_argument("--write", action="store_true", help="also write the table into docs/PERFORMANCE.md")
     ap.add_argument("--no-torch-default", action="store_true",
                     help="skip the PyTorch column with OpenBLAS's own core (the defaults a user gets)")
@@ -553,7 +556,12 @@ def main():
             ours_runs, theirs_runs, default_runs = [], [], []
             spec = dict(what="step", shape=n, threads=a.threads, steps=a.steps, warmup=a.warmup)
             for _ in range(a.rounds):
+                before = run_torch(sgemm_spec, core)["gflops"] if a.adjacent_sgemm else None
                 ours_runs.append(bench_trainer(a.trainer, shape, a.threads, a.steps, a.warmup, data))
+                if a.adjacent_sgemm:
+                    after = run_torch(sgemm_spec, core)["gflops"]
+                    gemms.extend([before, after])
+                    ours_runs[-1]["adjacent"] = (before, after)
                 t = run_torch(spec, core)
                 theirs, nparams = t["ms"], t["nparams"]
                 theirs_runs.append(theirs)
@@ -566,6 +574,8 @@ def main():
             for k in ("ms", "tflops", "startup_s"):
                 ours[k] = statistics.median(r[k] for r in ours_runs)
             ours["rss_mib"] = max(r["rss_mib"] for r in ours_runs)
+            if a.adjacent_sgemm:
+                ours["adjacent"] = [(r["tflops"] * 1e3, *r["adjacent"]) for r in ours_runs]
             theirs = statistics.median(theirs_runs)
             theirs_default = statistics.median(default_runs) if default_runs else None
             if blas_time:
@@ -613,6 +623,15 @@ def main():
                           f"{(big + small) / step:.0%} | {theirs / ours['ms']:.2f}x | "
                           f"{theirs / ours['ms'] * step / (big + small):.2f}x |")
         print(floor_rows[-1], flush=True)
+    adjacent_rows = []
+    for n, shape, ours, theirs, nparams, lc, _ in measured:
+        if "adjacent" not in ours:
+            continue
+        ratios = [g / ((b + e) / 2) for g, b, e in ours["adjacent"]]
+        runs = ", ".join(f"{g:.0f} / {(b + e) / 2:.0f} ({b:.0f}, {e:.0f}) = {g / ((b + e) / 2):.0%}"
+                         for g, b, e in ours["adjacent"])
+        adjacent_rows.append(f"| {n} | {runs} | {statistics.median(ratios):.0%} |")
+        print(adjacent_rows[-1], flush=True)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     cpu = platform.processor() or platform.machine()
@@ -647,7 +666,7 @@ model and step differ from the other two: the text above this table.
     table = f"""## CPU training step: {title}
 
 Measured {datetime.date.today()} at commit `{commit}` on {cpu}, {a.threads} threads,
-by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}{f" --rounds {a.rounds}" if a.rounds != 1 else ""}{" --gemm-floor" if blas_time else ""}` (median of {a.steps} steps after {a.warmup} warm-up{f"; trainer and PyTorch alternate, {a.rounds} runs each, the median of their medians" if a.rounds > 1 else ""});
+by `/usr/bin/python3 scripts/bench_cpu.py{" --llmc PATH" if llmc else ""}{f" --rounds {a.rounds}" if a.rounds != 1 else ""}{" --gemm-floor" if blas_time else ""}{" --adjacent-sgemm" if a.adjacent_sgemm else ""}` (median of {a.steps} steps after {a.warmup} warm-up{f"; trainer and PyTorch alternate, {a.rounds} runs each, the median of their medians" if a.rounds > 1 else ""});
 sgemm (2048^3 fp32 through PyTorch's BLAS with the trainer's core, same threads): {gemm:.0f} GFLOP/s, the best of {len(gemms)} measurements
 before, between and after the shapes (they ranged {min(gemms):.0f}-{max(gemms):.0f}: this machine's speed drifts). One step = forward +
 backward + clip + AdamW, fp32, the same shapes and parameter counts on both sides; PyTorch
@@ -672,6 +691,15 @@ over sgemm time, the most that any change outside the GEMMs could reach at this 
 | shape | its mean step ms | sgemm ms/step (layers + attention) | rest ms/step | sgemm share | speed-up (table) | speed-up at the GEMM floor |
 |---|---|---|---|---|---|---|
 """ + "\n".join(floor_rows) + "\n"
+    if adjacent_rows:
+        table += f"""
+The trainer's step against the sgemm rate next to it (`--adjacent-sgemm`): each trainer run's
+GFLOP/s (the median of its steps, the trainer's count) over the mean of the 2048^3 sgemm rates
+measured right before and right after it (those two in parentheses), then the median of the runs.
+
+| shape | per run: trainer GFLOP/s / adjacent sgemm GFLOP/s (before, after) = share | median share |
+|---|---|---|
+""" + "\n".join(adjacent_rows) + "\n"
     print(table)
     if a.write:
         write_table(table)
