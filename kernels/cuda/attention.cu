@@ -945,9 +945,9 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
   bool simple = true;
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
-    if (d.D == 32) forward_simple<T, 32>(d, o, l, qp, kp, vp, causal, win, ctx);
-    else if (d.D == 64) forward_simple<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
-    else forward_simple<T, 128>(d, o, l, qp, kp, vp, causal, win, ctx);
+    with_head_dim(d.D, [&]<int kD>() {
+      forward_simple<T, kD>(d, o, l, qp, kp, vp, causal, win, ctx);
+    });
     return;
   }
   if constexpr (!std::is_same_v<T, float>) {
@@ -956,9 +956,9 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
     need_aligned(op, "q", q);
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
-    if (d.D == 32) forward_mma<T, 32>(d, o, l, qp, kp, vp, causal, win, ctx);
-    else if (d.D == 64) forward_mma<T, 64>(d, o, l, qp, kp, vp, causal, win, ctx);
-    else forward_mma<T, 128>(d, o, l, qp, kp, vp, causal, win, ctx);
+    with_head_dim(d.D, [&]<int kD>() {
+      forward_mma<T, kD>(d, o, l, qp, kp, vp, causal, win, ctx);
+    });
   }
 }
 
@@ -984,9 +984,9 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
   bool simple = true;
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
-    if (d.D == 32) backward_simple<T, 32>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
-    else if (d.D == 64) backward_simple<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
-    else backward_simple<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    with_head_dim(d.D, [&]<int kD>() {
+      backward_simple<T, kD>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    });
     return;
   }
   if constexpr (!std::is_same_v<T, float>) {
@@ -998,9 +998,9 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
     need_aligned(op, "q", q);
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
-    if (d.D == 32) backward_mma<T, 32>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
-    else if (d.D == 64) backward_mma<T, 64>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
-    else backward_mma<T, 128>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    with_head_dim(d.D, [&]<int kD>() {
+      backward_mma<T, kD>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+    });
   }
 }
 

@@ -420,12 +420,9 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
   const std::string ctx = context(q, k, window);
   const int win = kernel_window(window);
   DISPATCH_FLOAT(q.dtype, T, op, {
-    if (d.D == 32)
-      forward_launch<T, 32>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
-    else if (d.D == 64)
-      forward_launch<T, 64>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
-    else
-      forward_launch<T, 128>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
+    with_head_dim(d.D, [&]<int kD>() {
+      forward_launch<T, kD>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
+    });
   });
 }
 
@@ -465,12 +462,9 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
   DISPATCH_FLOAT(q.dtype, T, op, {
     launch_delta<T>(delta, static_cast<const T*>(out.data), static_cast<const T*>(dout.data), rows,
                     d.Tq, d.Hq, d.D, ctx);
-    if (d.D == 32)
-      backward_launch<T, 32>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
-    else if (d.D == 64)
-      backward_launch<T, 64>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
-    else
-      backward_launch<T, 128>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
+    with_head_dim(d.D, [&]<int kD>() {
+      backward_launch<T, kD>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
+    });
   });
 }
 

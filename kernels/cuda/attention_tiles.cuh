@@ -392,6 +392,14 @@ inline void need_head_dim(const char* op, int64_t D) {
     fail(op, "head dim D=" + std::to_string(D) + " is not supported on CUDA (32, 64 or 128)");
 }
 
+// f.template operator()<kD>() with the head dim need_head_dim accepted as a
+// compile-time constant: the one place the launchers meet the kernels' D.
+template <typename F> void with_head_dim(int64_t D, F&& f) {
+  if (D == 32) f.template operator()<32>();
+  else if (D == 64) f.template operator()<64>();
+  else f.template operator()<128>();
+}
+
 inline float softmax_scale(int64_t D) { return float(1.0 / std::sqrt(double(D))); }
 
 // Opts a kernel into more than 48 KB of dynamic shared memory.
