@@ -82,6 +82,20 @@ cases_run() {  # cases_run LOG: the test cases Catch's summaries count (all prog
     awk '{ n += $1 } END { if (NR) print n }'
 }
 
+reported() {  # reported NAME LOG: prints LOG's first sanitizer report; false when it has none
+  grep -qE "$report_re" "$2" || return 1
+  echo "sanitize_ci: $1 reported (first report):"
+  grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$2"
+}
+
+conclude() {  # conclude NAME T0 RC WHAT LOG: the run's closing line and its timing row; returns RC
+  local ok=ok verdict=passed
+  (($3 == 0)) || ok=FAILED verdict=FAILED
+  echo "sanitize_ci: $1 $4, $verdict in $((SECONDS - $2)) s; log $5"
+  record "$1 run" $((SECONDS - $2)) "$ok"
+  return "$3"
+}
+
 run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
   local name=$1 dir=$2 spec=$3 t0=$SECONDS rc=0 s n got total=0
   local out="$root/$dir"
@@ -107,21 +121,15 @@ run() {  # run NAME DIR SPEC: unit_tests with the spec; a report fails it
     total=$((total + ${got:-0}))
   done
   cat "$out"/test.[0-9]*.log > "$out/test.log"
-  if grep -qE "$report_re" "$out/test.log"; then
-    echo "sanitize_ci: $name reported (first report):"
-    grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$out/test.log"
-    rc=1
-  fi
-  echo "sanitize_ci: $name ($spec): $total of $n test cases in $shards processes," \
-    "$( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/test.log"
-  record "$name run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo FAILED)"
-  return $rc
+  reported "$name" "$out/test.log" && rc=1
+  conclude "$name" "$t0" "$rc" "($spec): $total of $n test cases in $shards processes" "$dir/test.log"
 }
 
 run_emu() {  # run_emu NAME DIR SPEC: gpu_tests_emu with the spec, then emu_runtime_tests; a report fails it
   local name=$1 dir=$2 spec=$3 t0=$SECONDS rc=0
   local log="$root/$dir/gpu_tests_emu.log"
-  "$dir/gpu_tests_emu" "$spec" --durations no > "$log" 2>&1 || rc=$?
+  # --warn NoTests: a spec that matches nothing fails instead of passing empty.
+  "$dir/gpu_tests_emu" "$spec" --durations no --warn NoTests > "$log" 2>&1 || rc=$?
   sed '/^[[:space:]]*$/d' "$log" | tail -1 | sed 's/^/  /'
   if ! grep -q "^gpu_tests: device .*Emulated CUDA device" "$log"; then
     echo "sanitize_ci: $name: gpu_tests_emu did not run on the emulated device:"; head -5 "$log"; rc=1
@@ -129,15 +137,9 @@ run_emu() {  # run_emu NAME DIR SPEC: gpu_tests_emu with the spec, then emu_runt
   # The emulated runtime itself: its guard zones (under ASan a write past an
   # allocation must be reported at the access), streams, launches.
   "$dir/emu_runtime_tests" >> "$log" 2>&1 || { rc=1; echo "sanitize_ci: $name: emu_runtime_tests failed"; }
-  if grep -qE "$report_re" "$log"; then
-    echo "sanitize_ci: $name reported (first report):"
-    grep -m1 -B2 -A30 -E "^(==[0-9]+==ERROR|WARNING: ThreadSanitizer)|runtime error:" "$log"
-    rc=1
-  fi
-  echo "sanitize_ci: $name (gpu_tests_emu $spec, emu_runtime_tests): $(cases_run "$log") test cases," \
-    "$( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - t0)) s; log $dir/gpu_tests_emu.log"
-  record "$name run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo FAILED)"
-  return $rc
+  reported "$name" "$log" && rc=1
+  conclude "$name" "$t0" "$rc" "(gpu_tests_emu $spec, emu_runtime_tests): $(cases_run "$log") test cases" \
+    "$dir/gpu_tests_emu.log"
 }
 
 what=("$@")
