@@ -117,6 +117,16 @@ void expect_emulated(const std::string& out) {
   CHECK(out.find(kDeviceLine) != std::string::npos);
 }
 
+// One run on the emulated device at `precision` into the run directory
+// `name`, checked to have taken it; returns its output.
+std::string train_emulated(const Setup& s, const std::string& name, const std::string& precision,
+                           const std::string& args = "") {
+  std::string out;
+  train(s, at(s, name), "--set train.device=cuda --set train.precision=" + precision + " " + args, &out);
+  expect_emulated(out);
+  return out;
+}
+
 // The loss falls: the last five steps' mean well below the first step's.
 void expect_falling(const std::vector<double>& l, const std::string& label) {
   REQUIRE(l.size() >= 10);
@@ -145,9 +155,7 @@ std::vector<double> expect_near_cpu(const Setup& s, const std::string& run_dir, 
 void check_fp32(const std::string& name, const std::string& model) {
   const EmulatedDevice device;
   const Setup b = make_bench(name, model);
-  std::string out;
-  train(b, at(b, "emu"), kEmuFp32, &out);
-  expect_emulated(out);
+  train_emulated(b, "emu", "fp32");
   e2e::expect_same_run(b.single(), "emu", name + " fp32 emulated vs cpu, 20 steps", at(b, "emu"));
   fs::remove_all(b.dir);
 }
@@ -168,9 +176,7 @@ TEST_CASE("emulated CUDA device: bf16 mixed precision follows CPU fp32, and its 
           "[emu][e2e][emu_module]") {
   const EmulatedDevice device;
   const Setup b = make_bench("bf16", kLlama);
-  std::string out;
-  train(b, at(b, "bf16"), "--set train.device=cuda --set train.precision=bf16 --set checkpoint.interval=10", &out);
-  expect_emulated(out);
+  const std::string out = train_emulated(b, "bf16", "bf16", "--set checkpoint.interval=10");
   CHECK(out.find("storage BF16") != std::string::npos);
   const auto bf16 = expect_near_cpu(b, at(b, "bf16"), "bf16 emulated", kBf16Tol), cpu = losses_of(b.single());
   // Its checkpoint holds the fp32 master weights and moments (docs/ARCHITECTURE.md,
@@ -232,11 +238,8 @@ TEST_CASE("emulated CUDA device: fp16 dynamic loss scaling skips the overflowing
   // norm-weight gradients, sums over every token, reach ~0.25), so step 1
   // is skipped; the same holds at 2^18 once training has grown them (step 3).
   const int64_t initial = int64_t(1) << 19;
-  std::string out;
-  train(b, at(b, "fp16"),
-        "--set train.device=cuda --set train.precision=fp16 --set train.initial_loss_scale=" + std::to_string(initial),
-        &out);
-  expect_emulated(out);
+  const std::string out =
+      train_emulated(b, "fp16", "fp16", "--set train.initial_loss_scale=" + std::to_string(initial));
   const std::vector<Overflow> skips = overflows(out);
   REQUIRE(!skips.empty());
   CHECK(skips.front().step == 1);
@@ -354,9 +357,7 @@ TEST_CASE("emulated CUDA device: dp 2 in bf16 with ZeRO-1 and ZeRO-Offload throu
 TEST_CASE("emulated CUDA device: the smoke test passes (bf16, the GPU default)", "[emu][e2e][emu_module][serial]") {
   const EmulatedDevice device;
   const Setup b = make_bench("smoke", kLlama);
-  std::string out;
-  train(b, at(b, "smoke"), "--set train.device=cuda --set train.precision=auto --smoke-test --steps 20", &out);
-  expect_emulated(out);
+  const std::string out = train_emulated(b, "smoke", "auto", "--smoke-test --steps 20");
   CHECK(out.find("storage BF16") != std::string::npos);
   const auto verdict = out.find("smoke test verdict");
   REQUIRE(verdict != std::string::npos);
