@@ -42,11 +42,12 @@ TSAN_SPEC=${TSAN_SPEC:-$spec}
 # The ops of the emulated module under the sanitizers, at the emulator's
 # shapes. ASan (~80 s): every op family but the sliding-window attention
 # sweeps (the same kernels as [sanitize]'s window case, at a minute more)
-# and the fp32 ring (the BF16 ring runs the same pieces in a sixth of its time).
+# the fp32 ring (the BF16 ring runs the same pieces in a sixth of its time)
+# and the vocab-parallel embedding (the plain embedding's kernels on 3 slices).
 # TSan (~30 s): attention's race-check subset, the kernel with the most
 # shared-memory choreography (cp.async double buffers, ldmatrix, barriers);
 # TSan slows fiber switches tenfold, so the other families are ASan's alone.
-EMU_ASAN_SPEC=${EMU_ASAN_SPEC:-'[sanitize],[norm],[reduce],[optim],[moe],[cp]~[window]~"gpu ring attention F32*",[embedding],[rope],[activation],[elementwise],[loss],[linear]'}
+EMU_ASAN_SPEC=${EMU_ASAN_SPEC:-'[sanitize],[norm],[reduce],[optim],[moe],[cp]~[window]~"gpu ring attention F32*",[embedding]~"gpu vocab-parallel embedding*",[rope],[activation],[elementwise],[loss],[linear]'}
 EMU_TSAN_SPEC=${EMU_TSAN_SPEC:-"[race]"}
 # The TSan build compiles only the test files holding those tests (found by
 # the same tags and names, so a new test of a threaded part is picked up).
