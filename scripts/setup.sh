@@ -29,6 +29,7 @@ TEST_PACKAGES=(
   python3-torch python3-numpy python3-yaml python3-matplotlib   # the PyTorch reference, plots
   python3-venv   # .venv-tensorboard and .venv-hf below
   python3-sentencepiece   # scripts/prepare_text.py --tokenizer sentencepiece, tokenizer tests
+  python3-zstandard   # scripts/prepare_corpus.py: .zst JSON lines (tests/prepare_corpus_test.py)
   slurm-wlm munge   # tests/slurm_srun.sh: a throwaway one-node Slurm cluster (scripts/slurm_local.sh)
   iproute2 util-linux   # tests/multinode_test.sh: ip netns, tc and unshare (scripts/netns_cluster.sh)
   clang-14 libclang-rt-14-dev   # scripts/fuzz_ci.sh: libFuzzer with ASan and UBSan (tests/fuzz)
@@ -80,6 +81,9 @@ optional_venv .venv-tensorboard tensorboard tests/tensorboard_reader_test.py 300
 # directories loaded by the real client). 4.40 is the newest line that still
 # runs on Debian's torch 1.13 (later ones need torch 2). It brings the
 # `tokenizers` package too, for tests/hf_tokenizer_test.sh and
-# prepare_text.py --tokenizer-json.
-optional_venv .venv-hf "transformers, safetensors" "tests/hf/hf_*_test.py and tests/hf_tokenizer_test.sh" 600 \
-  "transformers==4.40.2" "safetensors>=0.4,<0.5"
+# prepare_text.py --tokenizer-json. pyarrow and datasets: scripts/prepare_corpus.py reads
+# Parquet and save_to_disk folders (tests/prepare_corpus_test.py writes them with datasets);
+# pandas < 2.3 keeps Debian's numpy 1.24 (which torch 1.13 is built against) the one the venv sees.
+optional_venv .venv-hf "transformers, safetensors, pyarrow, datasets" \
+  "tests/hf/hf_*_test.py, tests/hf_tokenizer_test.sh and tests/prepare_corpus_test.py" 600 \
+  "transformers==4.40.2" "safetensors>=0.4,<0.5" "pyarrow<17" "datasets==2.19.1" "pandas<2.3"
