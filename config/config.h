@@ -139,6 +139,12 @@ struct DataConfig {
   std::vector<std::string> valid;
   std::string dtype = "uint16";    // uint16 | uint32 (raw files only)
   std::string format = "auto";     // auto | raw | llmc | megatron
+  // packed: a sequence is a window of the token stream, attending across the
+  // documents in it (pretraining as nanoGPT does). separate: positions restart
+  // at each document, attention stays inside it and no token predicts the
+  // next document's first (Megatron's reset_position_ids, reset_attention_mask
+  // and eod_mask_loss together); needs files that record their documents.
+  std::string documents = "packed";  // packed | separate
 };
 
 struct CheckpointConfig {

@@ -242,6 +242,11 @@ std::vector<KeySpec> build_schema() {
           .one_of("uint16|uint32").aka("token_dtype type"),
       Row("data.format", FIELD(data.format), "token file layout; auto: Megatron if a PREFIX.idx is there, llm.c by its magic, else raw")
           .one_of("auto|raw|llmc|megatron").aka("data_impl dataset_impl data_format file_format"),
+      Row("data.documents", FIELD(data.documents),
+          "packed: sequences attend across documents; separate: positions restart, attention and loss stay inside "
+          "each document (Megatron index needed)")
+          .one_of("packed|separate")
+          .aka("reset_attention_mask reset_position_ids eod_mask_loss document_masking packing"),
 
       Row("checkpoint.dir", FIELD(checkpoint.dir), "checkpoint directory; empty: <run dir>/ckpt")
           .aka("ckpt_dir checkpoint_dir save_dir save path"),

@@ -48,8 +48,12 @@ std::string scan_note(const BatchSampler::Entry& e) {
 
 BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
                            int64_t vocab_size, uint64_t seed, const std::string& split_name,
-                           const std::string& format, const ScanOptions& scan)
-    : split_(split_name), seq_len_(seq_len), vocab_(vocab_size), seed_(seed ^ split_salt(split_name)) {
+                           const std::string& format, const ScanOptions& scan, bool separate_documents)
+    : split_(split_name),
+      seq_len_(seq_len),
+      vocab_(vocab_size),
+      seed_(seed ^ split_salt(split_name)),
+      documents_(separate_documents) {
   const std::string base = "data." + split_name;
   if (entries.empty()) throw std::runtime_error(base + ": no token files given");
   if (seq_len < 1) throw std::runtime_error(base + ": train.seq_len must be >= 1");
@@ -67,6 +71,12 @@ BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::s
         throw std::runtime_error(path + ": holds " + std::to_string(src->size()) +
                                  " tokens, fewer than one sequence (train.seq_len + 1 = " +
                                  std::to_string(seq_len + 1) + "), in " + key);
+      std::vector<int64_t> probe;
+      if (documents_ && !src->document_starts(0, 1, probe))
+        throw std::runtime_error("data.documents: separate needs to know where documents start, but " + path +
+                                 " (" + key + ", " + src->format() +
+                                 ") records no documents: prepare the corpus as a Megatron dataset with its "
+                                 "document index (scripts/prepare_corpus.py), or set data.documents: packed");
       // Every id now, not when its window is first drawn (maybe never).
       const TokenScan ts = check_token_ids(*src, vocab_size, key, scan);
       e.ids.add(ts.range);
@@ -102,7 +112,8 @@ size_t BatchSampler::entry_of(int64_t step, int64_t index) const {
   return std::min(e, entries_.size() - 1);  // rounding may leave the last bound just under 1
 }
 
-void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets) const {
+void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets,
+                            int32_t* doc_start) const {
   const Entry& e = entries_[entry_of(step, index)];
   const int64_t pos = int64_t(hash(step, index) % uint64_t(e.windows.back()));
   const size_t fi = size_t(std::upper_bound(e.windows.begin(), e.windows.end(), pos) - e.windows.begin());
@@ -125,6 +136,20 @@ void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_
       if (t > 0) targets[t - 1] = int32_t(tok);
     }
   }
+  if (doc_start) mark_documents(f, start, targets, doc_start);
+}
+
+void BatchSampler::mark_documents(const TokenSource& f, int64_t start, int32_t* targets, int32_t* doc_start) const {
+  std::vector<int64_t> starts;
+  f.document_starts(start, seq_len_ + 1, starts);
+  size_t k = 0;
+  int32_t current = 0;
+  for (int64_t t = 0; t < seq_len_; ++t) {
+    for (; k < starts.size() && starts[k] - start <= t; ++k) current = int32_t(starts[k] - start);
+    doc_start[t] = current;
+  }
+  // The last token of a document would predict the next one's first.
+  for (int64_t p : starts) targets[p - start - 1] = -1;
 }
 
 std::string BatchSampler::describe() const {

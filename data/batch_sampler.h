@@ -8,7 +8,9 @@
 // entry's start positions; a glob's files thus share their entry's weight in
 // proportion to their windows (token count - seq_len). Windows never cross
 // files; inside a Megatron dataset they may cross document boundaries, as
-// they do in a raw .bin.
+// they do in a raw .bin. With separate documents (data.documents: separate)
+// a window also says where each of its tokens' documents starts, and the
+// target that would be predicted across a boundary is -1 (no loss).
 #pragma once
 
 #include <cstdint>
@@ -41,16 +43,22 @@ class BatchSampler {
   // "valid") names the keys in messages and selects an independent stream.
   // Opens and validates every file, every token id included (the start-up
   // scan, data/token_scan.h, unless scan.enabled is false); throws
-  // std::runtime_error naming the entry/file on any problem.
+  // std::runtime_error naming the entry/file on any problem, and when
+  // separate_documents is set and a file records no documents.
   BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
                int64_t vocab_size, uint64_t seed, const std::string& split_name,
-               const std::string& format = "auto", const ScanOptions& scan = {});
+               const std::string& format = "auto", const ScanOptions& scan = {},
+               bool separate_documents = false);
 
-  // Writes inputs/targets [seq_len] of global sequence `index` at `step`.
+  // Writes inputs/targets [seq_len] of global sequence `index` at `step`,
+  // and with separate documents doc_start [seq_len]: the position in the
+  // window where token t's document starts (0 when it started before the
+  // window); targets[t] = -1 where a document starts at t + 1.
   // Const and free of shared mutable state: safe to call from several
   // threads at once. Throws (naming file, token index and byte offset) when
   // a token is outside [0, model.vocab_size).
-  void sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets) const;
+  void sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets, int32_t* doc_start = nullptr) const;
+  bool separate_documents() const { return documents_; }
 
   // Which entry sequence (step, index) draws from; sequence() uses the same.
   size_t entry_of(int64_t step, int64_t index) const;
@@ -64,12 +72,14 @@ class BatchSampler {
 
  private:
   uint64_t hash(int64_t step, int64_t index) const;
+  void mark_documents(const TokenSource& f, int64_t start, int32_t* targets, int32_t* doc_start) const;
 
   std::string split_;
   std::vector<Entry> entries_;
   std::vector<double> cumulative_share_;
   int64_t seq_len_, vocab_;
   uint64_t seed_;
+  bool documents_ = false;
   int64_t total_ = 0;
 };
 

@@ -3,8 +3,9 @@
 //               count S, u64 document count D, i32 sizes[S], i64 pointers[S]
 //               (byte offsets into .bin), i64 doc_idx[D]
 //   PREFIX.bin: the sequences' tokens, where the pointers say.
-// The sequences are read as one stream, in index order; document boundaries
-// do not matter to a pretraining window, exactly as with a raw .bin.
+// The sequences are read as one stream, in index order. Document d spans
+// sequences [doc_idx[d], doc_idx[d + 1]); where it starts in the stream is
+// what data.documents: separate keeps apart (document_starts).
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -113,6 +114,10 @@ class MegatronTokens final : public TokenSource {
                                  " is not a non-decreasing sequence number <= " + std::to_string(seqs));
       prev = v;
     }
+    // doc_idx[0] is the stream's start and the last entry its end (Megatron
+    // writes 0, ..., S); the ones between are where documents begin.
+    for (uint64_t d = 1; d + 1 < docs; ++d) doc_starts_.push_back(cum_[load_le<int64_t>(p + docs_off + 8 * d)]);
+    has_documents_ = docs > 0;
   }
 
   int64_t size() const override { return cum_.back(); }
@@ -160,6 +165,12 @@ class MegatronTokens final : public TokenSource {
   }
   std::vector<FileStamp> stamps() const override { return {stamp_of(bin_), stamp_of(idx_)}; }
 
+  bool document_starts(int64_t start, int64_t n, std::vector<int64_t>& out) const override {
+    auto it = std::upper_bound(doc_starts_.begin(), doc_starts_.end(), start);
+    for (; it != doc_starts_.end() && *it < start + n; ++it) out.push_back(*it);
+    return has_documents_;
+  }
+
   const std::string& data_path() const override { return bin_.path(); }
   uint64_t byte_offset(int64_t i) const override {
     const uint64_t s = sequence_of(i);
@@ -192,6 +203,8 @@ class MegatronTokens final : public TokenSource {
   int elem_ = 2;
   uint64_t sizes_off_ = 0, pointers_off_ = 0;
   std::vector<int64_t> cum_;  // cum_[s]: stream position of sequence s's first token
+  std::vector<int64_t> doc_starts_;  // stream positions where documents 1.. begin
+  bool has_documents_ = false;
 };
 
 }  // namespace

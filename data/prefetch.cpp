@@ -24,9 +24,11 @@ void fill_batch(const BatchSampler& sampler, const std::vector<int64_t>& indices
   out.seq_len = T;
   out.inputs.resize(indices.size() * size_t(T));
   out.targets.resize(indices.size() * size_t(T));
+  out.doc_start.resize(sampler.separate_documents() ? indices.size() * size_t(T) : 0);
   for (size_t i = 0; i < indices.size(); ++i) {
     if (cancel && cancel->load(std::memory_order_relaxed)) return;
-    sampler.sequence(step, indices[i], out.inputs.data() + i * size_t(T), out.targets.data() + i * size_t(T));
+    sampler.sequence(step, indices[i], out.inputs.data() + i * size_t(T), out.targets.data() + i * size_t(T),
+                     out.doc_start.empty() ? nullptr : out.doc_start.data() + i * size_t(T));
   }
   out.step = step;
 }

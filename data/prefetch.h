@@ -21,10 +21,16 @@ struct HostBatch {
   int64_t step = -1;
   int64_t micro_steps = 0, micro_batch = 0, seq_len = 0;
   std::vector<int32_t> inputs, targets;
+  // Separate documents only (BatchSampler::sequence): where each token's
+  // document starts in its sequence; empty otherwise.
+  std::vector<int32_t> doc_start;
 
   // The [micro_batch, seq_len] block of micro-batch m.
   const int32_t* inputs_of(int64_t m) const { return inputs.data() + m * micro_batch * seq_len; }
   const int32_t* targets_of(int64_t m) const { return targets.data() + m * micro_batch * seq_len; }
+  const int32_t* doc_start_of(int64_t m) const {
+    return doc_start.empty() ? nullptr : doc_start.data() + m * micro_batch * seq_len;
+  }
 };
 
 // The global sequence indices 0 .. micro_steps*micro_batch-1 in [m][b] order:

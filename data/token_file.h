@@ -80,6 +80,13 @@ class TokenSource {
   // (data/token_scan.h). The default goes through read(); the formats
   // override it with a tight loop over the mapping. Thread-safe.
   virtual TokenRange min_max(int64_t start, int64_t n) const;
+  // Appends the stream positions in (start, start + n) where a document
+  // begins, ascending (a position twice where an empty document sits).
+  // False: the layout records no documents (raw, llm.c). Thread-safe.
+  virtual bool document_starts(int64_t start, int64_t n, std::vector<int64_t>& out) const {
+    (void)start, (void)n, (void)out;
+    return false;
+  }
   // Every file the tokens come from (Megatron: .bin and .idx); empty: the
   // source cannot say, and its scan is never cached.
   virtual std::vector<FileStamp> stamps() const { return {}; }

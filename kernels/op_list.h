@@ -129,9 +129,10 @@ TRAINER_OP(device, void, rope_backward,
            (Tensor dinp, Tensor dout, const Rope& rope, int64_t pos_offset),
            (dinp, dout, rope, pos_offset))
 // Rotary embedding at explicit positions (context parallelism: a rank's zigzag
-// chunks are not one contiguous range; key/value-cache decoding): row t of
-// every batch row b is rotated as rope_forward rotates position pos[t]. pos
-// [T] I32, any values (global token positions, the same for every b); with
+// chunks are not one contiguous range; key/value-cache decoding; separate
+// documents, where positions restart at each document): row t of batch row b
+// is rotated as rope_forward rotates position pos[t], or pos[b, t] when pos is
+// [B, T] (one position per token). pos [T] or [B,T] I32, any values; with
 // pos = offset..offset+T-1 the result is bit for bit rope_forward(out, inp,
 // rope, offset), on each backend. out may alias inp.
 TRAINER_OP(device, void, rope_forward_pos, (Tensor out, Tensor inp, const Rope& rope, Tensor pos),
@@ -149,14 +150,20 @@ TRAINER_OP(device, void, rope_backward_pos, (Tensor dinp, Tensor dout, const Rop
 // sees keys max(0, i - W) .. i, W + 1 of them counting itself (the rule of
 // transformers 4.40's Mistral eager/sdpa mask, docs/MODEL_MATH.md). Work is
 // O(T W): key blocks wholly outside the band are never touched.
+// doc_start [B,T] I32 (separate documents, data.documents; empty: none)
+// needs causal: query i of sequence b also sees no key before
+// doc_start[b,i], the position where its document starts (0 <= doc_start[b,i]
+// <= i, non-decreasing in i; a larger value is taken as i). As with the
+// window, key blocks before a block's documents are never touched.
 TRAINER_OP(device, void, attention_forward,
-           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window),
-           (out, lse, q, k, v, causal, window))
+           (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window,
+            Tensor doc_start),
+           (out, lse, q, k, v, causal, window, doc_start))
 // dq, dk, dv overwrite; probabilities are recomputed from lse.
 TRAINER_OP(device, void, attention_backward,
            (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-            Tensor lse, bool causal, int64_t window),
-           (dq, dk, dv, dout, q, k, v, out, lse, causal, window))
+            Tensor lse, bool causal, int64_t window, Tensor doc_start),
+           (dq, dk, dv, dout, q, k, v, out, lse, causal, window, doc_start))
 
 // ---- attention at explicit positions (ring attention, context parallelism) --
 // A cp rank holds a sequence's chunks r and 2cp-1-r (zigzag); K/V blocks go
@@ -167,15 +174,19 @@ TRAINER_OP(device, void, attention_backward,
 // attention_forward's window, by position).
 //
 // q [B,Tq,Hq,D], k,v [B,Tk,Hkv,D], Hq % Hkv == 0, query head h reads kv head
-// h / (Hq/Hkv); q_pos [Tq], k_pos [Tk] I32; scale = 1/sqrt(D). out
+// h / (Hq/Hkv); q_pos [Tq], k_pos [Tk] I32; scale = 1/sqrt(D).
+// q_doc_start [B,Tq] I32 (separate documents; empty: none): query row i of
+// sequence b also sees no key at a position before q_doc_start[b,i] (the
+// position its document starts at; non-decreasing along each of the rows'
+// runs of consecutive positions). out
 // [B,Tq,Hq,D] = softmax over the visible keys times v; lse [B,Hq,Tq] F32 =
 // log-sum-exp of the scaled visible scores (as attention_forward's). A query
 // row that sees no key gets out = 0, lse = -inf. With q_pos = k_pos = 0..T-1
 // this is attention_forward(causal = true, window) (CPU: bit for bit).
 TRAINER_OP(device, void, attention_forward_pos,
            (Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_pos,
-            int64_t window),
-           (out, lse, q, k, v, q_pos, k_pos, window))
+            int64_t window, Tensor q_doc_start),
+           (out, lse, q, k, v, q_pos, k_pos, window, q_doc_start))
 // Merges a partial result into the running one, in place, per query row:
 //   lse' = logaddexp(lse, part_lse),
 //   out  = out * exp(lse - lse') + part_out * exp(part_lse - lse'), lse = lse'.
@@ -196,8 +207,8 @@ TRAINER_OP(device, void, attention_merge,
 // positions, one block: bit for bit attention_backward into zeroed buffers).
 TRAINER_OP(device, void, attention_backward_pos,
            (Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-            Tensor lse, Tensor q_pos, Tensor k_pos, int64_t window),
-           (dq, dk, dv, dout, q, k, v, out, lse, q_pos, k_pos, window))
+            Tensor lse, Tensor q_pos, Tensor k_pos, int64_t window, Tensor q_doc_start),
+           (dq, dk, dv, dout, q, k, v, out, lse, q_pos, k_pos, window, q_doc_start))
 
 // ---- activations ------------------------------------------------------------
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

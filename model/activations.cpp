@@ -145,6 +145,8 @@ std::vector<TensorSpec> activation_specs(const ModelDims& d) {
   add("ids", {N}, DType::I32);
   add("targets", {N}, DType::I32);
   if (!d.llama) add("pos_ids", {N}, DType::I32);
+  if (d.documents) add("doc_start", {N}, DType::I32);
+  if (d.documents && d.llama) add("tok_pos", {N}, DType::I32);
   for (int64_t i = 0; i < d.L; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     const Recompute mode = d.recompute_of(i);
@@ -239,9 +241,13 @@ Activations bind_activations(const ModelDims& d, const std::vector<TensorSpec>& 
   a.ids = get("ids");
   a.targets = get("targets");
   a.pos_ids = get("pos_ids");
+  a.doc_start = get("doc_start");
+  a.tok_pos = get("tok_pos");
   for (int64_t i = 0; i < d.L; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     LayerActs l = bind_layer(p, d.recompute_of(i), shared, get);
+    l.doc_start = a.doc_start;
+    l.tok_pos = d.llama ? a.tok_pos : a.pos_ids;
     WeightGradInputs& st = l.stash;
     st.attn_dy = get(p + "stash.attn_dy");
     st.dq = get(p + "stash.dq");

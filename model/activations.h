@@ -48,10 +48,17 @@ struct LayerActs {
   Tensor xe, ye, ep_gather, ep_offsets;
   std::vector<int64_t> ep_send, ep_recv;  // rows to / from each ep rank (host)
   WeightGradInputs stash;      // split backward only
+  // Separate documents: the micro-batch's Activations::doc_start and the
+  // positions RoPE turns by (tok_pos; gpt2: pos_ids), the same for every layer.
+  Tensor doc_start, tok_pos;
 };
 
 struct Activations {
   Tensor ids, targets, pos_ids;          // [N] I32
+  // Separate documents only ([N] I32, written with each micro-batch): the
+  // position in the whole sequence where each local token's document starts,
+  // and the token's position inside its document (llama; gpt2 writes pos_ids).
+  Tensor doc_start, tok_pos;
   std::vector<LayerActs> layers;
   Tensor x_final, hf, meanf, rstdf;      // [N,C]
   Tensor logits;                         // [N,V], overwritten with its gradient

@@ -15,8 +15,14 @@ void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const
   // Under context parallelism the local tokens are two chunks of the
   // sequence: RoPE rotates by their global positions, attention runs as a
   // ring over the cp group (model/context_parallel.h).
+  // With separate documents every token has its own position (its place in
+  // its document) and attention stops at the document's start.
   if (d.llama) {
-    if (d.cp > 1) {
+    if (d.documents) {
+      const Tensor pos = a.tok_pos.view({d.B, d.T});
+      ops::rope_forward_pos(a.q, a.q, d.rope, pos);
+      ops::rope_forward_pos(a.k, a.k, d.rope, pos);
+    } else if (d.cp > 1) {
       const Tensor pos = cp.positions_of(cp.rank());
       ops::rope_forward_pos(a.q, a.q, d.rope, pos);
       ops::rope_forward_pos(a.k, a.k, d.rope, pos);
@@ -25,10 +31,11 @@ void attention_block_forward(const ModelDims& d, const TensorParallel& tp, const
       ops::rope_forward(a.k, a.k, d.rope, 0);
     }
   }
+  const Tensor docs = d.documents ? a.doc_start.view({d.B, d.T}) : Tensor{};
   if (d.cp > 1)
-    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, d.window);
+    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, d.window, docs);
   else
-    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true, d.window);
+    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true, d.window, docs);
   const Tensor y = row_partial(d, tp, x_out);
   ops::linear_forward(y, a.o, w.wo, tp.rank() == 0 ? w.bo : Tensor{});
   row_output(d, tp, x_out, y);
@@ -56,14 +63,19 @@ void attention_block_backward(const ModelDims& d, const TensorParallel& tp, cons
   }
   // Input gradients: d out -> d o -> d q, k, v -> d h1 (partial over tp heads).
   ops::linear_backward(g.dout, {}, {}, dy, a.o, w.wo, false);
+  const Tensor docs = d.documents ? a.doc_start.view({d.B, d.T}) : Tensor{};
   if (d.cp > 1)
     ring_attention_backward(cp, in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
-                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, d.window);
+                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, d.window, docs);
   else
     ops::attention_backward(in.dq, in.dk, in.dv, g.dout.view({d.B, d.T, d.Hq, d.D}), a.q, a.k, a.v,
-                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true, d.window);
+                            a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, true, d.window, docs);
   if (d.llama) {
-    if (d.cp > 1) {
+    if (d.documents) {
+      const Tensor pos = a.tok_pos.view({d.B, d.T});
+      ops::rope_backward_pos(in.dq, in.dq, d.rope, pos);
+      ops::rope_backward_pos(in.dk, in.dk, d.rope, pos);
+    } else if (d.cp > 1) {
       const Tensor pos = cp.positions_of(cp.rank());
       ops::rope_backward_pos(in.dq, in.dq, d.rope, pos);
       ops::rope_backward_pos(in.dk, in.dk, d.rope, pos);

@@ -27,7 +27,7 @@ bool ring_block_needed(int64_t T_global, int cp, int q_rank, int k_rank, int64_t
 }
 
 void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v,
-                            int64_t window) {
+                            int64_t window, Tensor doc_start) {
   const int P = cp.size(), r = cp.rank();
   const int64_t T_global = cp.positions.dim(1) * P;
   const Tensor q_pos = cp.positions_of(r);
@@ -47,7 +47,7 @@ void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Ten
     // A block every query has left behind (window) adds nothing: not even
     // its merge runs. It still travels on: later ranks may need it.
     if (ring_block_needed(T_global, P, r, src, window)) {
-      ops::attention_forward_pos(cp.part_o, cp.part_lse, q, kc, vc, q_pos, cp.positions_of(src), window);
+      ops::attention_forward_pos(cp.part_o, cp.part_lse, q, kc, vc, q_pos, cp.positions_of(src), window, doc_start);
       ops::attention_merge(o, lse, cp.part_o, cp.part_lse);
     }
     if (!pass) break;
@@ -58,7 +58,7 @@ void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Ten
 }
 
 void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                             Tensor k, Tensor v, Tensor o, Tensor lse, int64_t window) {
+                             Tensor k, Tensor v, Tensor o, Tensor lse, int64_t window, Tensor doc_start) {
   const int P = cp.size(), r = cp.rank();
   const int64_t T_global = cp.positions.dim(1) * P;
   const Tensor q_pos = cp.positions_of(r);
@@ -80,7 +80,8 @@ void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Te
           {{true, kc, next}, {true, vc, next}, {false, cp.k[s % 2], prev}, {false, cp.v[s % 2], prev}});
     if (pass && !cp.overlap) pass->wait();
     if (ring_block_needed(T_global, P, r, src, window))
-      ops::attention_backward_pos(dq, dkc, dvc, dout, q, kc, vc, o, lse, q_pos, cp.positions_of(src), window);
+      ops::attention_backward_pos(dq, dkc, dvc, dout, q, kc, vc, o, lse, q_pos, cp.positions_of(src), window,
+                                  doc_start);
     if (P == 1) break;
     const Tensor dkn = last ? dk : cp.dk[s % 2], dvn = last ? dv : cp.dv[s % 2];
     cp.group->batch_send_recv({{true, dkc, next}, {true, dvc, next}, {false, dkn, prev}, {false, dvn, prev}});

@@ -54,11 +54,14 @@ bool ring_block_needed(int64_t T_global, int cp, int q_rank, int k_rank, int64_t
 
 // o [B,T,Hq,D], lse [B,Hq,T]: attention of the local queries over the whole
 // sequence's keys (causal by position, within `window` positions back; 0:
-// no window); q, k, v are this rank's.
+// no window); q, k, v are this rank's. doc_start [B*T] I32 (separate
+// documents; empty: none): where each local query's document starts, by
+// position in the whole sequence; the kernels skip the key tiles of a block
+// that hold only earlier documents.
 void ring_attention_forward(const ContextParallel& cp, Tensor o, Tensor lse, Tensor q, Tensor k, Tensor v,
-                            int64_t window);
+                            int64_t window, Tensor doc_start);
 // dq, dk, dv overwritten with the gradients of this rank's q, k, v.
 void ring_attention_backward(const ContextParallel& cp, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                             Tensor k, Tensor v, Tensor o, Tensor lse, int64_t window);
+                             Tensor k, Tensor v, Tensor o, Tensor lse, int64_t window, Tensor doc_start);
 
 }  // namespace trainer

@@ -37,6 +37,7 @@ ModelDims make_dims(const Config& c, int64_t micro_batch, int64_t seq_len, DType
   d.qkv_bias = !d.llama || c.model.attn_bias != "none";
   d.o_bias = !d.llama || c.model.attn_bias == "qkvo";
   d.window = c.model.sliding_window;
+  d.documents = c.data.documents == "separate";
   // The schedules that split the backward (pipeline/schedule.h: splits_backward).
   d.split_backward = c.parallel.pp_schedule == "zb-h1";
   d.recompute = c.train.recompute == "full"        ? Recompute::Full

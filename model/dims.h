@@ -40,6 +40,10 @@ struct ModelDims {
   // Sliding-window attention (model.sliding_window): a query at global
   // position i sees keys at positions i - window .. i; 0: all of 0 .. i.
   int64_t window = 0;
+  // Separate documents (data.documents: separate): each micro-batch says
+  // where every token's document starts (Activations::doc_start); positions
+  // restart there and attention does not look past it.
+  bool documents = false;
   float aux_coeff = 0.f;
   // Storage type of weights, their gradients and activations (F32 on the CPU;
   // BF16/F16 under mixed precision on a GPU). Statistics stay F32.

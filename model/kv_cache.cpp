@@ -139,7 +139,7 @@ std::vector<float> KvDecoder::append(const std::vector<int32_t>& tokens) {
     ops::attention_forward_pos(la.o.view({1, n, d.Hq, d.D}), la.lse, la.q,
                                kc.slice0(k_lo, p + n).view({1, p + n - k_lo, d.Hkv, d.D}),
                                vc.slice0(k_lo, p + n).view({1, p + n - k_lo, d.Hkv, d.D}), q_pos, k_pos,
-                               d.window);
+                               d.window, Tensor{});
     ops::linear_forward(la.x_mid, la.o, lw.wo, lw.bo);
     ops::add_inplace(la.x_mid, la.x_in);
     if (d.moe_layer(i))

@@ -35,10 +35,11 @@ void recompute_selective(const ModelDims& d, bool moe, const ContextParallel& cp
   // The norm outputs at this rank's rows, as the slot would have kept them
   // (the backward gathers them under sp).
   norm_forward(d, a.h1, a.mean1, a.rstd1, a.x_in, w.attn_norm_w, w.attn_norm_b);
+  const Tensor docs = d.documents ? a.doc_start.view({d.B, d.T}) : Tensor{};
   if (d.cp > 1)
-    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, d.window);
+    ring_attention_forward(cp, a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, d.window, docs);
   else
-    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true, d.window);
+    ops::attention_forward(a.o.view({d.B, d.T, d.Hq, d.D}), a.lse, a.q, a.k, a.v, true, d.window, docs);
   norm_forward(d, a.h2, a.mean2, a.rstd2, a.x_mid, w.mlp_norm_w, w.mlp_norm_b);
   if (moe) {
     const int64_t R = expert_rows_used(d, a);

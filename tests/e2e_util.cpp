@@ -172,28 +172,32 @@ int run_by_hand(const std::string& cfg, int world, const std::string& run_dir, s
 namespace trainer::e2e {
 
 Setup make_setup_config(const std::string& prefix, const std::string& name, const std::string& model,
-                        const std::string& train) {
+                        const std::string& train, const std::string& data) {
   Setup s;
   s.dir = fs::temp_directory_path() / ("trainer_" + prefix + "_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(s.dir);
   fs::create_directories(s.dir);
   const fs::path tokens = write_byte_tokens(s.dir);
+  const std::string data_map =
+      data.empty() ? "train: [" + tokens.string() + "], valid: [" + tokens.string() + "]" : data;
   s.cfg = (s.dir / "cfg.yaml").string();
   std::ofstream(s.cfg) << "run: {name: " << prefix << "}\n"
                        << "model: " << model << "\n"
                        << "train: {" << train << "}\n"
                        << "optim: {lr: 3.0e-3, warmup_steps: 3}\n"
-                       << "data: {train: [" << tokens.string() << "], valid: [" << tokens.string() << "]}\n"
+                       << "data: {" << data_map << "}\n"
                        << "checkpoint: {interval: 20}\n"
                        << "log: {interval: 1, progress: lines}\n"
                        << "parallel: {timeout_s: 60}\n";
   return s;
 }
 
-Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model) {
+Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model,
+                 const std::string& data) {
   const Setup s = make_setup_config(prefix, name, model,
                                     "steps: 20, seq_len: 32, micro_batch_size: 2, global_batch_size: 8, "
-                                    "eval_interval: 10, eval_steps: 1");
+                                    "eval_interval: 10, eval_steps: 1",
+                                    data);
   std::string out;
   const int rc = run(std::string(TRAINER_BIN) + " --config " + s.cfg + " --set run.dir=" + s.single(), &out);
   INFO(e2e::tail(out));

@@ -74,11 +74,14 @@ struct Setup {
   std::string cfg;
   std::string single() const { return (dir / "single").string(); }
 };
-Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model);
+// data: the inside of the config's `data:` flow map; empty: the byte tokens
+// (write_byte_tokens) for both splits.
+Setup make_setup(const std::string& prefix, const std::string& name, const std::string& model,
+                 const std::string& data = "");
 // The same configuration with other `train:` keys (the inside of its flow
 // map: device, precision, batch) and no reference run made.
 Setup make_setup_config(const std::string& prefix, const std::string& name, const std::string& model,
-                        const std::string& train);
+                        const std::string& train, const std::string& data = "");
 
 // Losses and validation losses within 1e-5 relative of the reference, final
 // weights (assembled from the checkpoints) within 1e-4; prints the errors

@@ -675,7 +675,7 @@ void check_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, b
   };
 
   out.f.assign(out.f.size(), kNaN);
-  cpu::attention_forward(out, lse, q, k, v, causal, 0);
+  cpu::attention_forward(out, lse, q, k, v, causal, 0, Tensor{});
   // out is a convex combination of T rows of v, each O(1): an fp32 sum over
   // the keys is good to ~sqrt(T) ulps of that O(1) scale, so entries that
   // cancel are judged with |ref| floored at 0.1.
@@ -686,7 +686,7 @@ void check_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, b
   dq.f.assign(dq.f.size(), kNaN);  // all three overwrite
   dk.f.assign(dk.f.size(), kNaN);
   dv.f.assign(dv.f.size(), kNaN);
-  cpu::attention_backward(dq, dk, dv, R, q, k, v, out, lse, causal, 0);
+  cpu::attention_backward(dq, dk, dv, R, q, k, v, out, lse, causal, 0, Tensor{});
   REQUIRE(!any_nan(dq.f));
   REQUIRE(!any_nan(dk.f));
   REQUIRE(!any_nan(dv.f));
@@ -733,8 +733,8 @@ TEST_CASE("attention large enough to run threaded", "[ops][dense]") {
           dv({B, T, Hkv, D}) {}
   };
   auto run = [&](Run& r) {
-    cpu::attention_forward(r.out, r.lse, q, k, v, true, 0);
-    cpu::attention_backward(r.dq, r.dk, r.dv, R, q, k, v, r.out, r.lse, true, 0);
+    cpu::attention_forward(r.out, r.lse, q, k, v, true, 0, Tensor{});
+    cpu::attention_backward(r.dq, r.dk, r.dv, R, q, k, v, r.out, r.lse, true, 0, Tensor{});
   };
   Run threaded(B, T, Hq, Hkv, D), serial(B, T, Hq, Hkv, D);
   run(threaded);
@@ -759,10 +759,10 @@ TEST_CASE("attention large enough to run threaded", "[ops][dense]") {
 TEST_CASE("attention shape errors", "[ops][dense]") {
   Owned q({1, 5, 3, 4}), k({1, 5, 2, 4}), v({1, 5, 2, 4}), out({1, 5, 3, 4}), lse({1, 3, 5});
   REQUIRE_THROWS_WITH(
-      ops::attention_forward(out, lse, q, k, v, true, 0),
+      ops::attention_forward(out, lse, q, k, v, true, 0, Tensor{}),
       "attention_forward: q [1, 5, 3, 4] vs k [1, 5, 2, 4]: Hq must be a multiple of Hkv");
   Owned k4({1, 5, 3, 4}), v4({1, 5, 3, 4}), lse_bad({1, 3, 4});
-  REQUIRE_THROWS_WITH(ops::attention_forward(out, lse_bad, q, k4, v4, true, 0),
+  REQUIRE_THROWS_WITH(ops::attention_forward(out, lse_bad, q, k4, v4, true, 0, Tensor{}),
                       "attention_forward: lse [1, 3, 4] vs q [1, 5, 3, 4]: expected [1, 3, 5]");
 }
 
@@ -774,7 +774,7 @@ TEST_CASE("NaN inputs reach the outputs of attention and cross-entropy", "[ops][
   fill_normal(k.f, 131);
   fill_normal(v.f, 132);
   k.f[4] = kNaN;  // key 1: every query row from 1 on sees it (causal)
-  cpu::attention_forward(out, lse, q, k, v, true, 0);
+  cpu::attention_forward(out, lse, q, k, v, true, 0, Tensor{});
   REQUIRE(!std::isnan(out.f[0]));  // row 0 sees key 0 only
   REQUIRE(std::isnan(out.f[3 * 2 * 4]));
   REQUIRE(std::isnan(lse.f[3]));

@@ -162,11 +162,11 @@ void run_ring(const RingCase& c) {
       ref_dk(k.size()), ref_dv(v.size());
   ops::attention_forward(view(ref_out, {B, T, Hq, D}), view(ref_lse, {B, Hq, T}),
                          view(q, {B, T, Hq, D}), view(k, {B, T, Hkv, D}), view(v, {B, T, Hkv, D}),
-                         true, c.window);
+                         true, c.window, Tensor{});
   ops::attention_backward(view(ref_dq, {B, T, Hq, D}), view(ref_dk, {B, T, Hkv, D}),
                           view(ref_dv, {B, T, Hkv, D}), view(dout, {B, T, Hq, D}),
                           view(q, {B, T, Hq, D}), view(k, {B, T, Hkv, D}), view(v, {B, T, Hkv, D}),
-                          view(ref_out, {B, T, Hq, D}), view(ref_lse, {B, Hq, T}), true, c.window);
+                          view(ref_out, {B, T, Hq, D}), view(ref_lse, {B, Hq, T}), true, c.window, Tensor{});
 
   // Every virtual rank's local pieces.
   struct Rank {
@@ -200,7 +200,7 @@ void run_ring(const RingCase& c) {
       ops::attention_forward_pos(view(part_out, {B, Tl, Hq, D}), view(part_lse, {B, Hq, Tl}),
                                  view(rk.q, {B, Tl, Hq, D}), view(src.k, {B, Tl, Hkv, D}),
                                  view(src.v, {B, Tl, Hkv, D}), view_i32(rk.pos),
-                                 view_i32(src.pos), c.window);
+                                 view_i32(src.pos), c.window, Tensor{});
       REQUIRE(!any_nan(part_out));
       REQUIRE(!any_nan(part_lse));
       const auto empty = std::count(part_lse.begin(), part_lse.end(), -kInf);
@@ -238,7 +238,7 @@ void run_ring(const RingCase& c) {
           view(rk.dq, {B, Tl, Hq, D}), view(src.dk, {B, Tl, Hkv, D}), view(src.dv, {B, Tl, Hkv, D}),
           view(rk.dout, {B, Tl, Hq, D}), view(rk.q, {B, Tl, Hq, D}), view(src.k, {B, Tl, Hkv, D}),
           view(src.v, {B, Tl, Hkv, D}), view(rk.out, {B, Tl, Hq, D}), view(rk.lse, {B, Hq, Tl}),
-          view_i32(rk.pos), view_i32(src.pos), c.window);
+          view_i32(rk.pos), view_i32(src.pos), c.window, Tensor{});
     }
   std::vector<float> ring_dq(q.size(), kNaN), ring_dk(k.size(), kNaN), ring_dv(v.size(), kNaN);
   for (Rank& rk : ranks) {
@@ -358,8 +358,8 @@ TEST_CASE("attention_forward_pos with identity positions is attention_forward(ca
     std::iota(pos.i.begin(), pos.i.end(), 0);
 
     Owned out({B, T, Hq, D}), lse({B, Hq, T}), out_p({B, T, Hq, D}), lse_p({B, Hq, T});
-    ops::attention_forward(out, lse, q, k, v, true, 0);
-    ops::attention_forward_pos(out_p, lse_p, q, k, v, pos, pos, 0);
+    ops::attention_forward(out, lse, q, k, v, true, 0, Tensor{});
+    ops::attention_forward_pos(out_p, lse_p, q, k, v, pos, pos, 0, Tensor{});
     const size_t d_out = bit_differences(out_p.f, out.f), d_lse = bit_differences(lse_p.f, lse.f);
     const double e_out = rel_err(out_p.f, out.f), e_lse = rel_err(lse_p.f, lse.f);
     std::printf("[identity]  forward  T=%-4lld out: %zu of %zu differ (max_rel_err=%.3e), lse: %zu "
@@ -373,8 +373,8 @@ TEST_CASE("attention_forward_pos with identity positions is attention_forward(ca
     // Backward into zeroed buffers (the op accumulates) vs the overwriting one.
     Owned dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D});
     Owned dq_p({B, T, Hq, D}), dk_p({B, T, Hkv, D}), dv_p({B, T, Hkv, D});
-    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, true, 0);
-    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, 0);
+    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, true, 0, Tensor{});
+    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, 0, Tensor{});
     const size_t d_dq = bit_differences(dq_p.f, dq.f), d_dk = bit_differences(dk_p.f, dk.f),
                  d_dv = bit_differences(dv_p.f, dv.f);
     std::printf("[identity]  backward T=%-4lld dq/dk/dv: %zu/%zu/%zu elements differ "
@@ -387,7 +387,7 @@ TEST_CASE("attention_forward_pos with identity positions is attention_forward(ca
 
     // Accumulates: a second call adds the same again (up to rounding: each
     // block's share is added into a nonzero sum now).
-    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, 0);
+    ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, 0, Tensor{});
     auto twice = [](const std::vector<float>& x) {
       std::vector<float> r(x.size());
       for (size_t i = 0; i < x.size(); ++i) r[i] = x[i] + x[i];
@@ -424,7 +424,7 @@ TEST_CASE("attention_forward_pos at scattered positions: float64 twin, masked ro
   Owned out({B, Tq, Hq, D}), lse({B, Hq, Tq});
   out.f.assign(out.f.size(), kNaN);
   lse.f.assign(lse.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, 0);
+  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, 0, Tensor{});
   const double e_out = rel_err(out.f, to_float(twin_out)), e_lse = rel_err(lse.f, to_float(twin_lse));
   const auto masked = std::count(lse.f.begin(), lse.f.end(), -kInf);
   std::printf("[scattered] forward  out max_rel_err=%.3e lse max_rel_err=%.3e (per element %.1e, "
@@ -442,7 +442,7 @@ TEST_CASE("attention_forward_pos at scattered positions: float64 twin, masked ro
 
   // Gradients of sum(out * R) by central differences of the float64 twin.
   Owned dq({B, Tq, Hq, D}), dk({B, Tk, Hkv, D}), dv({B, Tk, Hkv, D});
-  ops::attention_backward_pos(dq, dk, dv, R, q, k, v, out, lse, qpos, kpos, 0);
+  ops::attention_backward_pos(dq, dk, dv, R, q, k, v, out, lse, qpos, kpos, 0, Tensor{});
   auto loss = [&] {
     const std::vector<double> o = twin();
     double s = 0;
@@ -478,13 +478,13 @@ TEST_CASE("attention_forward_pos: a block nobody sees, and no keys at all", "[op
   std::iota(qpos.i.begin(), qpos.i.end(), 0);
   std::iota(kpos.i.begin(), kpos.i.end(), 100);  // every key after every query
   out.f.assign(out.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, 0);
+  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, 0, Tensor{});
   CHECK(std::all_of(out.f.begin(), out.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(lse.f.begin(), lse.f.end(), [](float x) { return x == -kInf; }));
 
   // Backward with lse = -inf everywhere adds nothing.
   Owned dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D});
-  ops::attention_backward_pos(dq, dk, dv, q, q, k, v, out, lse, qpos, kpos, 0);
+  ops::attention_backward_pos(dq, dk, dv, q, q, k, v, out, lse, qpos, kpos, 0, Tensor{});
   CHECK(std::all_of(dq.f.begin(), dq.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(dk.f.begin(), dk.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(dv.f.begin(), dv.f.end(), [](float x) { return x == 0.f; }));
@@ -493,7 +493,7 @@ TEST_CASE("attention_forward_pos: a block nobody sees, and no keys at all", "[op
   Owned k0({B, 0, Hkv, D}), v0({B, 0, Hkv, D}), kpos0({0}, DType::I32);
   out.f.assign(out.f.size(), kNaN);
   lse.f.assign(lse.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k0, v0, qpos, kpos0, 0);
+  ops::attention_forward_pos(out, lse, q, k0, v0, qpos, kpos0, 0, Tensor{});
   CHECK(std::all_of(out.f.begin(), out.f.end(), [](float x) { return x == 0.f; }));
   CHECK(std::all_of(lse.f.begin(), lse.f.end(), [](float x) { return x == -kInf; }));
 }
@@ -613,13 +613,13 @@ TEST_CASE("attention_forward_pos / attention_backward_pos shape errors", "[ops][
   Owned q({1, 5, 4, 8}), k({1, 3, 2, 8}), v({1, 3, 2, 8}), out({1, 5, 4, 8}), lse({1, 4, 5});
   Owned qpos({5}, DType::I32), kpos({3}, DType::I32), kpos_bad({5}, DType::I32);
   test::require_rejected(
-      [&] { ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos_bad, 0); },
+      [&] { ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos_bad, 0, Tensor{}); },
       {"attention_forward_pos: ", "k_pos [5] vs k [1, 3, 2, 8]: expected [3]"});
   Owned lse_bad({1, 4, 3});
-  test::require_rejected([&] { ops::attention_forward_pos(out, lse_bad, q, k, v, qpos, kpos, 0); },
+  test::require_rejected([&] { ops::attention_forward_pos(out, lse_bad, q, k, v, qpos, kpos, 0, Tensor{}); },
                          {"attention_forward_pos: ", "lse [1, 4, 3] vs q [1, 5, 4, 8]: expected [1, 4, 5]"});
   Owned dk_bad({1, 5, 2, 8}), dq({1, 5, 4, 8}), dv({1, 3, 2, 8});
   test::require_rejected(
-      [&] { ops::attention_backward_pos(dq, dk_bad, dv, out, q, k, v, out, lse, qpos, kpos, 0); },
+      [&] { ops::attention_backward_pos(dq, dk_bad, dv, out, q, k, v, out, lse, qpos, kpos, 0, Tensor{}); },
       {"attention_backward_pos: ", "dk [1, 5, 2, 8] vs k [1, 3, 2, 8]"});
 }

@@ -123,7 +123,7 @@ void check_window(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int6
   Owned out({B, T, Hq, D}), lse({B, Hq, T});
   out.f.assign(out.f.size(), kNaN);
   lse.f.assign(lse.f.size(), kNaN);
-  ops::attention_forward(out, lse, q, k, v, true, W);
+  ops::attention_forward(out, lse, q, k, v, true, W, Tensor{});
   // out is a convex combination of rows of v, each O(1): entries that cancel
   // are judged on that scale (floor 0.1), as the causal test does.
   const double e_out = rel_err(out.f, ref_out, 0.1), e_lse = rel_err(lse.f, ref_lse);
@@ -136,7 +136,7 @@ void check_window(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int6
   dq.f.assign(dq.f.size(), kNaN);  // all three overwrite
   dk.f.assign(dk.f.size(), kNaN);
   dv.f.assign(dv.f.size(), kNaN);
-  ops::attention_backward(dq, dk, dv, R, q, k, v, out, lse, true, W);
+  ops::attention_backward(dq, dk, dv, R, q, k, v, out, lse, true, W, Tensor{});
   auto loss = [&] {
     std::vector<double> o, l;
     twin(o, l, q.f, k.f, v.f, B, T, T, Hq, Hkv, D, pos, pos, W);
@@ -178,12 +178,12 @@ TEST_CASE("a window that leaves no key out is causal attention, bit for bit", "[
   fill_normal(v.f, 43);
   fill_normal(R.f, 44);
   Owned out0({B, T, Hq, D}), lse0({B, Hq, T}), dq0({B, T, Hq, D}), dk0({B, T, Hkv, D}), dv0({B, T, Hkv, D});
-  ops::attention_forward(out0, lse0, q, k, v, true, 0);
-  ops::attention_backward(dq0, dk0, dv0, R, q, k, v, out0, lse0, true, 0);
+  ops::attention_forward(out0, lse0, q, k, v, true, 0, Tensor{});
+  ops::attention_backward(dq0, dk0, dv0, R, q, k, v, out0, lse0, true, 0, Tensor{});
   for (const int64_t W : {T - 1, T, int64_t(1) << 40}) {
     Owned out({B, T, Hq, D}), lse({B, Hq, T}), dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D});
-    ops::attention_forward(out, lse, q, k, v, true, W);
-    ops::attention_backward(dq, dk, dv, R, q, k, v, out, lse, true, W);
+    ops::attention_forward(out, lse, q, k, v, true, W, Tensor{});
+    ops::attention_backward(dq, dk, dv, R, q, k, v, out, lse, true, W, Tensor{});
     const size_t d = bit_differences(out.f, out0.f) + bit_differences(lse.f, lse0.f) +
                      bit_differences(dq.f, dq0.f) + bit_differences(dk.f, dk0.f) + bit_differences(dv.f, dv0.f);
     std::printf("[window]    W=%lld at T=%lld vs no window: %zu elements of out/lse/dq/dk/dv differ\n", (long long)W,
@@ -193,7 +193,7 @@ TEST_CASE("a window that leaves no key out is causal attention, bit for bit", "[
   // And a window that does leave keys out changes the result (the test above
   // is not blind).
   Owned out({B, T, Hq, D}), lse({B, Hq, T});
-  ops::attention_forward(out, lse, q, k, v, true, T - 2);
+  ops::attention_forward(out, lse, q, k, v, true, T - 2, Tensor{});
   CHECK(bit_differences(out.f, out0.f) > 0);
 }
 
@@ -211,12 +211,12 @@ TEST_CASE("attention_forward_pos at identity positions with a window is attentio
       Owned pos({T}, DType::I32);
       std::iota(pos.i.begin(), pos.i.end(), 0);
       Owned out({B, T, Hq, D}), lse({B, Hq, T}), out_p({B, T, Hq, D}), lse_p({B, Hq, T});
-      ops::attention_forward(out, lse, q, k, v, true, W);
-      ops::attention_forward_pos(out_p, lse_p, q, k, v, pos, pos, W);
+      ops::attention_forward(out, lse, q, k, v, true, W, Tensor{});
+      ops::attention_forward_pos(out_p, lse_p, q, k, v, pos, pos, W, Tensor{});
       Owned dq({B, T, Hq, D}), dk({B, T, Hkv, D}), dv({B, T, Hkv, D});
       Owned dq_p({B, T, Hq, D}), dk_p({B, T, Hkv, D}), dv_p({B, T, Hkv, D});  // zeroed: the op accumulates
-      ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, true, W);
-      ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, W);
+      ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, true, W, Tensor{});
+      ops::attention_backward_pos(dq_p, dk_p, dv_p, dout, q, k, v, out, lse, pos, pos, W, Tensor{});
       const size_t f = bit_differences(out_p.f, out.f) + bit_differences(lse_p.f, lse.f);
       const size_t g = bit_differences(dq_p.f, dq.f) + bit_differences(dk_p.f, dk.f) + bit_differences(dv_p.f, dv.f);
       std::printf("[window]    identity positions T=%-4lld W=%-3lld forward %zu, backward %zu elements differ\n",
@@ -246,7 +246,7 @@ TEST_CASE("attention_forward_pos with a window at scattered positions: float64 t
   Owned out({B, Tq, Hq, D}), lse({B, Hq, Tq});
   out.f.assign(out.f.size(), kNaN);
   lse.f.assign(lse.f.size(), kNaN);
-  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, W);
+  ops::attention_forward_pos(out, lse, q, k, v, qpos, kpos, W, Tensor{});
   const double e_out = rel_err(out.f, ref_out), e_lse = rel_err(lse.f, ref_lse);
   const auto empty = std::count(lse.f.begin(), lse.f.end(), -std::numeric_limits<float>::infinity());
   std::printf("[window]    scattered positions W=%lld: out max_rel_err=%.3e lse max_rel_err=%.3e; %lld of %zu rows "
@@ -260,7 +260,7 @@ TEST_CASE("attention_forward_pos with a window at scattered positions: float64 t
       for (int64_t c = 0; c < Hq * D; ++c) CHECK(out.f[size_t((b * Tq + i) * Hq * D + c)] == 0.f);
 
   Owned dq({B, Tq, Hq, D}), dk({B, Tk, Hkv, D}), dv({B, Tk, Hkv, D});
-  ops::attention_backward_pos(dq, dk, dv, R, q, k, v, out, lse, qpos, kpos, W);
+  ops::attention_backward_pos(dq, dk, dv, R, q, k, v, out, lse, qpos, kpos, W, Tensor{});
   auto loss = [&] {
     std::vector<double> o, l;
     twin(o, l, q.f, k.f, v.f, B, Tq, Tk, Hq, Hkv, D, qpos.i, kpos.i, W);
@@ -292,9 +292,9 @@ TEST_CASE("a NaN key reaches only the queries whose window holds it", "[ops][win
   for (const bool positions : {false, true}) {
     Owned out({B, T, Hq, D}), lse({B, Hq, T});
     if (positions)
-      ops::attention_forward_pos(out, lse, q, k, v, pos, pos, W);
+      ops::attention_forward_pos(out, lse, q, k, v, pos, pos, W, Tensor{});
     else
-      ops::attention_forward(out, lse, q, k, v, true, W);
+      ops::attention_forward(out, lse, q, k, v, true, W, Tensor{});
     int64_t wrong = 0;
     for (int64_t i = 0; i < T; ++i) {
       const bool expect_nan = i >= bad && i <= bad + W;
@@ -310,14 +310,14 @@ TEST_CASE("a NaN key reaches only the queries whose window holds it", "[ops][win
 
 TEST_CASE("window argument errors name the op and the value", "[ops][window]") {
   Owned q({1, 5, 2, 4}), k({1, 5, 1, 4}), v({1, 5, 1, 4}), out({1, 5, 2, 4}), lse({1, 2, 5}), pos({5}, DType::I32);
-  test::require_rejected([&] { ops::attention_forward(out, lse, q, k, v, true, -1); },
+  test::require_rejected([&] { ops::attention_forward(out, lse, q, k, v, true, -1, Tensor{}); },
                          {"attention_forward", "window -1 must be >= 0"});
-  test::require_rejected([&] { ops::attention_forward(out, lse, q, k, v, false, 3); },
+  test::require_rejected([&] { ops::attention_forward(out, lse, q, k, v, false, 3, Tensor{}); },
                          {"attention_forward", "window 3 needs causal = true"});
-  test::require_rejected([&] { ops::attention_backward(q, k, v, out, q, k, v, out, lse, false, 2); },
+  test::require_rejected([&] { ops::attention_backward(q, k, v, out, q, k, v, out, lse, false, 2, Tensor{}); },
                          {"attention_backward", "window 2 needs causal = true"});
-  test::require_rejected([&] { ops::attention_forward_pos(out, lse, q, k, v, pos, pos, -2); },
+  test::require_rejected([&] { ops::attention_forward_pos(out, lse, q, k, v, pos, pos, -2, Tensor{}); },
                          {"attention_forward_pos", "window -2 must be >= 0"});
-  test::require_rejected([&] { ops::attention_backward_pos(q, k, v, out, q, k, v, out, lse, pos, pos, -3); },
+  test::require_rejected([&] { ops::attention_backward_pos(q, k, v, out, q, k, v, out, lse, pos, pos, -3, Tensor{}); },
                          {"attention_backward_pos", "window -3 must be >= 0"});
 }

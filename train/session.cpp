@@ -102,11 +102,12 @@ void Session::plan_layout() {
 // ranks is the single-process batch, whatever dp is. The validation batches
 // are train.eval_steps steps' worth, split the same way and read once.
 void Session::open_data() {
+  const bool separate = cfg.data.documents == "separate";
   train_data = std::make_unique<BatchSampler>(cfg.data.train, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed,
-                                              "train", cfg.data.format);
+                                              "train", cfg.data.format, ScanOptions{}, separate);
   if (!cfg.data.valid.empty()) {
     const BatchSampler valid_data(cfg.data.valid, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed, "valid",
-                                  cfg.data.format);
+                                  cfg.data.format, ScanOptions{}, separate);
     valid_batch = std::make_unique<HostBatch>();
     const int64_t steps = cfg.train.eval_steps * M;
     fill_batch(valid_data, rank_sequences(steps, micro, dp, dist->dp_rank()), 0, steps, micro, *valid_batch);

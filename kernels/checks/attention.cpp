@@ -34,20 +34,29 @@ void check_window(const char* op, bool causal, int64_t window) {
   if (window > 0 && !causal) fail(op, "window " + std::to_string(window) + " needs causal = true");
 }
 
+// Documents separate a causal model's tokens; a full mask has no order to start them by.
+void check_documents(const char* op, bool causal, const Tensor& doc_start, const Tensor& q) {
+  check_doc_start(op, "doc_start", doc_start, q);
+  if (!doc_start.empty() && !causal) fail(op, "doc_start (separate documents) needs causal = true");
+}
+
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window,
+                       Tensor doc_start) {
   const char* op = "attention_forward";
   check_qkv(op, q, k, v, lse);
   check_window(op, causal, window);
+  check_documents(op, causal, doc_start, q);
   float_shape_like(op, "out", out, "q", q);
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                        Tensor out, Tensor lse, bool causal, int64_t window) {
+                        Tensor out, Tensor lse, bool causal, int64_t window, Tensor doc_start) {
   const char* op = "attention_backward";
   check_qkv(op, q, k, v, lse);
   check_window(op, causal, window);
+  check_documents(op, causal, doc_start, q);
   float_shape_like(op, "out", out, "q", q);
   float_shape_like(op, "dout", dout, "q", q);
   float_shape_like(op, "dq", dq, "q", q);

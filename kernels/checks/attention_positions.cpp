@@ -60,9 +60,10 @@ void check_qkv_pos(const char* op, const Tensor& q, const Tensor& k, const Tenso
 }  // namespace
 
 void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos,
-                           Tensor k_pos, int64_t window) {
+                           Tensor k_pos, int64_t window, Tensor q_doc_start) {
   const char* op = "attention_forward_pos";
   check_qkv_pos(op, q, k, v, lse, q_pos, k_pos, window);
+  check_doc_start(op, "q_doc_start", q_doc_start, q);
   float_shape_like(op, "out", out, "q", q);
 }
 
@@ -77,9 +78,10 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
 
 void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                             Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos,
-                            int64_t window) {
+                            int64_t window, Tensor q_doc_start) {
   const char* op = "attention_backward_pos";
   check_qkv_pos(op, q, k, v, lse, q_pos, k_pos, window);
+  check_doc_start(op, "q_doc_start", q_doc_start, q);
   float_shape_like(op, "out", out, "q", q);
   float_shape_like(op, "dout", dout, "q", q);
   float_shape_like(op, "dq", dq, "q", q);

@@ -48,6 +48,16 @@ inline void need_float(const char* op, const char* name, const Tensor& t) {
                  ", expected F32, BF16 or F16");
 }
 
+// Separate documents: absent, or one I32 document start per query row of
+// q [B, T, H, D] (attention's doc_start and q_doc_start).
+inline void check_doc_start(const char* op, const char* name, const Tensor& doc_start, const Tensor& q) {
+  if (doc_start.empty()) return;
+  need(op, name, doc_start, DType::I32);
+  if (doc_start.numel() != q.dim(0) * q.dim(1))
+    fail(op, std::string(name) + " " + doc_start.shape_str() + " vs q " + q.shape_str() + ": expected [" +
+                 std::to_string(q.dim(0)) + ", " + std::to_string(q.dim(1)) + "], one document start per query row");
+}
+
 inline void need_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
   if (t.ndim != ndim)
     fail(op, std::string(name) + " " + t.shape_str() + " must have " + std::to_string(ndim) + " dims");

@@ -25,15 +25,20 @@ void check(const char* op, const char* out_name, const Tensor& out, const char* 
   if (pos_offset < 0) fail(op, "pos_offset " + std::to_string(pos_offset) + " must be >= 0");
 }
 
-// pos [T] I32, T = x.dim(1); its values are any int32 (nothing to check
-// without reading them, which a device tensor does not allow here).
+// pos [T] I32 (T = x.dim(1), shared by the batch rows) or [B, T] (one per
+// token); its values are any int32 (nothing to check without reading them,
+// which a device tensor does not allow here).
 void check_pos(const char* op, const char* out_name, const Tensor& out, const char* inp_name,
                const Tensor& inp, const Rope& rope, const Tensor& pos) {
   check(op, out_name, out, inp_name, inp, rope, 0);
   need(op, "pos", pos, DType::I32);
-  if (pos.ndim != 1 || pos.dim(0) != inp.dim(1))
+  const int64_t B = inp.dim(0), T = inp.dim(1);
+  const bool shared = pos.ndim == 1 && pos.dim(0) == T;
+  const bool per_token = pos.ndim == 2 && pos.dim(0) == B && pos.dim(1) == T;
+  if (!shared && !per_token)
     fail(op, "pos " + pos.shape_str() + " vs " + inp_name + " " + inp.shape_str() + ": expected [" +
-                 std::to_string(inp.dim(1)) + "], one position per token of a sequence");
+                 std::to_string(T) + "] (one position per token of a sequence) or [" + std::to_string(B) + ", " +
+                 std::to_string(T) + "] (one per token)");
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 // identity positions, so the two give the same bits.
 // Backward recomputes the probabilities from the saved log-sum-exp, as flash
 // attention does, instead of keeping a [B, H, T, T] tensor alive.
+// Separate documents (doc_start) narrow each row's keys to its document the
+// way the window does: a block of rows starts at its first row's bound, so
+// keys of earlier documents cost nothing.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -40,8 +43,15 @@ Dims dims(const char* op, const Tensor& q, const Tensor& k) {
 }
 
 // Row i sees keys [first_key(i), end_key(i)): a window W > 0 (causal only,
-// checked by the router) drops keys more than W positions back.
-inline int64_t first_key(int64_t i, int64_t window) { return window > 0 ? std::max<int64_t>(0, i - window) : 0; }
+// checked by the router) drops keys more than W positions back, and with
+// separate documents (ds: the sequence's doc_start row, else null) keys
+// before the row's document start. Both bounds only grow with i, so a block's
+// first row has the block's smallest first key. Clamped to i: a row always
+// sees itself, whatever doc_start says.
+inline int64_t first_key(int64_t i, int64_t window, const int32_t* ds) {
+  const int64_t w = window > 0 ? std::max<int64_t>(0, i - window) : 0;
+  return ds ? std::min<int64_t>(std::max<int64_t>(w, ds[i]), i) : w;
+}
 inline int64_t end_key(int64_t i, int64_t T, bool causal) { return causal ? i + 1 : T; }
 
 // Keys a row sees at most, for the thread-count estimate.
@@ -49,7 +59,8 @@ inline int64_t keys_per_row(int64_t T, int64_t window) { return window > 0 ? std
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window,
+                       Tensor doc_start) {
   const char* op = "attention_forward";
   need_f32(op, {{"out", &out}, {"q", &q}, {"k", &k}, {"v", &v}});
   const auto [B, T, Hq, Hkv, D] = dims(op, q, k);
@@ -58,6 +69,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
   const float scale = float(1.0 / std::sqrt(double(D)));
   const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();
   float *op_ = out.f32(), *lp = lse.f32();
+  const int32_t* dsp = doc_start.empty() ? nullptr : doc_start.i32();
 
   const int64_t pairs = B * Hq;
   for_each_pair(pairs, pairs * T * keys_per_row(T, window) * D, kBlock * T, [&](int64_t p, float* s) {
@@ -67,12 +79,13 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
     const float* V = vp + b * T * ldk + g * D;
     float* O = op_ + b * T * ldq + h * D;
     float* L = lp + (b * Hq + h) * T;
+    const int32_t* ds = dsp ? dsp + b * T : nullptr;
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, T - i0);
-      const int64_t klo = first_key(i0, window), keys = end_key(i0 + rows - 1, T, causal) - klo;
+      const int64_t klo = first_key(i0, window, ds), keys = end_key(i0 + rows - 1, T, causal) - klo;
       block_scores(rows, keys, D, scale, Q + i0 * ldq, ldq, K + klo * ldk, ldk, s);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t a = first_key(i0 + r, window) - klo, n = end_key(i0 + r, T, causal) - klo - a;
+        const int64_t a = first_key(i0 + r, window, ds) - klo, n = end_key(i0 + r, T, causal) - klo - a;
         L[i0 + r] = softmax_row(s + r * keys, keys, a, n);
       }
       block_times_keys(rows, D, keys, 1.f, s, V + klo * ldk, ldk, 0.f, O + i0 * ldq, ldq);
@@ -81,7 +94,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, boo
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                        Tensor out, Tensor lse, bool causal, int64_t window) {
+                        Tensor out, Tensor lse, bool causal, int64_t window, Tensor doc_start) {
   const char* op = "attention_backward";
   need_f32(op, {{"dq", &dq},
                 {"dk", &dk},
@@ -98,6 +111,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32(), *gp = dout.f32(), *outp = out.f32(),
               *lp = lse.f32();
   float *dqp = dq.f32(), *dkp = dk.f32(), *dvp = dv.f32();
+  const int32_t* dsp = doc_start.empty() ? nullptr : doc_start.i32();
 
   // One thread owns a kv head and every query head that reads it, so dk and dv
   // are summed over the group without atomics and in a fixed order.
@@ -115,12 +129,13 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
     }
     float* dS = P + kBlock * T;
     float* delta = dS + kBlock * T;
+    const int32_t* ds = dsp ? dsp + b * T : nullptr;
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const int64_t base = b * T * ldq + h * D;
       const float* L = lp + (b * Hq + h) * T;
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
         const int64_t rows = std::min(kBlock, T - i0);
-        const int64_t klo = first_key(i0, window), keys = end_key(i0 + rows - 1, T, causal) - klo;
+        const int64_t klo = first_key(i0, window, ds), keys = end_key(i0 + rows - 1, T, causal) - klo;
         const float* Q = qp + base + i0 * ldq;
         const float* dO = gp + base + i0 * ldq;
         row_deltas(delta, rows, dO, outp + base + i0 * ldq, ldq, D);
@@ -128,7 +143,7 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
         block_scores(rows, keys, D, scale, Q, ldq, Kb, ldk, P);
         block_scores(rows, keys, D, 1.f, dO, ldq, V + klo * ldk, ldk, dS);
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t a = first_key(i0 + r, window) - klo, n = end_key(i0 + r, T, causal) - klo - a;
+          const int64_t a = first_key(i0 + r, window, ds) - klo, n = end_key(i0 + r, T, causal) - klo - a;
           softmax_grad_block_row(P + r * keys, dS + r * keys, keys, a, n, L[i0 + r], delta[r]);
         }
         // dQ = scale dS K (overwrite), dK += scale dS^T Q, dV += P^T dO (the block's keys).

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -58,18 +59,36 @@ struct Span {
   bool holes = false;
 };
 
-// Key position kp visible from query position qp (window 0: none).
-inline bool visible(int32_t qp, int32_t kp, int64_t window) {
-  return kp <= qp && (window <= 0 || int64_t(qp) - kp <= window);
+// Key position kp visible from query position qp (window 0: none) whose
+// document starts at position first (INT32_MIN: no documents).
+inline bool visible(int32_t qp, int32_t kp, int64_t window, int32_t first) {
+  return kp <= qp && kp >= first && (window <= 0 || int64_t(qp) - kp <= window);
 }
 
-std::vector<Span> spans(const int32_t* q_pos, int64_t Tq, const int32_t* k_pos, int64_t Tk, int64_t window) {
+// Per query row of batch row b's sequence: its document's first position.
+struct DocFirst {
+  const int32_t* ds = nullptr;  // [B, Tq] or null
+  int64_t Tq = 0;
+  int32_t of(int64_t b, int64_t i) const { return ds ? ds[b * Tq + i] : INT32_MIN; }
+};
+
+// The spans of every query row: [Tq] shared by the batch rows, or [B, Tq]
+// with documents (each sequence has its own); row(b) finds batch row b's.
+struct Spans {
+  std::vector<Span> s;
+  int64_t Tq = 0;
+  bool per_batch = false;
+  const Span* row(int64_t b) const { return s.data() + (per_batch ? b * Tq : 0); }
+};
+
+std::vector<Span> spans_of(const int32_t* q_pos, int64_t Tq, const int32_t* k_pos, int64_t Tk, int64_t window,
+                           const DocFirst& first, int64_t b) {
   std::vector<Span> s(static_cast<size_t>(Tq));
   for (int64_t i = 0; i < Tq; ++i) {
-    const int32_t p = q_pos[i];
+    const int32_t p = q_pos[i], f = first.of(b, i);
     int64_t lo = -1, hi = -1, seen = 0;
     for (int64_t j = 0; j < Tk; ++j)
-      if (visible(p, k_pos[j], window)) {
+      if (visible(p, k_pos[j], window, f)) {
         if (lo < 0) lo = j;
         hi = j + 1;
         ++seen;
@@ -79,15 +98,27 @@ std::vector<Span> spans(const int32_t* q_pos, int64_t Tq, const int32_t* k_pos, 
   return s;
 }
 
+Spans spans(const int32_t* q_pos, int64_t Tq, const int32_t* k_pos, int64_t Tk, int64_t window,
+            const DocFirst& first, int64_t B) {
+  Spans out;
+  out.Tq = Tq;
+  out.per_batch = first.ds != nullptr;
+  for (int64_t b = 0; b < (out.per_batch ? B : 1); ++b) {
+    std::vector<Span> one = spans_of(q_pos, Tq, k_pos, Tk, window, first, b);
+    out.s.insert(out.s.end(), one.begin(), one.end());
+  }
+  return out;
+}
+
 // The keys [klo, khi) that some row of [i0, i0 + rows) sees (klo == khi: none);
 // rows with skip(i) are left out.
 template <typename Skip>
-void block_keys(const std::vector<Span>& sp, int64_t i0, int64_t rows, Skip skip, int64_t& klo,
+void block_keys(const Span* sp, int64_t i0, int64_t rows, Skip skip, int64_t& klo,
                 int64_t& khi) {
   klo = LLONG_MAX;
   khi = LLONG_MIN;
   for (int64_t r = 0; r < rows; ++r) {
-    const Span& s = sp[size_t(i0 + r)];
+    const Span& s = sp[i0 + r];
     if (s.lo == s.hi || skip(i0 + r)) continue;
     klo = std::min(klo, s.lo);
     khi = std::max(khi, s.hi);
@@ -98,7 +129,7 @@ void block_keys(const std::vector<Span>& sp, int64_t i0, int64_t rows, Skip skip
 }  // namespace
 
 void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos,
-                           Tensor k_pos, int64_t window) {
+                           Tensor k_pos, int64_t window, Tensor q_doc_start) {
   const char* op = "attention_forward_pos";
   need_f32(op, {{"out", &out}, {"q", &q}, {"k", &k}, {"v", &v}});
   const auto [B, Tq, Tk, Hq, Hkv, D] = dims(op, q, k);
@@ -108,7 +139,8 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
   const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();
   float *op_ = out.f32(), *lp = lse.f32();
   const int32_t *qpos = q_pos.i32(), *kpos = k_pos.i32();
-  const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk, window);
+  const DocFirst first{q_doc_start.empty() ? nullptr : q_doc_start.i32(), Tq};
+  const Spans all = spans(qpos, Tq, kpos, Tk, window, first, B);
 
   const int64_t pairs = B * Hq;
   for_each_pair(pairs, pairs * Tq * Tk * D, kBlock * Tk, [&](int64_t p, float* s) {
@@ -118,6 +150,7 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
     const float* V = vp + b * Tk * ldk + g * D;
     float* O = op_ + b * Tq * ldq + h * D;
     float* L = lp + (b * Hq + h) * Tq;
+    const Span* sp = all.row(b);
     for (int64_t i0 = 0; i0 < Tq; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, Tq - i0);
       int64_t klo, khi;
@@ -126,7 +159,7 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
       if (keys > 0) block_scores(rows, keys, D, scale, Q + i0 * ldq, ldq, K + klo * ldk, ldk, s);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        const Span& span = sp[size_t(i)];
+        const Span& span = sp[i];
         if (span.lo == span.hi) {
           L[i] = kNegInf;
           if (keys > 0) std::fill(s + r * keys, s + (r + 1) * keys, 0.f);
@@ -136,13 +169,13 @@ void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
         const int64_t a = span.lo - klo, n = span.hi - span.lo;
         if (span.holes)
           for (int64_t j = 0; j < n; ++j)
-            if (!visible(qpos[i], kpos[span.lo + j], window)) row[a + j] = kNegInf;
+            if (!visible(qpos[i], kpos[span.lo + j], window, first.of(b, i))) row[a + j] = kNegInf;
         L[i] = softmax_row(row, keys, a, n);
       }
       if (keys > 0) block_times_keys(rows, D, keys, 1.f, s, V + klo * ldk, ldk, 0.f, O + i0 * ldq, ldq);
       // A row that sees no key is 0 whatever v holds (0 * inf would be NaN).
       for (int64_t r = 0; r < rows; ++r) {
-        const Span& span = sp[size_t(i0 + r)];
+        const Span& span = sp[i0 + r];
         if (span.lo == span.hi) std::memset(O + (i0 + r) * ldq, 0, size_t(D) * sizeof(float));
       }
     }
@@ -190,7 +223,7 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
 
 void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                             Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos,
-                            int64_t window) {
+                            int64_t window, Tensor q_doc_start) {
   const char* op = "attention_backward_pos";
   need_f32(op, {{"dq", &dq},
                 {"dk", &dk},
@@ -208,7 +241,8 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
               *lp = lse.f32();
   float *dqp = dq.f32(), *dkp = dk.f32(), *dvp = dv.f32();
   const int32_t *qpos = q_pos.i32(), *kpos = k_pos.i32();
-  const std::vector<Span> sp = spans(qpos, Tq, kpos, Tk, window);
+  const DocFirst first{q_doc_start.empty() ? nullptr : q_doc_start.i32(), Tq};
+  const Spans all = spans(qpos, Tq, kpos, Tk, window, first, B);
 
   // As attention_backward: one thread owns a kv head and every query head
   // that reads it, so dk, dv (and those heads' dq) are summed without atomics
@@ -222,6 +256,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
     float* dV = dvp + b * Tk * ldk + g * D;
     float* dS = P + kBlock * Tk;
     float* delta = dS + kBlock * Tk;
+    const Span* sp = all.row(b);
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const int64_t base = b * Tq * ldq + h * D;
       const float* L = lp + (b * Hq + h) * Tq;
@@ -242,7 +277,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
           const int64_t i = i0 + r;
           float* pr = P + r * keys;
           float* dr = dS + r * keys;
-          const Span& span = sp[size_t(i)];
+          const Span& span = sp[i];
           if (span.lo == span.hi || dead(i)) {
             std::fill(pr, pr + keys, 0.f);
             std::fill(dr, dr + keys, 0.f);
@@ -254,7 +289,7 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
           // holes inside it the row does not see are zeroed here.
           if (span.holes)
             for (int64_t j = 0; j < n; ++j)
-              if (!visible(qpos[i], kpos[span.lo + j], window)) pr[a + j] = dr[a + j] = 0.f;
+              if (!visible(qpos[i], kpos[span.lo + j], window, first.of(b, i))) pr[a + j] = dr[a + j] = 0.f;
         }
         // dQ += scale dS K, dK += scale dS^T Q, dV += P^T dO (this block's keys).
         block_times_keys(rows, D, keys, scale, dS, K + klo * ldk, ldk, 1.f, dqp + base + i0 * ldq, ldq);

@@ -17,19 +17,22 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 15;
 
 // sign = +1 rotates forward, -1 applies the inverse (transposed) rotation.
-// Row t is at position pos_offset + t, or pos[t] when pos is not null.
+// Row t is at position pos_offset + t, or pos[t] when pos is not null, or
+// pos[b, t] when pos holds one position per token ([B, T]).
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
             const Rope& rope, int64_t pos_offset, const Tensor* pos, float sign) {
   need_f32(op, {{out_name, &out}, {inp_name, &inp}});
   const int32_t* positions = pos != nullptr ? pos->i32() : nullptr;
   const int64_t B = inp.dim(0), T = inp.dim(1), H = inp.dim(2), D = inp.dim(3), half = D / 2;
+  const bool per_token = pos != nullptr && pos->numel() == B * T && pos->ndim == 2;
+  const int64_t R = per_token ? B * T : T;  // rows of the table
   // Angles in double, rounded once to float cos/sin: at t in the thousands a
   // float angle alone would be off by ~1e-4 rad.
-  // The table is T x D/2 double sin/cos, as much work as rotating a few heads.
+  // The table is R x D/2 double sin/cos, as much work as rotating a few heads.
   const std::vector<double> inv_freq = ops::rope_inv_freqs(D, rope);
-  std::vector<float> cs(size_t(T * half)), sn(size_t(T * half));
-#pragma omp parallel for if (T * half >= (1 << 13))
-  for (int64_t t = 0; t < T; ++t)
+  std::vector<float> cs(size_t(R * half)), sn(size_t(R * half));
+#pragma omp parallel for if (R * half >= (1 << 13))
+  for (int64_t t = 0; t < R; ++t)
     for (int64_t i = 0; i < half; ++i) {
       // The angle depends on the absolute position only, so a chunk starting
       // at pos_offset gets the same bits as those positions of the whole.
@@ -43,8 +46,8 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
 #pragma omp parallel for collapse(2) if (inp.numel() >= kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const float* c = cs.data() + t * half;
-      const float* s = sn.data() + t * half;
+      const float* c = cs.data() + (per_token ? b * T + t : t) * half;
+      const float* s = sn.data() + (per_token ? b * T + t : t) * half;
       for (int64_t h = 0; h < H; ++h) {
         const int64_t off = ((b * T + t) * H + h) * D;
         // Both halves are read before either is written, so out may alias inp.

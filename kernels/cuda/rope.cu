@@ -194,7 +194,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Row t is at position pos_offset + t (pos == nullptr: the shared table of
 // positions [0, pos_offset + T)), or at pos[t] (a per-call table of those T
-// positions; the rotation kernel then reads it at offset 0).
+// positions; the rotation kernel then reads it at offset 0), or at pos[b, t]
+// (pos [B, T], one per token: a table of B T rows, read at row b T + t, which
+// the kernel's row index modulo B T is).
 void rotate(const char* op, const char* out_name, Tensor out, const char* inp_name, Tensor inp,
             const Rope& rope, int64_t pos_offset, const Tensor* pos, float sign) {
   // Shapes and the frequencies arrive checked by the router (kernels/checks/rope.cpp).
@@ -217,17 +219,20 @@ void rotate(const char* op, const char* out_name, Tensor out, const char* inp_na
     context = std::string(inp_name) + " " + dtype_name(inp.dtype) + inp.shape_str() +
               " at positions pos " + pos->shape_str();
     const double* freq = device_inv_freq(inv_freq, std::string(op) + " " + context);
-    float2* t = pos_table_scratch(size_t(T_len * half), std::string(op) + " " + context);
-    const int64_t tblocks = std::min((T_len * half + kThreads - 1) / kThreads, kMaxBlocks);
+    const int64_t rows = pos->ndim == 2 ? B * T_len : T_len;
+    float2* t = pos_table_scratch(size_t(rows * half), std::string(op) + " " + context);
+    const int64_t tblocks = std::min((rows * half + kThreads - 1) / kThreads, kMaxBlocks);
     launch(rope_pos_table_kernel, unsigned(tblocks), kThreads, 0, stream(), t, static_cast<const int32_t*>(pos->data),
-           T_len, half, freq);
+           rows, half, freq);
     KERNEL_CHECK("rope_pos_table_kernel", std::string(op) + " " + context);
     table = t;
     pos_offset = 0;
   }
+  // The kernel's row of the table: pos_offset + (token row modulo `period`).
+  const int64_t period = pos != nullptr && pos->ndim == 2 ? B * T_len : T_len;
   DISPATCH_FLOAT(inp.dtype, T, op, {
     launch(rope_kernel<T>, unsigned(blocks), kThreads, 0, stream(), static_cast<T*>(out.data),
-           static_cast<const T*>(inp.data), table, B * T_len, T_len, pos_offset, H, half, sign);
+           static_cast<const T*>(inp.data), table, B * T_len, period, pos_offset, H, half, sign);
     KERNEL_CHECK("rope_kernel", std::string(op) + " " + context);
   });
 }
