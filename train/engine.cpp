@@ -79,7 +79,7 @@ void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_
     if (Watchdog* w = s.dist->watchdog()) w->progress(step, "evaluation");
     window.as_eval([&] {
       const double vl = evaluate(*s.valid_batch, *s.models, s.dist->pp_group(), s.dist->host(), s.dp, s.counts_loss,
-                                 s.dims.N());
+                                 s.dims.N(), s.valid_share);
       summary.val_losses.push_back(vl);
       summary.final_val_loss = vl;
       if (s.lead) s.log->eval(step, vl);

@@ -1,5 +1,6 @@
 #include "train/micro_batch.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -53,14 +54,26 @@ void load_micro_batch(const HostBatch& hb, Model& m, int64_t micro) {
   write_from_host(a.targets, local.data());
 }
 
+double predicted_share(const HostBatch& hb, Communicator& host, bool counts_batch) {
+  if (hb.doc_start.empty()) return 1.0;
+  double c[2] = {0, 0};
+  if (counts_batch) {
+    for (const int32_t t : hb.targets) c[0] += t >= 0 ? 1 : 0;
+    c[1] = double(hb.targets.size());
+  }
+  host.all_reduce(Tensor(c, DType::F64, {2}));
+  // A batch with nothing to predict has a loss sum of 0: any divisor will do.
+  return std::max(c[0], 1.0) / c[1];
+}
+
 double evaluate(const HostBatch& hb, StageModels& stage, Communicator& pp, Communicator& host, int dp, bool counts,
-                int64_t tokens_per_micro) {
+                int64_t tokens_per_micro, double share) {
   double sum = run_pipeline_forward(stage.models(), pp, hb.micro_steps, [&](Model& m, int64_t mb) {
                  load_micro_batch(hb, m, mb);
                }).loss_sum;
   if (!counts) sum = 0;
   host.all_reduce(Tensor(&sum, DType::F64, {1}));
-  return sum / double(hb.micro_steps * tokens_per_micro * dp);
+  return sum / (double(hb.micro_steps * tokens_per_micro * dp) * share);
 }
 
 }  // namespace trainer

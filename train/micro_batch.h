@@ -17,12 +17,20 @@ class StageModels;
 // sequence (data/batch_share.h).
 void load_micro_batch(const HostBatch& hb, Model& m, int64_t micro);
 
-// The mean validation loss per token. Each rank evaluates its share of the
+// The share of a step's targets (all data-parallel ranks' batches together)
+// that are predicted (>= 0): 1 for packed data; separate documents leave out
+// the targets across a boundary. The loss is the mean over those, so it does
+// not depend on dp, accumulation or how documents fall into sequences.
+// counts_batch: this rank is the one of its replica whose batch is counted
+// (tp, cp and pp coordinate 0); collective over `host` unless packed.
+double predicted_share(const HostBatch& hb, Communicator& host, bool counts_batch);
+
+// The mean validation loss per predicted token. Each rank evaluates its share of the
 // validation batches (split like a training step), so the loss does not
 // depend on dp or the micro-batch size. The tensor-parallel ranks of a
 // replica compute the same losses; one of them (`counts`) adds them to the
-// sum over all ranks (collective over `host`).
+// sum over all ranks (collective over `host`); share: predicted_share of hb.
 double evaluate(const HostBatch& hb, StageModels& stage, Communicator& pp, Communicator& host, int dp, bool counts,
-                int64_t tokens_per_micro);
+                int64_t tokens_per_micro, double share);
 
 }  // namespace trainer

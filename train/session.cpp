@@ -17,6 +17,7 @@
 #include "runtime/watchdog.h"
 #include "train/world_change.h"
 #include "train/checkpointing.h"
+#include "train/micro_batch.h"
 #include "train/startup_report.h"
 
 namespace trainer {
@@ -47,6 +48,7 @@ void Session::open_run() {
   dist = std::make_unique<DistributedRun>(cfg, opt.launch, dev.device);
   dp = dist->dp();
   counts_loss = dist->coords().tp == 0;
+  counts_batch = dist->coords().tp == 0 && dist->coords().cp == 0 && dist->coords().pp == 0;
   pp_stage = dist->coords().pp;
   if (!opt.dump_reference_dir.empty() && zero_stage > 0)
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
@@ -111,6 +113,7 @@ void Session::open_data() {
     valid_batch = std::make_unique<HostBatch>();
     const int64_t steps = cfg.train.eval_steps * M;
     fill_batch(valid_data, rank_sequences(steps, micro, dp, dist->dp_rank()), 0, steps, micro, *valid_batch);
+    valid_share = predicted_share(*valid_batch, dist->host(), counts_batch);
   }
   if (lead) std::printf("data: %s", train_data->describe().c_str());  // describe() ends each entry with a newline
   // The next step's tokens are read in a background thread while this step computes.

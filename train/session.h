@@ -53,6 +53,10 @@ class Session {
   bool lead = false;
   int dp = 1, pp_stage = 0, zero_stage = 0;
   bool counts_loss = true;  // every tp rank of a replica computes the same loss; one counts it
+  // One rank of each replica (tp, cp, pp coordinate 0) counts its batch's
+  // predicted targets (train/micro_batch.h: predicted_share).
+  bool counts_batch = true;
+  double valid_share = 1;   // predicted_share of valid_batch
   DType storage = DType::F32;
 
   // The layout.

@@ -52,7 +52,7 @@ StepResult StepRunner::run(int64_t step) {
   forward_backward(step, r.loss_scale, loss_sum, aux_sum);
   completed_ = step + 1;
   const ModelDims& d = s_.dims;
-  r.loss = loss_sum / double(s_.M * d.N() * s_.dp);
+  r.loss = loss_sum / (double(s_.M * d.N() * s_.dp) * share_);
   r.aux = aux_sum / double(s_.M * s_.dp * s_.dist->mesh().cp);  // each cp rank reports the same, whole value
   window_.as_optimizer([&] { r.norm = std::sqrt(s_.models->grad_sum_squares()) / r.loss_scale; });
   if (overflowed(step, r) || diverged(step, r)) return r;
@@ -78,7 +78,12 @@ void StepRunner::begin(int64_t step) {
 // back summed over the ranks, with the ranks' stop requests.
 void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_sum, double& aux_sum) {
   const ModelDims& d = s_.dims;
-  const float ce_scale = float(loss_scale / double(s_.M * d.N() * s_.dp));
+  const auto d0 = clock_type::now();
+  const HostBatch& batch = s_.prefetch->get(step + s_.data_offset);
+  window_.parts().data += seconds_since(d0);
+  // The mean over the targets the step predicts (all of them unless documents are separate).
+  share_ = predicted_share(batch, s_.dist->host(), s_.counts_batch);
+  const float ce_scale = float(loss_scale / (double(s_.M * d.N() * s_.dp) * share_));
   if (hooks_.nan_grad_step == step + 1 && !nan_fired_) {
     s_.models->zero(0).poison_next_gradient();
     nan_fired_ = true;  // once: a rollback runs the step number again
@@ -88,9 +93,6 @@ void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_
   // step. Each cp rank differentiates it for its own tokens, so the
   // gradient is not divided by cp (model/moe_routing_plan.h).
   const float aux_grad = float(loss_scale * double(d.aux_coeff) / double(s_.M * s_.dp));
-  const auto d0 = clock_type::now();
-  const HostBatch& batch = s_.prefetch->get(step + s_.data_offset);
-  window_.parts().data += seconds_since(d0);
   // The steps that log also count each expert's tokens.
   ExpertLoad* load = window_.expert_load_of_step(is_log_step(s_.cfg, step + 1, s_.end_step));
   for (Model* m : s_.models->models()) m->expert_load = load;

@@ -68,6 +68,7 @@ class StepRunner {
   std::chrono::steady_clock::time_point t0_;
   bool nan_fired_ = false, preempt_ = false, last_flagged_ = false;
   std::string last_flag_;
+  double share_ = 1;  // this step's predicted_share (train/micro_batch.h)
   int64_t completed_ = 0;
   // Rollbacks to the same checkpoint in a row: the third means the fault is
   // not in the data, and the run stops.
