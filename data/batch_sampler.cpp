@@ -160,7 +160,7 @@ std::string BatchSampler::describe() const {
     std::snprintf(buf, sizeof buf, ": %.1f%% of sequences, %zu file%s, %lld tokens (", 100.0 * e.share,
                   e.files.size(), e.files.size() == 1 ? "" : "s", (long long)e.tokens);
     out += "data." + split_ + "[" + std::to_string(i) + "] '" + e.text + "'" + buf + e.files[0]->format() +
-           scan_note(e) + ")\n";
+           scan_note(e) + (documents_ ? "; documents kept apart" : "") + ")\n";
   }
   return out;
 }

@@ -46,6 +46,7 @@ std::vector<int32_t> generate_tokens(const ModelDims& trained, const std::vector
   d.B = 1;
   d.T = seq_len;
   d.capacity = 0;  // no token dropping at inference
+  d.documents = false;  // the context is one document
   d.act = DType::F32;
   Model g;
   build_model(g, d, 0.0, Device::CPU);

@@ -20,6 +20,7 @@ ModelDims decode_dims(const ModelDims& trained, int64_t T) {
   d.B = 1;
   d.T = T;
   d.capacity = 0;  // no token dropping at inference: each token's routing is its own
+  d.documents = false;  // the context is one document
   d.act = DType::F32;
   d.E_local = 0;
   d.ep = 1;

@@ -52,6 +52,8 @@ void Session::open_run() {
   pp_stage = dist->coords().pp;
   if (!opt.dump_reference_dir.empty() && zero_stage > 0)
     throw ConfigError("--dump-reference records full gradients: run it with parallel.zero_stage=0");
+  if (!opt.dump_reference_dir.empty() && cfg.data.documents == "separate")
+    throw ConfigError("--dump-reference: the PyTorch reference packs documents; run it with data.documents: packed");
   lead = opt.launch.rank == 0;
   if (!lead) opt.quiet = true;
   // [ckpt-integrity] One job per run directory (train/run_lock.h): a second
