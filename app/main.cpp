@@ -179,8 +179,9 @@ int run_planning_command(CommandLine& cl) {
   }
   if (*cl.schedule) {
     if (cl.config_path.empty()) throw trainer::ConfigError("trainer schedule needs --config FILE");
-    const trainer::Config cfg =
-        trainer::load_config_file(cl.config_path, cl.overrides, std::max(cl.schedule_world, 0));
+    const trainer::Config cfg = trainer::load_config_file(
+        cl.config_path, cl.overrides, std::max(cl.schedule_world, 0),
+        [](trainer::Config& c) { trainer::adopt_init_from_settings(c); });
     int world = cl.schedule_world;
     if (world <= 0) {
       const auto& p = cfg.parallel;
@@ -209,9 +210,11 @@ void print_run_header(const trainer::Config& cfg, const trainer::LaunchInfo& lau
 // Training, or its smoke test, under whatever launched this process.
 int run_training_command(CommandLine& cl) {
   const trainer::LaunchInfo launch = trainer::detect_launch();
-  trainer::Config cfg = trainer::load_config_file(cl.config_path, cl.overrides, launch.world_size);
-  // Before --print-config, so that it shows what the run would use.
-  const std::vector<std::string> adopted = trainer::adopt_init_from_settings(cfg);
+  // model.init_from's config.json fills the model keys the configuration leaves unset, before
+  // validation; --print-config then shows what the run would use.
+  std::vector<std::string> adopted;
+  trainer::Config cfg = trainer::load_config_file(cl.config_path, cl.overrides, launch.world_size,
+                                                  [&](trainer::Config& c) { adopted = trainer::adopt_init_from_settings(c); });
   // Once per job, on stderr so that --print-config's YAML stays clean.
   if (launch.rank == 0)
     for (const std::string& w : trainer::config_warnings(cfg)) std::fprintf(stderr, "warning: %s\n", w.c_str());

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "config/config_schema.h"
+#include "interop/hf_import.h"
 #include "model/sharding.h"
 #include "observe/placement_report.h"
 #include "pipeline/pipeline_plan.h"
@@ -116,14 +117,16 @@ std::string describe_layout(const Config& c, const MeshShape& mesh, const Hardwa
 }
 
 Config load_plan_config(const std::string& path, const std::vector<std::string>& overrides, PlanOptions& o) {
-  const Config own = load_config_file(path, overrides, 0);  // the layout the file itself describes
+  // model.init_from's config.json stands for the model keys the file leaves out, as in a run.
+  const ConfigFill adopt = [](Config& c) { adopt_init_from_settings(c); };
+  const Config own = load_config_file(path, overrides, 0, adopt);  // the layout the file itself describes
   const ParallelConfig& p = own.parallel;
   if (o.world <= 0) {
     o.world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
     return own;
   }
   try {
-    return load_config_file(path, overrides, o.world);
+    return load_config_file(path, overrides, o.world, adopt);
   } catch (const ConfigError& e) {
     std::string why = e.what();
     const int model_parallel = p.tp * p.pp * p.cp;
@@ -132,7 +135,7 @@ Config load_plan_config(const std::string& path, const std::vector<std::string>&
       const int dp = o.world / model_parallel;
       with.push_back("parallel.dp=" + std::to_string(dp));
       try {
-        Config c = load_config_file(path, with, o.world);
+        Config c = load_config_file(path, with, o.world, adopt);
         o.world_note = "parallel.dp=" + std::to_string(p.dp) + " makes " + std::to_string(model_parallel * p.dp) +
                        " GPUs; for --world " + std::to_string(o.world) + " the plan uses parallel.dp=" +
                        std::to_string(dp);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -229,11 +230,16 @@ struct ConfigError : std::runtime_error {
 // "key.path=value" overrides in order, then validate. Throws ConfigError.
 // world_size: processes of the launch (validation checks the parallel layout
 // and the global batch against it); 0: tp x pp x cp x max(dp, 1) of the
-// configuration itself (tools that launch nothing).
+// configuration itself (tools that launch nothing). before_resolve, when
+// set, may fill keys the YAML and the overrides left unset (Config::given)
+// before defaults are resolved and everything is validated: the training
+// command takes model.init_from's config.json that way (interop/hf_adopt.h).
+using ConfigFill = std::function<void(Config&)>;
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides,
-                        int world_size = 1);
+                        int world_size = 1, const ConfigFill& before_resolve = {});
 Config load_config_text(const std::string& yaml, const std::string& source,
-                        const std::vector<std::string>& overrides, int world_size = 1);
+                        const std::vector<std::string>& overrides, int world_size = 1,
+                        const ConfigFill& before_resolve = {});
 // Replaces "auto"/0 placeholders that have one right answer for this run
 // (model.tie_embeddings, train.global_batch_size); load_config_* call it, code
 // that builds a Config by hand should too. Idempotent.

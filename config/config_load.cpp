@@ -391,12 +391,13 @@ void apply_override(Config& c, const std::string& text) {
 }  // namespace
 
 Config load_config_text(const std::string& yaml, const std::string& source,
-                        const std::vector<std::string>& overrides, int world_size) {
+                        const std::vector<std::string>& overrides, int world_size, const ConfigFill& before_resolve) {
   Config c;
   c.source = source;
   try {
     apply_text(c, yaml, source);
     for (const auto& o : overrides) apply_override(c, o);
+    if (before_resolve) before_resolve(c);
     // 0: the layout the configuration itself describes (tools that launch nothing).
     if (world_size == 0) {
       const auto& p = c.parallel;
@@ -415,7 +416,8 @@ Config load_config_text(const std::string& yaml, const std::string& source,
   return c;
 }
 
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size,
+                        const ConfigFill& before_resolve) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::status(path, ec);
@@ -428,7 +430,7 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno));
-  return load_config_text(text.str(), path, overrides, world_size);
+  return load_config_text(text.str(), path, overrides, world_size, before_resolve);
 }
 
 }  // namespace trainer

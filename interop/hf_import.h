@@ -14,12 +14,16 @@
 
 namespace trainer {
 
-// Settings of the model.init_from directory that the configuration leaves
-// at their defaults (not named by the YAML or a --set), taken into `c`
-// before the model is built: router_aux_loss_coef -> model.moe.aux_loss_coeff
-// (a MoE model). Returns a start-up line per setting taken. A directory or
-// config.json that cannot be read takes nothing (load_init_weights then
-// says why).
+// The model keys of the model.init_from directory's config.json that the
+// configuration leaves at their defaults (not named by the YAML or a --set),
+// taken into `c` (interop/hf_adopt.cpp): the architecture, every size,
+// norm_eps, RoPE's theta and scaling, attention biases, the window, tied
+// embeddings, the experts and router_aux_loss_coef. The training command
+// calls it before the configuration is resolved and validated
+// (load_config_file's before_resolve). Returns one start-up line listing
+// what was taken (none: empty). A directory or config.json that cannot be
+// read, or an architecture this trainer does not have, takes nothing
+// (load_init_weights then says why).
 std::vector<std::string> adopt_init_from_settings(Config& c);
 
 // Our tensors (names as model/params.h, whole, fp32) from model.init_from.

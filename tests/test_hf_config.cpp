@@ -238,11 +238,11 @@ TEST_CASE("router_aux_loss_coef of model.init_from fills model.moe.aux_loss_coef
   CHECK(before == 0.01);
   CHECK(c.model.moe.aux_loss_coeff == 0.02);
   REQUIRE(lines.size() == 1);
-  CHECK(lines[0].find("model.moe.aux_loss_coeff=0.02 from router_aux_loss_coef") != std::string::npos);
+  CHECK(lines[0].find(" model.moe.aux_loss_coeff=0.02") != std::string::npos);
   CHECK(review_hf_config(c, hf).notes.empty());
 
   Config set = config_of(moe, {"model.init_from=" + dir.path.string(), "model.moe.aux_loss_coeff=0.05"});
-  CHECK(adopt_init_from_settings(set).empty());
+  CHECK(joined(adopt_init_from_settings(set)).find("aux_loss_coeff") == std::string::npos);
   CHECK(set.model.moe.aux_loss_coeff == 0.05);
   const HfConfigReview r = review_hf_config(set, hf);
   CHECK(r.problems.empty());
@@ -250,4 +250,68 @@ TEST_CASE("router_aux_loss_coef of model.init_from fills model.moe.aux_loss_coef
   std::printf("[aux] %s\n", r.notes[0].c_str());
   CHECK(r.notes[0].find("model.moe.aux_loss_coeff=0.05 (set in the configuration) wins over router_aux_loss_coef=0.02") !=
         std::string::npos);
+}
+
+TEST_CASE("model.init_from alone: every model key the configuration leaves unset comes from config.json",
+          "[hf][init_from]") {
+  test::TempDir dir("hf", "adopt");
+  // The directory's model: sizes, GQA, llama3 RoPE, qkvo biases, untied, all unlike the defaults.
+  const Config theirs = config_of(
+      "{arch: llama, vocab_size: 100, d_model: 48, n_layers: 3, n_heads: 6, n_kv_heads: 2, d_ff: 96, "
+      "max_seq_len: 128, norm_eps: 1.0e-6, rope_theta: 500000.0, attn_bias: qkvo, "
+      "rope_scaling: {type: llama3, factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, "
+      "original_max_seq_len: 64}}");
+  std::ofstream(dir / "config.json") << json::dump(hf_config(theirs, "float32"));
+  std::vector<std::string> lines;
+  const auto adopt = [&](Config& c) { lines = adopt_init_from_settings(c); };
+  const std::string yaml = "model: {init_from: " + dir.path.string() + "}\ntrain: {seq_len: 32}\ndata: {train: [x.bin]}\n";
+  const Config c = load_config_text(yaml, "<test>", {}, 1, adopt);
+  std::printf("[adopt] %s", joined(lines).c_str());
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].find("the keys the configuration leaves unset: model.arch=llama model.vocab_size=100") !=
+        std::string::npos);
+  const ModelConfig& m = c.model;
+  CHECK(m.vocab_size == 100);
+  CHECK(m.d_model == 48);
+  CHECK(m.n_layers == 3);
+  CHECK(m.n_heads == 6);
+  CHECK(c.kv_heads() == 2);
+  CHECK(c.d_ff() == 96);
+  CHECK(m.max_seq_len == 128);
+  CHECK(m.norm_eps == 1e-6);
+  CHECK(m.rope_theta == 500000.0);
+  CHECK(m.attn_bias == "qkvo");
+  CHECK(m.rope_scaling.type == "llama3");
+  CHECK(m.rope_scaling.factor == 8.0);
+  CHECK(m.rope_scaling.original_max_seq_len == 64);
+  CHECK(!m.tied());
+  // What was adopted is exactly the directory's model: the review finds nothing.
+  const HfConfigReview r = review_hf_config(c, hf_config(theirs, "float32"));
+  std::printf("[adopt] review: %zu problems\n", r.problems.size());
+  CHECK(r.problems.empty());
+
+  // A key the configuration writes wins the adoption and is compared as before: a difference is refused.
+  const std::string with_d = "model: {init_from: " + dir.path.string() + ", d_model: 60}\ntrain: {seq_len: 32}\n"
+                             "data: {train: [x.bin]}\n";
+  const Config c2 = load_config_text(with_d, "<test>", {}, 1, adopt);
+  CHECK(c2.model.d_model == 60);
+  CHECK(lines[0].find("model.d_model") == std::string::npos);
+  const HfConfigReview r2 = review_hf_config(c2, hf_config(theirs, "float32"));
+  REQUIRE(!r2.problems.empty());
+  std::printf("[adopt] %s\n", r2.problems[0].c_str());
+  CHECK(joined(r2.problems).find("hidden_size=48 in config.json, model.d_model = 60") != std::string::npos);
+
+  // A gpt2 directory: learned positions, tied embeddings, n_inner null.
+  test::TempDir gdir("hf", "adopt_gpt2");
+  const Config g = config_of("{arch: gpt2, vocab_size: 80, d_model: 32, n_layers: 2, n_heads: 2, max_seq_len: 48}");
+  json::Value gj = hf_config(g, "float32");
+  gj["n_inner"] = nullptr;
+  std::ofstream(gdir / "config.json") << json::dump(gj);
+  const Config gc = load_config_text("model: {init_from: " + gdir.path.string() + "}\ntrain: {seq_len: 32}\n"
+                                     "data: {train: [x.bin]}\n", "<test>", {}, 1, adopt);
+  std::printf("[adopt] %s", joined(lines).c_str());
+  CHECK(gc.model.arch == "gpt2");
+  CHECK(gc.model.tied());
+  CHECK(gc.d_ff() == 128);
+  CHECK(review_hf_config(gc, gj).problems.empty());
 }
