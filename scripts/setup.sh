@@ -84,6 +84,7 @@ optional_venv .venv-tensorboard tensorboard tests/tensorboard_reader_test.py 300
 # prepare_text.py --tokenizer-json. pyarrow and datasets: scripts/prepare_corpus.py reads
 # Parquet and save_to_disk folders (tests/prepare_corpus_test.py writes them with datasets);
 # pandas < 2.3 keeps Debian's numpy 1.24 (which torch 1.13 is built against) the one the venv sees.
-optional_venv .venv-hf "transformers, safetensors, pyarrow, datasets" \
+# megatron-core (no dependencies of its own): Megatron's IndexedDataset reads what prepare_corpus writes.
+optional_venv .venv-hf "transformers, safetensors, pyarrow, datasets, megatron.core.datasets.indexed_dataset" \
   "tests/hf/hf_*_test.py, tests/hf_tokenizer_test.sh and tests/prepare_corpus_test.py" 600 \
-  "transformers==4.40.2" "safetensors>=0.4,<0.5" "pyarrow<17" "datasets==2.19.1" "pandas<2.3"
+  "transformers==4.40.2" "safetensors>=0.4,<0.5" "pyarrow<17" "datasets==2.19.1" "pandas<2.3" "megatron-core==0.8.0"

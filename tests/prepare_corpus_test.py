@@ -6,8 +6,10 @@ newlines inside documents) written as JSON lines, .gz, .zst, Parquet, a
 Hugging Face datasets folder (datasets' own save_to_disk) and one text file
 per document: every form gives the same output bytes, with 1 worker and with
 3 (small tasks, so many are in flight). The .idx is read back by an
-independent reader here (header, sizes, pointers, the document index) and
-every sequence decodes to its document; the trainer trains on the result.
+independent reader here (header, sizes, pointers, the document index),
+every sequence decodes to its document, Megatron-LM's own reader
+(megatron-core's IndexedDataset) sees the same, and the trainer trains on
+the result.
 Bad records are counted and listed with their lines; a run with no good
 document fails and leaves the earlier output intact; BOS and EOS come from
 a SentencePiece model and a Hugging Face tokenizer.json, around the ids
@@ -32,7 +34,7 @@ import sys
 
 BIN, SRC, WORK = sys.argv[1:4]
 VENV_PY = os.path.join(SRC, ".venv-hf", "bin", "python")
-NEEDS = "import pyarrow, datasets, tokenizers, zstandard, sentencepiece"
+NEEDS = "import pyarrow, datasets, tokenizers, zstandard, sentencepiece, megatron.core.datasets.indexed_dataset"
 if os.environ.get("PREPARE_CORPUS_TEST_CHILD") != "1":
     if subprocess.run([VENV_PY, "-c", NEEDS], capture_output=True).returncode != 0 if os.path.exists(VENV_PY) else True:
         print(f"skipped: {VENV_PY} cannot `{NEEDS}` (scripts/setup.sh test installs them)")
@@ -106,6 +108,17 @@ def sequences(prefix):
     return out
 
 
+def check_megatron_reader(out, train, valid):
+    """Megatron-LM's own reader (megatron-core's IndexedDataset) sees the same documents."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    for name, ours in (("train", train), ("valid", valid)):
+        ds = IndexedDataset(f"{out}/{name}")
+        theirs = [list(ds[i]) for i in range(len(ds))]
+        if theirs != ours or list(ds.document_indices) != list(range(len(ours) + 1)):
+            fail(f"Megatron's IndexedDataset reads {out}/{name} differently")
+    print(f"megatron-core's IndexedDataset reads the same {len(train)} + {len(valid)} documents and document index")
+
+
 def write_forms(docs, d):
     os.makedirs(d)
     lines = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(docs)).encode()
@@ -141,6 +154,7 @@ def check_forms(docs, forms):
     if order != [t for t in docs if t in set(order)]:
         fail("training documents are not in input order")
     print(f"independent reader: {len(train)} train + {len(valid)} valid documents decode to the input")
+    check_megatron_reader(ref, train, valid)
     hf_files = glob.glob(f"{WORK}/forms/hf/*.arrow")
     print(f"datasets wrote {len(hf_files)} Arrow files into the save_to_disk folder")
     for name, inputs in forms.items():
