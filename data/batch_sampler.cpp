@@ -44,6 +44,22 @@ std::string scan_note(const BatchSampler::Entry& e) {
   return out + buf;
 }
 
+// "; loss on 38.2% of tokens (loss mask)" when the entry's files carry one.
+std::string mask_note(const BatchSampler::Entry& e) {
+  double targets = 0, tokens = 0;
+  bool any = false;
+  for (const auto& f : e.files) {
+    uint8_t one;
+    any = any || f->loss_mask(0, 1, &one);
+    targets += f->target_share() * double(f->size());
+    tokens += double(f->size());
+  }
+  if (!any) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "; loss on %.1f%% of tokens (loss mask)", 100.0 * targets / tokens);
+  return buf;
+}
+
 }  // namespace
 
 BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::string& dtype, int64_t seq_len,
@@ -77,6 +93,8 @@ BatchSampler::BatchSampler(const std::vector<std::string>& entries, const std::s
                                  " (" + key + ", " + src->format() +
                                  ") records no documents: prepare the corpus as a Megatron dataset with its "
                                  "document index (scripts/prepare_corpus.py), or set data.documents: packed");
+      uint8_t one;
+      masks_ = masks_ || documents_ || src->loss_mask(0, 1, &one);
       // Every id now, not when its window is first drawn (maybe never).
       const TokenScan ts = check_token_ids(*src, vocab_size, key, scan);
       e.ids.add(ts.range);
@@ -137,6 +155,10 @@ void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_
     }
   }
   if (doc_start) mark_documents(f, start, targets, doc_start);
+  std::vector<uint8_t> mask(static_cast<size_t>(seq_len_));
+  if (f.loss_mask(start + 1, seq_len_, mask.data()))
+    for (int64_t t = 0; t < seq_len_; ++t)
+      if (mask[size_t(t)] == 0) targets[t] = -1;
 }
 
 void BatchSampler::mark_documents(const TokenSource& f, int64_t start, int32_t* targets, int32_t* doc_start) const {
@@ -160,7 +182,7 @@ std::string BatchSampler::describe() const {
     std::snprintf(buf, sizeof buf, ": %.1f%% of sequences, %zu file%s, %lld tokens (", 100.0 * e.share,
                   e.files.size(), e.files.size() == 1 ? "" : "s", (long long)e.tokens);
     out += "data." + split_ + "[" + std::to_string(i) + "] '" + e.text + "'" + buf + e.files[0]->format() +
-           scan_note(e) + (documents_ ? "; documents kept apart" : "") + ")\n";
+           scan_note(e) + (documents_ ? "; documents kept apart" : "") + mask_note(e) + ")\n";
   }
   return out;
 }

@@ -10,7 +10,8 @@
 // files; inside a Megatron dataset they may cross document boundaries, as
 // they do in a raw .bin. With separate documents (data.documents: separate)
 // a window also says where each of its tokens' documents starts, and the
-// target that would be predicted across a boundary is -1 (no loss).
+// target that would be predicted across a boundary is -1 (no loss). A loss
+// mask beside a file (PREFIX.lossmask) makes the targets it masks out -1.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,9 @@ class BatchSampler {
   // a token is outside [0, model.vocab_size).
   void sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets, int32_t* doc_start = nullptr) const;
   bool separate_documents() const { return documents_; }
+  // Whether some targets may be -1: separate documents, or a loss mask beside
+  // a file (data/loss_mask.h: a target is -1 where its token is masked out).
+  bool masks_targets() const { return masks_; }
 
   // Which entry sequence (step, index) draws from; sequence() uses the same.
   size_t entry_of(int64_t step, int64_t index) const;
@@ -80,6 +84,7 @@ class BatchSampler {
   int64_t seq_len_, vocab_;
   uint64_t seed_;
   bool documents_ = false;
+  bool masks_ = false;
   int64_t total_ = 0;
 };
 

@@ -8,10 +8,12 @@
 // what data.documents: separate keeps apart (document_starts).
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
 #include "data/dataset_formats.h"
+#include "data/loss_mask.h"
 
 namespace trainer {
 
@@ -118,6 +120,7 @@ class MegatronTokens final : public TokenSource {
     // writes 0, ..., S); the ones between are where documents begin.
     for (uint64_t d = 1; d + 1 < docs; ++d) doc_starts_.push_back(cum_[load_le<int64_t>(p + docs_off + 8 * d)]);
     has_documents_ = docs > 0;
+    mask_ = open_loss_mask(prefix_of(path), cum_.back());
   }
 
   int64_t size() const override { return cum_.back(); }
@@ -165,6 +168,13 @@ class MegatronTokens final : public TokenSource {
   }
   std::vector<FileStamp> stamps() const override { return {stamp_of(bin_), stamp_of(idx_)}; }
 
+  bool loss_mask(int64_t start, int64_t n, uint8_t* out) const override {
+    if (!mask_) return false;
+    mask_->read(start, n, out);
+    return true;
+  }
+  double target_share() const override { return mask_ ? double(mask_->ones()) / double(std::max<int64_t>(1, cum_.back())) : 1.0; }
+
   bool document_starts(int64_t start, int64_t n, std::vector<int64_t>& out) const override {
     auto it = std::upper_bound(doc_starts_.begin(), doc_starts_.end(), start);
     for (; it != doc_starts_.end() && *it < start + n; ++it) out.push_back(*it);
@@ -205,6 +215,7 @@ class MegatronTokens final : public TokenSource {
   std::vector<int64_t> cum_;  // cum_[s]: stream position of sequence s's first token
   std::vector<int64_t> doc_starts_;  // stream positions where documents 1.. begin
   bool has_documents_ = false;
+  std::unique_ptr<LossMaskFile> mask_;  // PREFIX.lossmask, when there is one
 };
 
 }  // namespace

@@ -25,6 +25,7 @@ void fill_batch(const BatchSampler& sampler, const std::vector<int64_t>& indices
   out.inputs.resize(indices.size() * size_t(T));
   out.targets.resize(indices.size() * size_t(T));
   out.doc_start.resize(sampler.separate_documents() ? indices.size() * size_t(T) : 0);
+  out.masked = sampler.masks_targets();
   for (size_t i = 0; i < indices.size(); ++i) {
     if (cancel && cancel->load(std::memory_order_relaxed)) return;
     sampler.sequence(step, indices[i], out.inputs.data() + i * size_t(T), out.targets.data() + i * size_t(T),

@@ -24,6 +24,9 @@ struct HostBatch {
   // Separate documents only (BatchSampler::sequence): where each token's
   // document starts in its sequence; empty otherwise.
   std::vector<int32_t> doc_start;
+  // Some targets may be -1 (BatchSampler::masks_targets): the loss is then
+  // the mean over the others (train/micro_batch.h: predicted_share).
+  bool masked = false;
 
   // The [micro_batch, seq_len] block of micro-batch m.
   const int32_t* inputs_of(int64_t m) const { return inputs.data() + m * micro_batch * seq_len; }

@@ -87,6 +87,14 @@ class TokenSource {
     (void)start, (void)n, (void)out;
     return false;
   }
+  // Loss-mask bytes of stream tokens [start, start + n) into out (1: the
+  // token is a target; data/loss_mask.h). False: no mask beside this source.
+  virtual bool loss_mask(int64_t start, int64_t n, uint8_t* out) const {
+    (void)start, (void)n, (void)out;
+    return false;
+  }
+  // Share of tokens the mask keeps as targets (1 without a mask), for the data line.
+  virtual double target_share() const { return 1.0; }
   // Every file the tokens come from (Megatron: .bin and .idx); empty: the
   // source cannot say, and its scan is never cached.
   virtual std::vector<FileStamp> stamps() const { return {}; }

@@ -55,7 +55,7 @@ void load_micro_batch(const HostBatch& hb, Model& m, int64_t micro) {
 }
 
 double predicted_share(const HostBatch& hb, Communicator& host, bool counts_batch) {
-  if (hb.doc_start.empty()) return 1.0;
+  if (!hb.masked) return 1.0;
   double c[2] = {0, 0};
   if (counts_batch) {
     for (const int32_t t : hb.targets) c[0] += t >= 0 ? 1 : 0;

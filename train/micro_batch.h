@@ -18,11 +18,12 @@ class StageModels;
 void load_micro_batch(const HostBatch& hb, Model& m, int64_t micro);
 
 // The share of a step's targets (all data-parallel ranks' batches together)
-// that are predicted (>= 0): 1 for packed data; separate documents leave out
-// the targets across a boundary. The loss is the mean over those, so it does
+// that are predicted (>= 0): 1 for packed data without a loss mask; separate
+// documents leave out the targets across a boundary, a loss mask (chat
+// fine-tuning) those it masks out. The loss is the mean over those, so it does
 // not depend on dp, accumulation or how documents fall into sequences.
 // counts_batch: this rank is the one of its replica whose batch is counted
-// (tp, cp and pp coordinate 0); collective over `host` unless packed.
+// (tp, cp and pp coordinate 0); collective over `host` when hb.masked.
 double predicted_share(const HostBatch& hb, Communicator& host, bool counts_batch);
 
 // The mean validation loss per predicted token. Each rank evaluates its share of the
