@@ -39,11 +39,13 @@ import argparse
 import array
 import collections
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
 import time
 
+from corpus import chat as chat_mod
 from corpus import readers
 from corpus.megatron_writer import MegatronWriter, token_dtype
 from corpus.progress import ProgressLine
@@ -69,7 +71,23 @@ def parse_args():
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes (default: cores)")
     ap.add_argument("--chunk-docs", type=int, default=2048, help="documents per worker task, at most")
     ap.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto")
+    ap.add_argument("--chat", action="store_true",
+                    help="records are conversations (--messages-field) rendered with the tokenizer's chat template")
+    ap.add_argument("--messages-field", default="messages", help="with --chat: the list of {role, content}")
+    ap.add_argument("--chat-template", default="",
+                    help="with --chat: the tokenizer_config.json holding chat_template (default: the one beside "
+                         "--tokenizer-json)")
+    ap.add_argument("--loss-on", choices=["assistant", "all"], default="assistant",
+                    help="with --chat: train on the assistant's replies only (a loss mask), or on every token")
     args = ap.parse_args()
+    if args.chat and not args.tokenizer_json:
+        fail("--chat renders conversations with a Hugging Face tokenizer's chat template: give --tokenizer-json")
+    if args.chat and not args.chat_template:
+        args.chat_template = os.path.join(os.path.dirname(os.path.abspath(args.tokenizer_json)),
+                                          "tokenizer_config.json")
+    if args.chat and not os.path.isfile(args.chat_template):
+        fail(f"--chat: no {args.chat_template} (the tokenizer_config.json with the chat_template); "
+             "give it with --chat-template")
     if args.tokenizer_model and args.tokenizer_json:
         fail("--tokenizer-model and --tokenizer-json exclude each other")
     if not 0 <= args.valid_fraction < 1:
@@ -93,26 +111,57 @@ def make_tokenizer(kind, out_dir, path):
 _worker = {}
 
 
-def worker_init(kind, staging, path, bos, eos, valid_fraction):
-    _worker.update(tok=make_tokenizer(kind, staging, path), bos=bos, eos=eos,
-                   cut=int(valid_fraction * (1 << 64)))
+def worker_init(kind, staging, path, bos, eos, valid_fraction, chat):
+    """chat: None, or (template, special tokens, loss_on) for conversations."""
+    tok = make_tokenizer(kind, staging, path)
+    renderer = None
+    if chat:
+        renderer = chat_mod.ChatRenderer(chat[0], chat[1])
+    _worker.update(tok=tok, bos=bos, eos=eos, cut=int(valid_fraction * (1 << 64)), renderer=renderer,
+                   loss_on=chat[2] if chat else None)
 
 
-def encode_chunk(texts):
-    """(bytes of every document's ids, is-validation flags, digest of the
-    texts, their UTF-8 bytes)."""
+def doc_bytes(doc):
+    """A document's bytes for the split hash and the digest: its text, or a conversation's JSON."""
+    if isinstance(doc, str):
+        return doc.encode("utf-8")
+    return json.dumps(doc, ensure_ascii=False, sort_keys=True).encode("utf-8")
+
+
+def encode_docs(docs):
+    """(ids, loss mask or None, error or None) per document."""
+    w = _worker
+    if w["renderer"] is None:
+        return [(ids, None, None) for ids in w["tok"].encode_batch(docs)]
+    out = []
+    for messages in docs:
+        try:
+            ids, mask = chat_mod.encode_chat(w["renderer"], w["tok"].tok, messages, w["loss_on"])
+            out.append((ids, mask, None))
+        except chat_mod.ChatError as e:
+            out.append((None, None, str(e)))
+    return out
+
+
+def encode_chunk(docs):
+    """Per document (bytes of its ids or None, is-validation, loss mask or None,
+    error or None), the digest of the documents and their bytes."""
     tok, bos, eos, cut = _worker["tok"], _worker["bos"], _worker["eos"], _worker["cut"]
     typecode = "H" if tok.vocab_size < 65500 else "i"
-    digest, flags, out, nbytes = hashlib.sha256(), [], [], 0
-    for text, ids in zip(texts, tok.encode_batch(texts)):
-        raw = text.encode("utf-8")
+    digest, out, nbytes = hashlib.sha256(), [], 0
+    for doc, (ids, mask, error) in zip(docs, encode_docs(docs)):
+        raw = doc_bytes(doc)
         digest.update(len(raw).to_bytes(8, "little") + raw)
         nbytes += len(raw)
         h = int.from_bytes(hashlib.blake2b(raw, digest_size=8, key=b"trainer-split").digest(), "little")
-        flags.append(h < cut)
-        a = array.array(typecode, ([bos] if bos is not None else []) + ids + ([eos] if eos is not None else []))
-        out.append(a.tobytes())
-    return out, flags, digest.digest(), nbytes
+        if error is not None:
+            out.append((None, False, None, error))
+            continue
+        head, tail = ([bos] if bos is not None else []), ([eos] if eos is not None else [])
+        if mask is not None:
+            mask = bytes(len(head)) + mask + bytes(len(tail))
+        out.append((array.array(typecode, head + ids + tail).tobytes(), h < cut, mask, None))
+    return out, digest.digest(), nbytes
 
 
 def chunks(records, max_docs):
@@ -120,7 +169,7 @@ def chunks(records, max_docs):
     group, size = [], 0
     for rec in records:
         group.append(rec)
-        size += len(rec.text) if rec.text else 0
+        size += len(rec.text) if isinstance(rec.text, str) else len(json.dumps(rec.text)) if rec.text else 0
         if size >= CHUNK_BYTES or len(group) >= max_docs:
             yield group
             group, size = [], 0
@@ -149,9 +198,9 @@ def encoded(records, args, init_args):
 
 
 class Outputs:
-    def __init__(self, staging, dtype):
-        self.train = MegatronWriter(os.path.join(staging, "train"), dtype)
-        self.valid = MegatronWriter(os.path.join(staging, "valid"), dtype)
+    def __init__(self, staging, dtype, masked):
+        self.train = MegatronWriter(os.path.join(staging, "train"), dtype, masked)
+        self.valid = MegatronWriter(os.path.join(staging, "valid"), dtype, masked)
         self.rejected = open(os.path.join(staging, "rejected.tsv"), "w", encoding="utf-8")
         self.rejected.write("file\twhere\treason\n")
         self.reasons = collections.Counter()
@@ -160,16 +209,20 @@ class Outputs:
         self.docs = self.text_bytes = 0
 
     def take(self, group, result):
-        docs, flags, digest, nbytes = result
+        docs, digest, nbytes = result
         self.digest.update(digest)
         self.text_bytes += nbytes
-        it = iter(zip(docs, flags))
+        it = iter(docs)
         for rec in group:
             if rec.text is None:
                 self.reject(rec)
                 continue
-            ids, valid = next(it)
-            (self.valid if valid else self.train).add(array.array(self.train.typecode, ids))
+            ids, valid, mask, error = next(it)
+            if error is not None:
+                rec.error = error
+                self.reject(rec)
+                continue
+            (self.valid if valid else self.train).add(array.array(self.train.typecode, ids), mask)
             self.docs += 1
 
     def reject(self, rec):
@@ -211,20 +264,32 @@ def main():
     args = parse_args()
     kind = "huggingface" if args.tokenizer_json else "sentencepiece" if args.tokenizer_model else "bytes"
     path = args.tokenizer_json or args.tokenizer_model
-    progress, records = readers.records(args.inputs, args.text_field, args.text_split, args.hf_split)
+    chat = None
+    if args.chat:
+        try:
+            template, specials = chat_mod.load_template(args.chat_template)
+            chat_mod.ChatRenderer(template, specials)  # a template Jinja cannot parse fails here, once
+        except Exception as e:
+            fail(f"--chat: {e}")
+        chat = (template, specials, args.loss_on)
+    field = args.messages_field if args.chat else args.text_field
+    check = (lambda v: chat_mod.check_messages(v, field)) if args.chat else None
+    progress, records = readers.records(args.inputs, field, args.text_split, args.hf_split, check)
     os.makedirs(args.out_dir, exist_ok=True)
     staging = os.path.join(args.out_dir, ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
     tok = make_tokenizer(kind, staging, path)
-    bos = None if args.no_bos else tok.bos_id
-    eos = None if args.no_eos else tok.eos_id
+    # A chat template writes its own special tokens.
+    bos = None if args.no_bos or args.chat else tok.bos_id
+    eos = None if args.no_eos or args.chat else tok.eos_id
     dtype = token_dtype(tok.vocab_size)
-    out = Outputs(staging, dtype)
+    masked = args.chat and args.loss_on == "assistant"
+    out = Outputs(staging, dtype, masked)
     bar = ProgressLine(args.progress, progress)
     start = time.monotonic()
     init_args = (kind, staging, os.path.join(staging, tok.files[0]) if tok.files else "", bos, eos,
-                 args.valid_fraction)
+                 args.valid_fraction, chat)
     for group, result in encoded(records, args, init_args):
         out.take(group, result)
         bar.update(out.docs)
@@ -237,8 +302,17 @@ def main():
     write_tokenizer_info(staging, tok, dtype, path, None, {
         "format": "megatron", "documents": {"train": len(out.train.sizes), "valid": len(out.valid.sizes)},
         "tokens": {"train": out.train.tokens, "valid": out.valid.tokens}, "rejected": sum(out.reasons.values()),
-        "bos_added": bos is not None, "eos_added": eos is not None, "documents_sha256": out.digest.hexdigest()})
+        "bos_added": bos is not None, "eos_added": eos is not None, "documents_sha256": out.digest.hexdigest(),
+        "chat": {"template": args.chat_template, "loss_on": args.loss_on} if args.chat else None})
     names = ["train.bin", "train.idx", "valid.bin", "valid.idx", "rejected.tsv", "tokenizer_info.json"] + tok.files
+    if masked:
+        names += ["train.lossmask", "valid.lossmask"]
+    for stale in ("train.lossmask", "valid.lossmask"):  # a mask of earlier data must not sit next to new data
+        if stale not in names and os.path.exists(os.path.join(args.out_dir, stale)):
+            os.remove(os.path.join(args.out_dir, stale))
+    if args.chat:
+        shutil.copyfile(args.chat_template, os.path.join(staging, "tokenizer_config.json"))
+        names.append("tokenizer_config.json")
     for stale in ("tokenizer.model", "tokenizer.json"):  # another tokenizer must not sit next to new data
         if stale not in tok.files and os.path.exists(os.path.join(args.out_dir, stale)):
             os.remove(os.path.join(args.out_dir, stale))

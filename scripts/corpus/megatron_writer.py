@@ -24,24 +24,40 @@ def token_dtype(vocab_size):
 
 
 class MegatronWriter:
-    def __init__(self, prefix, dtype):
+    """masked: also PREFIX.lossmask (data/loss_mask.h): "TRLMASK1", u64 token
+    count, one byte per token (1: a target), in the stream's order."""
+
+    def __init__(self, prefix, dtype, masked=False):
         self.prefix, self.dtype = prefix, dtype
         self.code, self.typecode, self.itemsize = DTYPES[dtype]
         self.bin = open(prefix + ".bin", "wb")
+        self.mask = open(prefix + ".lossmask", "wb") if masked else None
+        if self.mask:
+            self.mask.write(b"TRLMASK1" + bytes(8))  # the count is written at close
         self.sizes = array.array("i")
         self.tokens = 0
 
-    def add(self, tokens):
-        """One document's token ids (a list or an array of self.typecode)."""
+    def add(self, tokens, mask=None):
+        """One document's token ids (a list or an array of self.typecode), and
+        its mask bytes when the writer is masked."""
         a = tokens if isinstance(tokens, array.array) else array.array(self.typecode, tokens)
+        if (self.mask is None) != (mask is None) or (mask is not None and len(mask) != len(a)):
+            raise ValueError(f"{self.prefix}: a document of {len(a)} tokens with a mask of "
+                             f"{None if mask is None else len(mask)} bytes")
         if sys.byteorder != "little":
             a.byteswap()
         a.tofile(self.bin)
+        if self.mask:
+            self.mask.write(mask)
         self.sizes.append(len(a))
         self.tokens += len(a)
 
     def close(self):
         self.bin.close()
+        if self.mask:
+            self.mask.seek(8)
+            self.mask.write(struct.pack("<Q", self.tokens))
+            self.mask.close()
         pointers = array.array("q", [0]) * len(self.sizes)
         at = 0
         for i, n in enumerate(self.sizes):

@@ -108,8 +108,9 @@ def open_compressed(path):
     return raw, raw
 
 
-def text_of(obj, field):
-    """The record's text or the reason it has none."""
+def text_of(obj, field, check=None):
+    """The record's text (or, with `check`, what check makes of the field's
+    value) or the reason it has none."""
     if not isinstance(obj, dict):
         return None, f"a JSON {type(obj).__name__}, not an object"
     if field not in obj:
@@ -117,6 +118,8 @@ def text_of(obj, field):
     value = obj[field]
     if value is None:
         return None, f"field '{field}' is null"
+    if check is not None:
+        return check(value)
     if not isinstance(value, str):
         return None, f"field '{field}' is {type(value).__name__}, not a string"
     if not value.strip():
@@ -124,7 +127,7 @@ def text_of(obj, field):
     return value, None
 
 
-def jsonl_records(path, field, progress):
+def jsonl_records(path, field, progress, check):
     raw, stream = open_compressed(path)
     progress.current = raw.tell
     # Small buffers: the lines before a cut in a truncated file still count.
@@ -144,7 +147,7 @@ def jsonl_records(path, field, progress):
             except json.JSONDecodeError as e:
                 yield Record(path, f"line {n}", error=f"not JSON ({e.msg} at column {e.colno})")
                 continue
-            text, error = text_of(obj, field)
+            text, error = text_of(obj, field, check)
             yield Record(path, f"line {n}", text=text, error=error)
     except (OSError, EOFError) as e:  # a truncated .gz or .zst: the records before it count
         yield Record(path, "end", error=f"the file cannot be read to its end ({e})")
@@ -152,16 +155,16 @@ def jsonl_records(path, field, progress):
         raw.close()
 
 
-def column_records(path, batches, field, where="row"):
+def column_records(path, batches, field, check, where="row"):
     n = 0
     for batch in batches:
         for value in batch.column(batch.schema.get_field_index(field)).to_pylist():
             n += 1
-            text, error = text_of({field: value}, field)
+            text, error = text_of({field: value}, field, check)
             yield Record(path, f"{where} {n}", text=text, error=error)
 
 
-def parquet_records(path, field, progress):
+def parquet_records(path, field, progress, check):
     pa = import_pyarrow(path)
     try:
         pf = pa.parquet.ParquetFile(path)
@@ -178,7 +181,7 @@ def parquet_records(path, field, progress):
         for g in range(pf.num_row_groups):
             yield from pf.iter_batches(batch_size=1024, row_groups=[g], columns=[field])
             done[0] = g + 1
-    yield from column_records(path, batches(), field)
+    yield from column_records(path, batches(), field, check)
 
 
 def hf_arrow_files(folder, split):
@@ -200,7 +203,7 @@ def hf_arrow_files(folder, split):
     return files
 
 
-def hf_records(folder, field, split, progress):
+def hf_records(folder, field, split, progress, check):
     pa = import_pyarrow(folder)
     for path in hf_arrow_files(folder, split):
         with pa.memory_map(path) as source:
@@ -215,7 +218,7 @@ def hf_records(folder, field, split, progress):
             if names is not None and field not in names:
                 fail(f"{path}: no column '{field}' (columns: {', '.join(names)}); choose one with --text-field")
             progress.current = source.tell
-            yield from column_records(path, reader, field)
+            yield from column_records(path, reader, field, check)
         progress.done_files += os.path.getsize(path)
     progress.current = lambda: 0
 
@@ -257,20 +260,25 @@ def text_chunks(f, split):
         yield b"".join(para).rstrip(b"\r\n"), f"paragraph at line {start}"
 
 
-def records(inputs, field="text", text_split="file", hf_split="train"):
-    """Returns (Progress, generator of Record)."""
+def records(inputs, field="text", text_split="file", hf_split="train", check=None):
+    """Returns (Progress, generator of Record). check: for a field that is not
+    text (conversations), value -> (document, None) or (None, reason)."""
     paths = expand(inputs)
     kinds = [(p, kind_of(p)) for p in paths]
+    if check is not None:
+        for p, k in kinds:
+            if k == "text":
+                fail(f"{p}: plain text holds no conversations (--chat reads JSON lines, Parquet or datasets folders)")
     progress = Progress(sum(disk_size(p) for p in paths))
 
     def gen():
         for path, kind in kinds:
             if kind == "jsonl":
-                yield from jsonl_records(path, field, progress)
+                yield from jsonl_records(path, field, progress, check)
             elif kind == "parquet":
-                yield from parquet_records(path, field, progress)
+                yield from parquet_records(path, field, progress, check)
             elif kind == "hf":
-                yield from hf_records(path, field, hf_split, progress)
+                yield from hf_records(path, field, hf_split, progress, check)
                 continue  # hf_records counted its own files
             else:
                 yield from text_records(path, text_split, progress)
