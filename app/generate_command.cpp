@@ -1,4 +1,5 @@
 #include "app/generate_command.h"
+#include "app/saved_model.h"
 
 #include <chrono>
 #include <cstdio>
@@ -21,29 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A step directory, or a checkpoint root whose `latest` names one.
-std::string step_directory(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw std::runtime_error("--checkpoint " + dir + ": no such directory");
-  if (fs::exists(fs::path(dir) / "manifest.json", ec)) return dir;
-  std::ifstream latest(fs::path(dir) / "latest");
-  std::string name;
-  if (latest && std::getline(latest, name) && !name.empty()) return (fs::path(dir) / name).string();
-  throw std::runtime_error("--checkpoint " + dir + ": not a checkpoint (no manifest.json, no `latest` file)");
-}
-
-// Every parameter whole, in parameter_list order of the one-process plan.
-std::vector<std::vector<float>> full_weights(const LoadedCheckpoint& ck, const ModelDims& dims, double init_std) {
-  const SliceAssembler assemble(ck);
-  std::vector<std::vector<float>> w;
-  for (const ParamInfo& p : single_plan(dims, init_std).params) {
-    const SliceSpec want = SliceSpec::whole(p.global_shape);
-    w.emplace_back(size_t(want.numel()));
-    assemble.fill("model/" + p.spec.name, DType::F32, want, w.back().data());
-  }
-  return w;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -57,17 +35,12 @@ int run_generate(const GenerateOptions& opt) {
     throw ConfigError("--prompt is empty: give the text to continue (the model was never trained on an empty context)");
   if (opt.device != "auto" && opt.device != "cpu" && opt.device != "cuda")
     throw ConfigError("--device must be cpu, cuda or auto (got '" + opt.device + "')");
-  const std::string dir = step_directory(opt.checkpoint);
-  const LoadedCheckpoint ck = load_checkpoint(dir);  // verifies every file: a corrupt one throws naming it
-  Config saved;
-  try {
-    // Validated against the layout it was saved from, not this process.
-    saved = load_config_text(ck.meta.config_yaml, dir + "/manifest.json (config_yaml)", {}, ck.meta.world_size);
-  } catch (const ConfigError& e) {
-    throw std::runtime_error(std::string("the checkpoint's saved configuration does not load: ") + e.what());
-  }
-  const ModelDims dims = make_dims(saved, 1, saved.train.seq_len, DType::F32);
-  const std::vector<std::vector<float>> weights = full_weights(ck, dims, saved.model.init_std);
+  const SavedModel sm = load_saved_model(opt.checkpoint);
+  const std::string& dir = sm.dir;
+  const LoadedCheckpoint& ck = sm.ck;
+  const Config& saved = sm.cfg;
+  const ModelDims& dims = sm.dims;
+  const std::vector<std::vector<float>>& weights = sm.weights;
 
   std::string chosen;
   const std::unique_ptr<Tokenizer> tok = tokenizer_for_checkpoint(saved, dir, opt.tokenizer, chosen);

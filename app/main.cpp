@@ -8,6 +8,7 @@
 //   trainer plan --config run.yaml [--world N] [--gpus-per-node G] [--gpu NAME] [--search [--top K]]
 //   trainer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
 //                    [--seed S] [--device cpu|cuda|auto] [--tokenizer PATH] [--compare]
+//   trainer eval --checkpoint DIR --task FILE [--limit N] [--scores FILE]
 //   trainer devices
 // Exit codes: 0 success, 1 a run-time failure (data, IO, divergence),
 // 2 a user mistake in the command line or the configuration (a run
@@ -36,6 +37,7 @@
 #include "comm/store.h"
 #include "comm/store_secret.h"
 #include "app/plan_command.h"
+#include "app/eval_command.h"
 #include "app/generate_command.h"
 #include "app/schedule_command.h"
 #include "verify/smoke.h"
@@ -77,8 +79,9 @@ struct CommandLine {
   int schedule_world = 0;
   trainer::PlanOptions plan_opt;
   trainer::GenerateOptions gen;
+  trainer::EvalOptions eval;
   CLI::App *inspect = nullptr, *exporter = nullptr, *schedule = nullptr, *plan = nullptr, *generate = nullptr,
-           *devices = nullptr;
+           *devices = nullptr, *evaluate = nullptr;
 };
 
 void add_run_options(CLI::App& app, CommandLine& cl) {
@@ -138,6 +141,15 @@ void add_model_commands(CLI::App& app, CommandLine& cl) {
   g->add_option("--device", gen.device, "cpu, cuda or auto (default auto)");
   g->add_option("--tokenizer", gen.tokenizer, "tokenizer file or directory (default: the run's, see docs/GENERATE.md \"Generating text\")");
   g->add_flag("--compare", gen.compare, "also run the no-cache reference and say whether the tokens agree");
+  trainer::EvalOptions& ev = cl.eval;
+  CLI::App* e = cl.evaluate =
+      app.add_subcommand("eval", "score a multiple-choice task (HellaSwag's JSON lines) with the model of a checkpoint");
+  e->add_option("--checkpoint", ev.checkpoint, "checkpoint step directory (or a root with `latest`)")->required();
+  e->add_option("--task", ev.task, "JSON lines: ctx, endings, label (docs/YOUR_DATA.md \"Benchmark evaluation\")")
+      ->required();
+  e->add_option("--limit", ev.limit, "score the first N examples only (default 0: all)");
+  e->add_option("--scores", ev.scores, "write every example's log-likelihoods and picks here (JSON lines)");
+  e->add_option("--tokenizer", ev.tokenizer, "tokenizer file or directory (default: the run's)");
   cl.devices = app.add_subcommand(
       "devices", "say what CUDA this machine and build offer (driver, CUDA module, devices) and what device: auto picks");
 }
@@ -162,6 +174,7 @@ int run_tool_command(CommandLine& cl) {
     return 0;
   }
   if (*cl.generate) return trainer::run_generate(cl.gen);
+  if (*cl.evaluate) return trainer::run_eval(cl.eval);
   return -1;
 }
 

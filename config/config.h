@@ -95,6 +95,10 @@ struct TrainConfig {
   double grad_clip = 1.0;          // <= 0: off
   int64_t eval_interval = 0;       // 0: no periodic eval
   int eval_steps = 4;              // micro-batches per eval
+  // A multiple-choice task (data/choice_task.h) scored at every evaluation
+  // ("" none), its first eval_task_limit examples (0: all).
+  std::string eval_task = "";
+  int64_t eval_task_limit = 0;
   int threads = 0;                 // CPU threads; 0: all cores
   std::string loss_scaling = "auto";  // auto | dynamic | off (auto: dynamic with fp16)
   double initial_loss_scale = 65536;  // a power of two

@@ -169,6 +169,11 @@ std::vector<KeySpec> build_schema() {
           .at_least(0).aka("eval_every eval_iters_interval"),
       Row("train.eval_steps", FIELD(train.eval_steps), "validation batches per evaluation, each of train.global_batch_size sequences (split over ranks and micro-batches like a training step)")
           .at_least(1).aka("eval_iters eval_batches"),
+      Row("train.eval_task", FIELD(train.eval_task),
+          "multiple-choice task (HellaSwag's JSON lines) scored at every evaluation: acc and acc_norm; empty: none")
+          .aka("hellaswag benchmark eval_tasks tasks"),
+      Row("train.eval_task_limit", FIELD(train.eval_task_limit), "score the first N examples of train.eval_task; 0: all")
+          .at_least(0).aka("eval_task_examples limit"),
       Row("train.threads", FIELD(train.threads), "CPU threads; 0: all cores")
           .at_least(0).aka("num_threads omp_threads"),
       Row("train.loss_scaling", FIELD(train.loss_scaling), "dynamic loss scaling; auto: on with fp16 only")

@@ -12,9 +12,6 @@
 
 namespace trainer {
 
-namespace {
-
-// One process, one sequence: none of the training-time splits or savings.
 ModelDims decode_dims(const ModelDims& trained, int64_t T) {
   ModelDims d = trained;
   d.B = 1;
@@ -37,8 +34,6 @@ ModelDims decode_dims(const ModelDims& trained, int64_t T) {
   d.recompute_layers = 0;
   return d;
 }
-
-}  // namespace
 
 struct KvDecoder::Chunk {
   ModelDims dims;

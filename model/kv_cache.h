@@ -29,6 +29,11 @@
 
 namespace trainer {
 
+// The dims of one process scoring or decoding B = 1 sequence of T tokens from
+// a trained model's: none of the training-time splits or savings (tp, cp, ep,
+// pipeline stages, recompute, token dropping, separate documents), fp32.
+ModelDims decode_dims(const ModelDims& trained, int64_t T);
+
 class KvDecoder {
  public:
   // `trained`: the model's dims (B, T, parallel fields are ignored: one

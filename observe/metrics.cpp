@@ -124,4 +124,17 @@ void MetricsLog::eval(int64_t step, double val_loss) {
   if (tb_) tb_->scalars(step, {{"val/loss", val_loss}});
 }
 
+void MetricsLog::task(int64_t step, const std::string& name, int64_t examples, double acc, double acc_norm) {
+  clear_bar();
+  std::printf("eval @ step %lld | task %s: %lld examples, acc %.4f, acc_norm %.4f\n", (long long)step, name.c_str(),
+              (long long)examples, acc, acc_norm);
+  std::fflush(stdout);
+  if (jsonl_) {
+    std::fprintf(jsonl_, "{\"step\": %lld, \"task_acc\": %s, \"task_acc_norm\": %s}\n", (long long)step,
+                 num(acc).c_str(), num(acc_norm).c_str());
+    std::fflush(jsonl_);
+  }
+  if (tb_) tb_->scalars(step, {{"task/acc", acc}, {"task/acc_norm", acc_norm}});
+}
+
 }  // namespace trainer

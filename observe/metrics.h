@@ -41,6 +41,8 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
   void step(const StepMetrics& m, bool print);
   void eval(int64_t step, double val_loss);
+  // A multiple-choice task's scores (train.eval_task; infer/choice_score.h).
+  void task(int64_t step, const std::string& name, int64_t examples, double acc, double acc_norm);
   // One more JSON object (a line of metrics.jsonl), e.g. the experts' load.
   void record(const std::string& json);
   // TensorBoard scalars only (no-op without log.tensorboard).

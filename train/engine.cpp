@@ -1,11 +1,13 @@
 #include "train/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <vector>
 
+#include "infer/choice_score.h"
 #include "infer/generate.h"
 #include "model/flops.h"
 #include "model/kv_cache.h"
@@ -54,6 +56,17 @@ StepWindow::Setup window_setup(Session& s) {
 
 // What follows an applied step: its log line (and window), the save that
 // is due, the evaluation that is due.
+// train.eval_task: the weights gathered whole (collective: every rank), the
+// lead scores the task on its CPU as `trainer eval` would.
+void score_eval_task(Session& s, int64_t step) {
+  if (s.eval_task.empty()) return;
+  const std::vector<std::vector<float>> w = s.models->gather_fp32_weights(single_plan(s.dims, s.cfg.model.init_std).params);
+  if (!s.lead) return;
+  const int64_t window = std::min<int64_t>(s.cfg.train.seq_len, s.cfg.model.max_seq_len);
+  const ChoiceResult r = score_choices(s.dims, w, s.eval_task, window);
+  s.log->task(step, s.cfg.train.eval_task, int64_t(s.eval_task.size()), r.acc, r.acc_norm);
+}
+
 void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_t step, const StepResult& r,
                    bool loss_scaling) {
   const Config& cfg = s.cfg;
@@ -83,6 +96,7 @@ void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_
       summary.val_losses.push_back(vl);
       summary.final_val_loss = vl;
       if (s.lead) s.log->eval(step, vl);
+      score_eval_task(s, step);
     });
   }
 }

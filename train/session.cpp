@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "data/batch_share.h"
+#include "data/choice_task.h"
 #include "interop/hf_import.h"
 #include "kernels/cpu/blas_info.h"
 #include "optim/adamw.h"
@@ -105,6 +106,19 @@ void Session::plan_layout() {
 // This rank's share of every step (data/batch_share.h): the union over the
 // ranks is the single-process batch, whatever dp is. The validation batches
 // are train.eval_steps steps' worth, split the same way and read once.
+// train.eval_task, tokenized with the data's tokenizer; every rank reads it,
+// so a bad file stops them all at start-up, naming its line.
+void Session::open_eval_task() {
+  if (cfg.train.eval_task.empty()) return;
+  const std::unique_ptr<Tokenizer> tok = tokenizer_or_fallback(data_tokenizer, cfg.model.vocab_size);
+  for (const ChoiceExample& e :
+       read_choice_task(cfg.train.eval_task, *tok, cfg.model.vocab_size, cfg.train.eval_task_limit))
+    eval_task.push_back({e.context, e.endings, e.ending_bytes, e.label});
+  if (lead)
+    std::printf("eval task: %s, %zu examples (acc, acc_norm at every evaluation)\n", cfg.train.eval_task.c_str(),
+                eval_task.size());
+}
+
 void Session::open_data() {
   const bool separate = cfg.data.documents == "separate";
   train_data = std::make_unique<BatchSampler>(cfg.data.train, cfg.data.dtype, T, cfg.model.vocab_size, cfg.run.seed,
@@ -118,6 +132,7 @@ void Session::open_data() {
     valid_share = predicted_share(*valid_batch, dist->host(), counts_batch);
   }
   if (lead) std::printf("data: %s", train_data->describe().c_str());  // describe() ends each entry with a newline
+  open_eval_task();
   // The next step's tokens are read in a background thread while this step computes.
   prefetch = std::make_unique<BatchPrefetcher>(*train_data, M, micro, rank_sequences(M, micro, dp, dist->dp_rank()));
 }

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "data/batch_sampler.h"
 #include "data/prefetch.h"
+#include "infer/choice_score.h"
 #include "interop/reference_dump.h"
 #include "interop/run_tokenizer.h"
 #include "model/sharding.h"
@@ -47,6 +48,8 @@ class Session {
   RunOptions opt;  // quiet on every rank but the lead
   DeviceChoice dev;
   std::optional<TokenizerFiles> data_tokenizer;
+  // train.eval_task, read and tokenized at start-up (empty: none).
+  std::vector<ChoiceItem> eval_task;
   std::unique_ptr<DistributedRun> dist;
   std::unique_ptr<RunLock> run_lock;  // one job per run directory, held until the session ends
   RankPlaces places;                  // every rank's host and local rank (observe/placement_report.h)
@@ -96,6 +99,7 @@ class Session {
   void open_run();
   void plan_layout();
   void open_data();
+  void open_eval_task();
   void build_models();
   void open_run_dir();
   void resume();
