@@ -580,13 +580,13 @@ void bench_attention(const Options& o, Report& rep) {
           r.add("status", bad.empty() ? "ok" : "nonfinite");
           rep.emit(std::move(r));
         };
-        auto fwd = [&](int) { trainer::ops::attention_forward(O, L, Q, K, Vt, true, 0); };
+        auto fwd = [&](int) { trainer::ops::attention_forward(O, L, Q, K, Vt, true, 0, {}); };
         std::string bad = check_outputs([&] { fwd(0); }, {{"out", O}, {"lse", L}});
         const Timing tf = time_op(o, fwd);
         emit(base("attn_fwd"), tf, fwd_flops, bad);
         pending = {"attn_bwd"};
         // Backward needs the forward's out and lse: the last timed forward left them.
-        auto bwd = [&](int) { trainer::ops::attention_backward(dQ, dK, dV, dO, Q, K, Vt, O, L, true, 0); };
+        auto bwd = [&](int) { trainer::ops::attention_backward(dQ, dK, dV, dO, Q, K, Vt, O, L, true, 0, {}); };
         bad = check_outputs([&] { bwd(0); }, {{"dq", dQ}, {"dk", dK}, {"dv", dV}});
         const Timing tb = time_op(o, bwd);
         emit(base("attn_bwd"), tb, bwd_flops, bad);

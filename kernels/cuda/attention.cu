@@ -2,7 +2,17 @@
 // those of ops::attention_forward / ops::attention_backward (kernels/op_list.h):
 // q [B,T,Hq,D], k,v [B,T,Hkv,D], query head h reads kv head h / (Hq/Hkv),
 // scale 1/sqrt(D), causal or full, out [B,T,Hq,D], lse [B,Hq,T] F32.
-// A sliding window W (causal only) also masks key j < i - W for query i.
+// A sliding window W (causal only) also masks key j < i - W for query i;
+// separate documents (doc_start [B,T] I32, causal only) mask key j <
+// doc_start[b,i], clamped to i. Both give row i a first key that only grows
+// with i (first_key), so whatever holds for the window's tiles below holds
+// for documents' too: a tile's first row bounds the keys the tile needs.
+// Every kernel body takes kDocs and is built twice: NAME_kernel without
+// documents, where their loads, masks and bounds compile away (the code and
+// registers of the kernels before documents: ptxas' allocation moves by
+// tens of registers on a few extra live values, and with it occupancy),
+// and NAME_docs_kernel; the host picks by whether doc_start is given
+// (allow_smem_of_pair, attention_tiles.cuh).
 //
 // Algorithm (FlashAttention-2): the T x T score matrix never exists in memory.
 //   forward   one block of 4 warps per (b, q head, 64-row Q tile); each warp
@@ -17,12 +27,16 @@
 //             Window W: K/V tiles wholly before the band (every key < the
 //             tile's first row - W) are never loaded either, so a pass costs
 //             O(T W); the band's lower edge is masked like the diagonal.
+//             Documents likewise: K/V tiles before the first row's document
+//             are never loaded, and its start is masked.
 //   backward  P is recomputed from lse, never stored.
 //             (1) delta[b,h,t] = sum_d dout * out (fp32 scratch, grow-only).
 //             (2) dK/dV: one block per (b, kv head, 64-key tile); each warp
 //                 owns 16 keys. It loops over every query head of the GQA group
 //                 and every Q tile that can see its keys (with a window, only
-//                 the tiles within W rows after them), computing S^T = K Q^T
+//                 the tiles within W rows after them; with documents, up to
+//                 the first whose first row's document starts after them:
+//                 a binary search over doc_start), computing S^T = K Q^T
 //                 and dP^T = V dO^T, P^T = exp2(S^T*scale*log2e - lse*log2e),
 //                 dS^T = P^T (dP^T - delta), then dV += P^T dO, dK += dS^T Q in
 //                 registers; written once (dK * scale). The GQA sum is a plain
@@ -38,7 +52,8 @@
 //   forward  Br=64 Q rows, Bc=64 keys, K/V double buffered:
 //            (Br + 4*Bc) * (D+8) * 2 B = 45 KiB (D=64), 85 KiB (D=128)
 //   dK/dV    Bc=64 keys, Br=64 (D=64) / 32 (D=128) Q rows, Q/dO/lse/delta
-//            double buffered: 55 KiB (D=64), 68.5 KiB (D=128)
+//            and each row's first key double buffered: 55.5 KiB (D=64),
+//            68.75 KiB (D=128)
 //   dQ       Br=64 Q rows, Bc=64 (D=64) / 32 (D=128) keys, K/V double buffered:
 //            54 KiB (D=64), 68 KiB (D=128)
 //   (above 48 KiB the kernel is opted in once with cudaFuncSetAttribute; all
@@ -105,15 +120,44 @@ constexpr float kLn2 = 0.6931471805599453f;
 // it are computed in 64 bits.
 constexpr int kNoWindow = INT_MAX / 2;
 
-// First K tile (of `tile` keys) that row q0 or a later row can see.
-__device__ __forceinline__ int first_kv_tile(int q0, int win, int tile) {
-  return q0 > win ? (q0 - win) / tile : 0;
+// The first key row `row` sees: the window's edge row - win and, with
+// separate documents (ds: the sequence's doc_start row, else null), the
+// start of its document, taken as at most row (a row always sees itself).
+// Both only grow with the row, so a tile's first row has the tile's
+// smallest first key and its last row the largest. Rows past the sequence
+// (a ragged last tile's padding, never stored) take the last row's
+// document, which keeps that order and reads nothing past doc_start.
+__device__ __forceinline__ int first_key(int row, int win, const int32_t* ds, int seq) {
+  const int w = row - win;
+  return ds != nullptr ? max(w, min(int(ds[min(row, seq - 1)]), row)) : w;
+}
+
+// First K tile (of `tile` keys) that row q0 or a later row can see: the
+// later of the window's and the document's (first_key(q0) / tile).
+__device__ __forceinline__ int first_kv_tile(int q0, int win, const int32_t* ds, int tile) {
+  const int w = q0 > win ? (q0 - win) / tile : 0;
+  return ds != nullptr ? max(w, min(int(ds[q0]), q0) / tile) : w;
 }
 // One past the last Q tile (of `tile` rows; n tiles in all) whose rows can
-// see key `last_key`: rows up to last_key + win.
-__device__ __forceinline__ int end_q_tile(int last_key, int win, int tile, int n) {
+// see key `last_key`: rows up to last_key + win, and with documents only
+// the tiles (from `first` on) whose first row's document starts at or
+// before it, since every later row's starts later still. Block-uniform.
+__device__ __forceinline__ int end_q_tile(int last_key, int win, const int32_t* ds, int seq, int tile,
+                                          int first, int n) {
   const int64_t t = (int64_t(last_key) + win) / tile + 1;
-  return t < n ? int(t) : n;
+  int hi = t < n ? int(t) : n;
+  if (ds == nullptr) return hi;
+  // The first tile of [first, hi) whose first row sees nothing up to
+  // last_key; a binary search, as first_key only grows.
+  int lo = first;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (first_key(mid * tile, win, ds, seq) > last_key)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
 }
 
 // ============================================================================
@@ -130,16 +174,18 @@ template <int D> struct DqTiles { static constexpr int Br = 64, Bc = D <= 64 ? 6
 template <typename T, int D> constexpr size_t fwd_smem_bytes() {
   return size_t(FwdTiles<D>::Br + 4 * FwdTiles<D>::Bc) * (D + kPad) * sizeof(T);
 }
-template <typename T, int D> constexpr size_t dkdv_smem_bytes() {
+// With documents, each Q row's first key is staged beside its lse and delta.
+template <typename T, int D> constexpr size_t dkdv_smem_bytes(bool docs) {
   return size_t(2 * DkvTiles<D>::Bc + 4 * DkvTiles<D>::Br) * (D + kPad) * sizeof(T) +
-         size_t(4 * DkvTiles<D>::Br) * sizeof(float);
+         size_t(4 * DkvTiles<D>::Br) * sizeof(float) +
+         (docs ? size_t(2 * DkvTiles<D>::Br) * sizeof(int) : 0);
 }
 template <typename T, int D> constexpr size_t dq_smem_bytes() {
   return size_t(2 * DqTiles<D>::Br + 4 * DqTiles<D>::Bc) * (D + kPad) * sizeof(T);
 }
 // Every configuration must fit attention_tiles.cuh's kMaxSmem.
 static_assert(fwd_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "forward smem");
-static_assert(dkdv_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dK/dV smem");
+static_assert(dkdv_smem_bytes<__nv_bfloat16, 128>(true) <= kMaxSmem, "dK/dV smem");
 static_assert(dq_smem_bytes<__nv_bfloat16, 128>() <= kMaxSmem, "dQ smem");
 
 // Two floats rounded to T, lo in the low half.
@@ -215,11 +261,11 @@ __device__ __forceinline__ void cp_tile(T* s, const T* g, int64_t stride, int va
 
 // ---- forward ----------------------------------------------------------------
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
-    flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
-                     const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
-                     float scale_log2, bool causal, int win) {
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    flash_fwd(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+              const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ doc,
+              int seq, int Hq, int Hkv, float scale_log2, bool causal, int win) {
   constexpr int Br = FwdTiles<D>::Br, Bc = FwdTiles<D>::Bc, LD = D + kPad;
   static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
@@ -237,7 +283,14 @@ __global__ void __launch_bounds__(kThreads)
   const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
   const int n_kv_all = (seq + Bc - 1) / Bc;
   const int n_kv = causal ? min(n_kv_all, (q0 + Br - 1) / Bc + 1) : n_kv_all;
-  const int j0 = first_kv_tile(q0, win, Bc);  // tiles before it lie behind every row's window
+  const int32_t* ds = kDocs ? doc + int64_t(b) * seq : nullptr;
+  // Tiles before j0 lie behind every row's window and before its document.
+  const int j0 = first_kv_tile(q0, win, ds, Bc);
+  // Rows g and g + 8 of this warp's 16 mask keys before their first; a tile
+  // starting before the last row's first key holds such keys.
+  const int lo[2] = {first_key(q0 + warp * 16 + g, win, ds, seq),
+                     first_key(q0 + warp * 16 + g + 8, win, ds, seq)};
+  const int lo_last = first_key(q0 + Br - 1, win, ds, seq);
   const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
 
   cp_tile<T, D, Br>(Qs, qg, ldq, seq - q0);
@@ -286,9 +339,10 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // Scale into the log2 domain; mask keys past T, (causal) after the row
-    // and (window) more than win before it.
+    // and before its first key (window, document).
     const int k0 = j * Bc;
-    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) || k0 < q0 + Br - 1 - win;
+    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) ||
+                           k0 < (kDocs ? lo_last : q0 + Br - 1 - win);
 #pragma unroll
     for (int nt = 0; nt < Bc / 8; ++nt) {
 #pragma unroll
@@ -297,7 +351,8 @@ __global__ void __launch_bounds__(kThreads)
         if (need_mask) {
           const int key = k0 + nt * 8 + 2 * t + (e & 1);
           const int row = q0 + warp * 16 + g + 8 * (e >> 1);
-          if (key >= seq || (causal && key > row) || key < row - win) x = -INFINITY;
+          if (key >= seq || (causal && key > row) || key < (kDocs ? lo[e >> 1] : row - win))
+            x = -INFINITY;
         }
         s[nt][e] = x;
       }
@@ -363,17 +418,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                     const T* __restrict__ k, const T* __restrict__ v,
+                     const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale_log2,
+                     bool causal, int win) {
+  flash_fwd<T, D, false>(out, lse, q, k, v, doc, seq, Hq, Hkv, scale_log2, causal, win);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_fwd_docs_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                          const T* __restrict__ k, const T* __restrict__ v,
+                          const int32_t* __restrict__ doc, int seq, int Hq, int Hkv,
+                          float scale_log2, bool causal, int win) {
+  flash_fwd<T, D, true>(out, lse, q, k, v, doc, seq, Hq, Hkv, scale_log2, causal, win);
+}
+
 // ---- backward: delta = rowsum(dout * out): attention_tiles.cuh -----------
 
 // ---- backward: dK, dV -------------------------------------------------------
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
-    flash_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
-                          const T* __restrict__ k, const T* __restrict__ v,
-                          const T* __restrict__ dout, const float* __restrict__ lse,
-                          const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
-                          float scale_log2, bool causal, int win) {
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    flash_bwd_dkdv(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                   const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                   const float* __restrict__ lse, const float* __restrict__ delta,
+                   const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                   float scale_log2, bool causal, int win) {
   constexpr int Bc = DkvTiles<D>::Bc, Br = DkvTiles<D>::Br, LD = D + kPad;
   static_assert(Bc == 16 * (kThreads / 32), "one warp per 16 keys");
   static_assert(Br <= kThreads, "lse/delta staging assumes Br <= threads");
@@ -384,6 +456,7 @@ __global__ void __launch_bounds__(kThreads)
   T* dOs = Qs + 2 * Br * LD;                // [2][Br][LD]
   float* Ls = reinterpret_cast<float*>(dOs + 2 * Br * LD);  // [2][Br] lse * log2(e)
   float* Ds = Ls + 2 * Br;                                  // [2][Br] delta
+  int* Fs = reinterpret_cast<int*>(Ds + 2 * Br);            // [2][Br] first key (first_key)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;  // kt = 0 has the most work
@@ -392,8 +465,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t ldq = int64_t(Hq) * D, ldk = int64_t(Hkv) * D;
   const int n_qt = (seq + Br - 1) / Br;
   const int qt_first = causal ? k0 / Br : 0;  // earlier Q tiles cannot see these keys
-  // Later Q tiles than the last row within the window of the last key cannot either.
-  const int qt_end = end_q_tile(k0 + Bc - 1, win, Br, n_qt);
+  // Nor can later ones than the last row within the window of the last key,
+  // or than the last whose first row's document starts by it.
+  const int32_t* ds = kDocs ? doc + int64_t(b) * seq : nullptr;
+  const int qt_end = end_q_tile(k0 + Bc - 1, win, ds, seq, Br, qt_first, n_qt);
   const int per_head = qt_end - qt_first;     // >= 1 since k0 < seq
   const int n_it = group * per_head;
   const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
@@ -414,6 +489,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t idx = (int64_t(b) * Hq + h) * seq + row;
       Ls[buf * Br + threadIdx.x] = ok ? lse[idx] * kLog2e : 0.f;
       Ds[buf * Br + threadIdx.x] = ok ? delta[idx] : 0.f;
+      if (kDocs) Fs[buf * Br + threadIdx.x] = first_key(row, win, ds, seq);
     }
   };
   load(0, 0);
@@ -435,6 +511,7 @@ __global__ void __launch_bounds__(kThreads)
     const T* dOb = dOs + buf * Br * LD;
     const float* Lb = Ls + buf * Br;
     const float* Db = Ds + buf * Br;
+    const int* Fb = Fs + buf * Br;
     const int q0 = (qt_first + it % per_head) * Br;
 
     // S^T = K Q^T and dP^T = V dO^T: 16 keys x Br queries per warp.
@@ -462,8 +539,11 @@ __global__ void __launch_bounds__(kThreads)
 
     // P^T = exp2(S^T * scale * log2e - lse * log2e); dS^T = P^T (dP^T - delta).
     // Element (nt, e): key k0 + 16 warp + g + 8 (e >> 1), query q0 + 8 nt + 2t + (e & 1).
+    // A row masks the keys before its first (window, document); the tile's
+    // last row has the largest first key.
     const bool need_mask =
-        q0 + Br > seq || k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) || k0 < q0 + Br - 1 - win;
+        q0 + Br > seq || k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) ||
+        k0 < (kDocs ? Fb[Br - 1] : q0 + Br - 1 - win);
 #pragma unroll
     for (int nt = 0; nt < Br / 8; ++nt) {
 #pragma unroll
@@ -472,7 +552,8 @@ __global__ void __launch_bounds__(kThreads)
         float p = fast_exp2(s[nt][e] * scale_log2 - Lb[qi]);
         if (need_mask) {
           const int row = q0 + qi, key = k0 + warp * 16 + g + 8 * (e >> 1);
-          if (row >= seq || key >= seq || (causal && key > row) || key < row - win) p = 0.f;
+          if (row >= seq || key >= seq || (causal && key > row) || key < (kDocs ? Fb[qi] : row - win))
+            p = 0.f;
         }
         dp[nt][e] = p * (dp[nt][e] - Db[qi]);
         s[nt][e] = p;
@@ -514,14 +595,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- backward: dQ -----------------------------------------------------------
-
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
-    flash_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
-                        const T* __restrict__ v, const T* __restrict__ dout,
-                        const float* __restrict__ lse, const float* __restrict__ delta, int seq,
-                        int Hq, int Hkv, float scale, float scale_log2, bool causal, int win) {
+    flash_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                          const T* __restrict__ k, const T* __restrict__ v,
+                          const T* __restrict__ dout, const float* __restrict__ lse,
+                          const float* __restrict__ delta, const int32_t* __restrict__ doc, int seq,
+                          int Hq, int Hkv, float scale, float scale_log2, bool causal, int win) {
+  flash_bwd_dkdv<T, D, false>(dk, dv, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale,
+                              scale_log2, causal, win);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_bwd_dkdv_docs_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                               const T* __restrict__ k, const T* __restrict__ v,
+                               const T* __restrict__ dout, const float* __restrict__ lse,
+                               const float* __restrict__ delta, const int32_t* __restrict__ doc,
+                               int seq, int Hq, int Hkv, float scale, float scale_log2, bool causal,
+                               int win) {
+  flash_bwd_dkdv<T, D, true>(dk, dv, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale,
+                             scale_log2, causal, win);
+}
+
+// ---- backward: dQ -----------------------------------------------------------
+
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    flash_bwd_dq(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
+                 const float* __restrict__ delta, const int32_t* __restrict__ doc, int seq, int Hq,
+                 int Hkv, float scale, float scale_log2, bool causal, int win) {
   constexpr int Br = DqTiles<D>::Br, Bc = DqTiles<D>::Bc, LD = D + kPad;
   static_assert(Br == 16 * (kThreads / 32), "one warp per 16 query rows");
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
@@ -540,7 +643,12 @@ __global__ void __launch_bounds__(kThreads)
   const T* vg = v + int64_t(b) * seq * ldk + int64_t(kvh) * D;
   const int n_kv_all = (seq + Bc - 1) / Bc;
   const int n_kv = causal ? min(n_kv_all, (q0 + Br - 1) / Bc + 1) : n_kv_all;
-  const int j0 = first_kv_tile(q0, win, Bc);
+  const int32_t* ds = kDocs ? doc + int64_t(b) * seq : nullptr;
+  const int j0 = first_kv_tile(q0, win, ds, Bc);
+  // As the forward: rows g and g + 8's first keys, the tile's last row's.
+  const int lo[2] = {first_key(q0 + warp * 16 + g, win, ds, seq),
+                     first_key(q0 + warp * 16 + g + 8, win, ds, seq)};
+  const int lo_last = first_key(q0 + Br - 1, win, ds, seq);
   const int off_a = ldsm_off_a<LD>(lane), off_b = ldsm_off_b<LD>(lane);
 
   cp_tile<T, D, Br>(Qs, q + q_off, ldq, seq - q0);
@@ -608,7 +716,8 @@ __global__ void __launch_bounds__(kThreads)
 
     // dS = P (dP - delta), P = exp2(S * scale * log2e - lse * log2e).
     const int k0 = j * Bc;
-    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) || k0 < q0 + Br - 1 - win;
+    const bool need_mask = k0 + Bc > seq || (causal && k0 + Bc - 1 > q0) ||
+                           k0 < (kDocs ? lo_last : q0 + Br - 1 - win);
 #pragma unroll
     for (int nt = 0; nt < Bc / 8; ++nt) {
 #pragma unroll
@@ -618,7 +727,7 @@ __global__ void __launch_bounds__(kThreads)
         if (need_mask) {
           const int key = k0 + nt * 8 + 2 * t + (e & 1);
           const int row = q0 + warp * 16 + g + 8 * r;
-          if (key >= seq || (causal && key > row) || key < row - win) p = 0.f;
+          if (key >= seq || (causal && key > row) || key < (kDocs ? lo[r] : row - win)) p = 0.f;
         }
         dp[nt][e] = p * (dp[nt][e] - dl[r]);
       }
@@ -653,18 +762,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                        const T* __restrict__ v, const T* __restrict__ dout,
+                        const float* __restrict__ lse, const float* __restrict__ delta,
+                        const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                        float scale_log2, bool causal, int win) {
+  flash_bwd_dq<T, D, false>(dq, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale, scale_log2,
+                            causal, win);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_bwd_dq_docs_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                             const T* __restrict__ v, const T* __restrict__ dout,
+                             const float* __restrict__ lse, const float* __restrict__ delta,
+                             const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                             float scale_log2, bool causal, int win) {
+  flash_bwd_dq<T, D, true>(dq, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale, scale_log2,
+                           causal, win);
+}
+
 // ============================================================================
 // Simple path: fp32 arithmetic in shared memory, any float storage type
 // ============================================================================
 //
 // The tiles, layouts and steps of attention_tiles.cuh (32 query rows x 32
-// keys, 256 threads); here the masks are causal / window / past T.
+// keys, 256 threads); here the masks are causal / window / document / past T.
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kTileThreads, 1)
-    simple_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
-                      const T* __restrict__ k, const T* __restrict__ v, int seq, int Hq, int Hkv,
-                      float scale, bool causal, int win) {
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    simple_fwd(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+               const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ doc,
+               int seq, int Hq, int Hkv, float scale, bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const FwdTileSmem<D> s(smem_raw);
@@ -685,10 +815,11 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   float o[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) o[i] = 0.f;
+  const int32_t* ds = kDocs ? doc + int64_t(b) * seq : nullptr;
 
   const int n_kv_all = (seq + kTileKeys - 1) / kTileKeys;
   const int n_kv = causal ? min(n_kv_all, (q0 + kTileRows - 1) / kTileKeys + 1) : n_kv_all;
-  for (int j = first_kv_tile(q0, win, kTileKeys); j < n_kv; ++j) {
+  for (int j = first_kv_tile(q0, win, ds, kTileKeys); j < n_kv; ++j) {
     const int k0 = j * kTileKeys;
     __syncthreads();  // previous tile fully consumed (and Q / stats visible at the first)
     load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, seq - k0);
@@ -698,7 +829,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
     for (int i = 0; i < kTileRows / 8; ++i) {
       const int r = warp + 8 * i, key = k0 + lane, row = q0 + r;
       float x = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF) * scale;
-      if (key >= seq || (causal && key > row) || key < row - win) x = -INFINITY;
+      if (key >= seq || (causal && key > row) || key < first_key(row, win, ds, seq)) x = -INFINITY;
       s.Ss[r * LDS + lane] = x;
     }
     __syncthreads();
@@ -714,11 +845,28 @@ __global__ void __launch_bounds__(kTileThreads, 1)
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kTileThreads, 1)
-    simple_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+    simple_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                      const T* __restrict__ k, const T* __restrict__ v,
+                      const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                      bool causal, int win) {
+  simple_fwd<T, D, false>(out, lse, q, k, v, doc, seq, Hq, Hkv, scale, causal, win);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    simple_fwd_docs_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                            const T* __restrict__ k, const T* __restrict__ v,
-                           const T* __restrict__ dout, const float* __restrict__ lse,
-                           const float* __restrict__ delta, int seq, int Hq, int Hkv, float scale,
+                           const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
                            bool causal, int win) {
+  simple_fwd<T, D, true>(out, lse, q, k, v, doc, seq, Hq, Hkv, scale, causal, win);
+}
+
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    simple_bwd_dkdv(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                    const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                    const float* __restrict__ lse, const float* __restrict__ delta,
+                    const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                    bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DkvTileSmem<D> s(smem_raw);
@@ -737,7 +885,8 @@ __global__ void __launch_bounds__(kTileThreads, 1)
 
   const int n_qt = (seq + kTileRows - 1) / kTileRows;
   const int qt_first = causal ? k0 / kTileRows : 0;
-  const int qt_end = end_q_tile(k0 + kTileKeys - 1, win, kTileRows, n_qt);
+  const int32_t* ds = kDocs ? doc + int64_t(b) * seq : nullptr;
+  const int qt_end = end_q_tile(k0 + kTileKeys - 1, win, ds, seq, kTileRows, qt_first, n_qt);
   for (int hh = 0; hh < group; ++hh) {
     const int h = kvh * group + hh;
     for (int qt = qt_first; qt < qt_end; ++qt) {
@@ -753,7 +902,8 @@ __global__ void __launch_bounds__(kTileThreads, 1)
         const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
         const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF);
         const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + lane * LDF);
-        const bool masked = row >= seq || key >= seq || (causal && key > row) || key < row - win;
+        const bool masked = row >= seq || key >= seq || (causal && key > row) ||
+                            key < first_key(row, win, ds, seq);
         const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
         s.Ps[r * LDS + lane] = p;
         s.dSs[r * LDS + lane] = p * (gp - s.Dr[r]);
@@ -767,10 +917,32 @@ __global__ void __launch_bounds__(kTileThreads, 1)
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kTileThreads, 1)
-    simple_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
-                         const T* __restrict__ v, const T* __restrict__ dout,
-                         const float* __restrict__ lse, const float* __restrict__ delta, int seq,
-                         int Hq, int Hkv, float scale, bool causal, int win) {
+    simple_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                           const T* __restrict__ k, const T* __restrict__ v,
+                           const T* __restrict__ dout, const float* __restrict__ lse,
+                           const float* __restrict__ delta, const int32_t* __restrict__ doc,
+                           int seq, int Hq, int Hkv, float scale, bool causal, int win) {
+  simple_bwd_dkdv<T, D, false>(dk, dv, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale, causal,
+                               win);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    simple_bwd_dkdv_docs_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                                const T* __restrict__ k, const T* __restrict__ v,
+                                const T* __restrict__ dout, const float* __restrict__ lse,
+                                const float* __restrict__ delta, const int32_t* __restrict__ doc,
+                                int seq, int Hq, int Hkv, float scale, bool causal, int win) {
+  simple_bwd_dkdv<T, D, true>(dk, dv, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale, causal,
+                              win);
+}
+
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    simple_bwd_dq(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                  const T* __restrict__ v, const T* __restrict__ dout,
+                  const float* __restrict__ lse, const float* __restrict__ delta,
+                  const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                  bool causal, int win) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DqTileSmem<D> s(smem_raw);
@@ -790,10 +962,14 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   float dqa[PER];
 #pragma unroll
   for (int i = 0; i < PER; ++i) dqa[i] = 0.f;
+  const int32_t* ds = kDocs ? doc + int64_t(b) * seq : nullptr;
+  int lo[kTileRows / 8];  // this thread's rows warp + 8 i: their first keys
+#pragma unroll
+  for (int i = 0; i < kTileRows / 8; ++i) lo[i] = first_key(q0 + warp + 8 * i, win, ds, seq);
 
   const int n_kv_all = (seq + kTileKeys - 1) / kTileKeys;
   const int n_kv = causal ? min(n_kv_all, (q0 + kTileRows - 1) / kTileKeys + 1) : n_kv_all;
-  for (int j = first_kv_tile(q0, win, kTileKeys); j < n_kv; ++j) {
+  for (int j = first_kv_tile(q0, win, ds, kTileKeys); j < n_kv; ++j) {
     const int k0 = j * kTileKeys;
     __syncthreads();
     load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, seq - k0);
@@ -804,7 +980,8 @@ __global__ void __launch_bounds__(kTileThreads, 1)
       const int r = warp + 8 * i, row = q0 + r, key = k0 + lane;
       const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF);
       const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + lane * LDF);
-      const bool masked = key >= seq || (causal && key > row) || key < row - win;
+      const bool masked =
+          key >= seq || (causal && key > row) || key < (kDocs ? lo[i] : row - win);
       const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
       s.dSs[r * LDS + lane] = p * (gp - s.Dr[r]);
     }
@@ -812,6 +989,25 @@ __global__ void __launch_bounds__(kTileThreads, 1)
     accumulate_dq<D>(dqa, s);
   }
   store_dq_tile<false, T, D>(dq, dqa, q0, seq, b, h, ldq, scale);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    simple_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, const T* __restrict__ dout,
+                         const float* __restrict__ lse, const float* __restrict__ delta,
+                         const int32_t* __restrict__ doc, int seq, int Hq, int Hkv, float scale,
+                         bool causal, int win) {
+  simple_bwd_dq<T, D, false>(dq, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale, causal, win);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    simple_bwd_dq_docs_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                              const T* __restrict__ v, const T* __restrict__ dout,
+                              const float* __restrict__ lse, const float* __restrict__ delta,
+                              const int32_t* __restrict__ doc, int seq, int Hq, int Hkv,
+                              float scale, bool causal, int win) {
+  simple_bwd_dq<T, D, true>(dq, q, k, v, dout, lse, delta, doc, seq, Hq, Hkv, scale, causal, win);
 }
 
 // ============================================================================
@@ -841,9 +1037,16 @@ void need_aligned(const char* op, const char* name, const Tensor& t) {
     fail(op, std::string(name) + " " + t.shape_str() + " is not 16-byte aligned");
 }
 
-std::string context(const Tensor& q, const Tensor& k, bool causal, int64_t window) {
+std::string context(const Tensor& q, const Tensor& k, bool causal, int64_t window,
+                    const Tensor& doc_start) {
   return "q " + q.shape_str() + " k " + k.shape_str() + " " + dtype_name(q.dtype) +
-         (causal ? " causal" : " full") + (window > 0 ? " window " + std::to_string(window) : "");
+         (causal ? " causal" : " full") + (window > 0 ? " window " + std::to_string(window) : "") +
+         (doc_start.empty() ? "" : " documents " + doc_start.shape_str());
+}
+
+// The kernels' doc_start ([B, T] I32; null: no documents).
+const int32_t* kernel_doc_start(const Tensor& doc_start) {
+  return doc_start.empty() ? nullptr : static_cast<const int32_t*>(doc_start.data);
 }
 
 // The kernels' `win` (kNoWindow: none; the router allows a window only with causal).
@@ -865,78 +1068,103 @@ DeltaScratch delta_scratch("attention delta scratch");
 
 template <typename T, int D>
 void forward_simple(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
-                    bool causal, int win, const std::string& ctx) {
+                    const int32_t* doc, bool causal, int win, const std::string& ctx) {
   constexpr size_t smem = FwdTileSmem<D>::bytes(false);
-  allow_smem_once<simple_fwd_kernel<T, D>>(smem, "simple_fwd_kernel");
+  const bool docs = doc != nullptr;
+  auto kernel = simple_fwd_kernel<T, D>;
+  if (docs) kernel = simple_fwd_docs_kernel<T, D>;
+  const char* name = docs ? "simple_fwd_docs_kernel" : "simple_fwd_kernel";
+  allow_smem_of_pair<simple_fwd_kernel<T, D>, simple_fwd_docs_kernel<T, D>>(docs, smem, name);
   const dim3 grid(unsigned((d.T + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-  launch(simple_fwd_kernel<T, D>, grid, kTileThreads, smem, stream(), out, lse, q, k, v, int(d.T),
-         int(d.Hq), int(d.Hkv), softmax_scale(D), causal, win);
-  KERNEL_CHECK("simple_fwd_kernel", ctx);
+  launch(kernel, grid, kTileThreads, smem, stream(), out, lse, q, k, v, doc, int(d.T), int(d.Hq),
+         int(d.Hkv), softmax_scale(D), causal, win);
+  KERNEL_CHECK(name, ctx);
 }
 
 template <typename T, int D>
 void forward_mma(const Dims& d, T* out, float* lse, const T* q, const T* k, const T* v,
-                 bool causal, int win, const std::string& ctx) {
+                 const int32_t* doc, bool causal, int win, const std::string& ctx) {
   constexpr size_t smem = fwd_smem_bytes<T, D>();
-  allow_smem_once<flash_fwd_kernel<T, D>>(smem, "flash_fwd_kernel");
+  const bool docs = doc != nullptr;
+  auto kernel = flash_fwd_kernel<T, D>;
+  if (docs) kernel = flash_fwd_docs_kernel<T, D>;
+  const char* name = docs ? "flash_fwd_docs_kernel" : "flash_fwd_kernel";
+  allow_smem_of_pair<flash_fwd_kernel<T, D>, flash_fwd_docs_kernel<T, D>>(docs, smem, name);
   constexpr int Br = FwdTiles<D>::Br;
   const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
-  launch(flash_fwd_kernel<T, D>, grid, kThreads, smem, stream(), out, lse, q, k, v, int(d.T),
-         int(d.Hq), int(d.Hkv), softmax_scale(D) * kLog2e, causal, win);
-  KERNEL_CHECK("flash_fwd_kernel", ctx);
+  launch(kernel, grid, kThreads, smem, stream(), out, lse, q, k, v, doc, int(d.T), int(d.Hq),
+         int(d.Hkv), softmax_scale(D) * kLog2e, causal, win);
+  KERNEL_CHECK(name, ctx);
 }
 
 template <typename T, int D>
 void backward_simple(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                     const T* v, const float* lse, const float* delta, bool causal, int win,
-                     const std::string& ctx) {
+                     const T* v, const float* lse, const float* delta, const int32_t* doc, bool causal,
+                     int win, const std::string& ctx) {
   const float scale = softmax_scale(D);
   {
     constexpr size_t smem = DkvTileSmem<D>::bytes(false);
-    allow_smem_once<simple_bwd_dkdv_kernel<T, D>>(smem, "simple_bwd_dkdv_kernel");
+    const bool docs = doc != nullptr;
+    auto kernel = simple_bwd_dkdv_kernel<T, D>;
+    if (docs) kernel = simple_bwd_dkdv_docs_kernel<T, D>;
+    const char* name = docs ? "simple_bwd_dkdv_docs_kernel" : "simple_bwd_dkdv_kernel";
+    allow_smem_of_pair<simple_bwd_dkdv_kernel<T, D>, simple_bwd_dkdv_docs_kernel<T, D>>(docs, smem,
+                                                                                        name);
     const dim3 grid(unsigned((d.T + kTileKeys - 1) / kTileKeys), unsigned(d.Hkv), unsigned(d.B));
-    launch(simple_bwd_dkdv_kernel<T, D>, grid, kTileThreads, smem, stream(), dk, dv, q, k, v, dout,
-           lse, delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
-    KERNEL_CHECK("simple_bwd_dkdv_kernel", ctx);
+    launch(kernel, grid, kTileThreads, smem, stream(), dk, dv, q, k, v, dout, lse, delta, doc,
+           int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
+    KERNEL_CHECK(name, ctx);
   }
   {
     constexpr size_t smem = DqTileSmem<D>::bytes(false);
-    allow_smem_once<simple_bwd_dq_kernel<T, D>>(smem, "simple_bwd_dq_kernel");
+    const bool docs = doc != nullptr;
+    auto kernel = simple_bwd_dq_kernel<T, D>;
+    if (docs) kernel = simple_bwd_dq_docs_kernel<T, D>;
+    const char* name = docs ? "simple_bwd_dq_docs_kernel" : "simple_bwd_dq_kernel";
+    allow_smem_of_pair<simple_bwd_dq_kernel<T, D>, simple_bwd_dq_docs_kernel<T, D>>(docs, smem, name);
     const dim3 grid(unsigned((d.T + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-    launch(simple_bwd_dq_kernel<T, D>, grid, kTileThreads, smem, stream(), dq, q, k, v, dout, lse,
-           delta, int(d.T), int(d.Hq), int(d.Hkv), scale, causal, win);
-    KERNEL_CHECK("simple_bwd_dq_kernel", ctx);
+    launch(kernel, grid, kTileThreads, smem, stream(), dq, q, k, v, dout, lse, delta, doc, int(d.T),
+           int(d.Hq), int(d.Hkv), scale, causal, win);
+    KERNEL_CHECK(name, ctx);
   }
 }
 
 template <typename T, int D>
 void backward_mma(const Dims& d, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                  const T* v, const float* lse, const float* delta, bool causal, int win,
-                  const std::string& ctx) {
+                  const T* v, const float* lse, const float* delta, const int32_t* doc, bool causal,
+                  int win, const std::string& ctx) {
   const float scale = softmax_scale(D);
   {
-    constexpr size_t smem = dkdv_smem_bytes<T, D>();
-    allow_smem_once<flash_bwd_dkdv_kernel<T, D>>(smem, "flash_bwd_dkdv_kernel");
+    const size_t smem = dkdv_smem_bytes<T, D>(doc != nullptr);
+    const bool docs = doc != nullptr;
+    auto kernel = flash_bwd_dkdv_kernel<T, D>;
+    if (docs) kernel = flash_bwd_dkdv_docs_kernel<T, D>;
+    const char* name = docs ? "flash_bwd_dkdv_docs_kernel" : "flash_bwd_dkdv_kernel";
+    allow_smem_of_pair<flash_bwd_dkdv_kernel<T, D>, flash_bwd_dkdv_docs_kernel<T, D>>(docs, smem, name);
     constexpr int Bc = DkvTiles<D>::Bc;
     const dim3 grid(unsigned((d.T + Bc - 1) / Bc), unsigned(d.Hkv), unsigned(d.B));
-    launch(flash_bwd_dkdv_kernel<T, D>, grid, kThreads, smem, stream(), dk, dv, q, k, v, dout, lse,
-           delta, int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e, causal, win);
-    KERNEL_CHECK("flash_bwd_dkdv_kernel", ctx);
+    launch(kernel, grid, kThreads, smem, stream(), dk, dv, q, k, v, dout, lse, delta, doc, int(d.T),
+           int(d.Hq), int(d.Hkv), scale, scale * kLog2e, causal, win);
+    KERNEL_CHECK(name, ctx);
   }
   {
     constexpr size_t smem = dq_smem_bytes<T, D>();
-    allow_smem_once<flash_bwd_dq_kernel<T, D>>(smem, "flash_bwd_dq_kernel");
+    const bool docs = doc != nullptr;
+    auto kernel = flash_bwd_dq_kernel<T, D>;
+    if (docs) kernel = flash_bwd_dq_docs_kernel<T, D>;
+    const char* name = docs ? "flash_bwd_dq_docs_kernel" : "flash_bwd_dq_kernel";
+    allow_smem_of_pair<flash_bwd_dq_kernel<T, D>, flash_bwd_dq_docs_kernel<T, D>>(docs, smem, name);
     constexpr int Br = DqTiles<D>::Br;
     const dim3 grid(unsigned((d.T + Br - 1) / Br), unsigned(d.Hq), unsigned(d.B));
-    launch(flash_bwd_dq_kernel<T, D>, grid, kThreads, smem, stream(), dq, q, k, v, dout, lse, delta,
-           int(d.T), int(d.Hq), int(d.Hkv), scale, scale * kLog2e, causal, win);
-    KERNEL_CHECK("flash_bwd_dq_kernel", ctx);
+    launch(kernel, grid, kThreads, smem, stream(), dq, q, k, v, dout, lse, delta, doc, int(d.T),
+           int(d.Hq), int(d.Hkv), scale, scale * kLog2e, causal, win);
+    KERNEL_CHECK(name, ctx);
   }
 }
 
 template <typename T>
-void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal,
-                   int win, const std::string& ctx) {
+void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                   const int32_t* doc, bool causal, int win, const std::string& ctx) {
   T* o = static_cast<T*>(out.data);
   float* l = static_cast<float*>(lse.data);
   const T* qp = static_cast<const T*>(q.data);
@@ -946,7 +1174,7 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
     with_head_dim(d.D, [&]<int kD>() {
-      forward_simple<T, kD>(d, o, l, qp, kp, vp, causal, win, ctx);
+      forward_simple<T, kD>(d, o, l, qp, kp, vp, doc, causal, win, ctx);
     });
     return;
   }
@@ -957,14 +1185,15 @@ void forward_typed(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Te
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
     with_head_dim(d.D, [&]<int kD>() {
-      forward_mma<T, kD>(d, o, l, qp, kp, vp, causal, win, ctx);
+      forward_mma<T, kD>(d, o, l, qp, kp, vp, doc, causal, win, ctx);
     });
   }
 }
 
 template <typename T>
 void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                    Tensor v, Tensor out, Tensor lse, bool causal, int win, const std::string& ctx) {
+                    Tensor v, Tensor out, Tensor lse, const int32_t* doc, bool causal, int win,
+                    const std::string& ctx) {
   T* dqp = static_cast<T*>(dq.data);
   T* dkp = static_cast<T*>(dk.data);
   T* dvp = static_cast<T*>(dv.data);
@@ -985,7 +1214,7 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
   if constexpr (!std::is_same_v<T, float>) simple = force_simple();
   if (simple) {
     with_head_dim(d.D, [&]<int kD>() {
-      backward_simple<T, kD>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+      backward_simple<T, kD>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, doc, causal, win, ctx);
     });
     return;
   }
@@ -999,25 +1228,27 @@ void backward_typed(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
     need_aligned(op, "k", k);
     need_aligned(op, "v", v);
     with_head_dim(d.D, [&]<int kD>() {
-      backward_mma<T, kD>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, causal, win, ctx);
+      backward_mma<T, kD>(d, dqp, dkp, dvp, gp, qp, kp, vp, l, delta, doc, causal, win, ctx);
     });
   }
 }
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window) {
+void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, bool causal, int64_t window,
+                       Tensor doc_start) {
   const char* op = "attention_forward";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, "q", q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
-  const std::string ctx = context(q, k, causal, window);
+  const std::string ctx = context(q, k, causal, window, doc_start);
   const int win = kernel_window(causal, window);
-  DISPATCH_FLOAT(q.dtype, T, op, forward_typed<T>(d, out, lse, q, k, v, causal, win, ctx));
+  const int32_t* doc = kernel_doc_start(doc_start);
+  DISPATCH_FLOAT(q.dtype, T, op, forward_typed<T>(d, out, lse, q, k, v, doc, causal, win, ctx));
 }
 
 void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                        Tensor out, Tensor lse, bool causal, int64_t window) {
+                        Tensor out, Tensor lse, bool causal, int64_t window, Tensor doc_start) {
   const char* op = "attention_backward";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, "q", q);
@@ -1026,10 +1257,11 @@ void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, 
   same_dtype(op, "dk", dk, "q", q);
   same_dtype(op, "dv", dv, "q", q);
   if (d.B == 0 || d.T == 0 || d.Hq == 0) return;
-  const std::string ctx = context(q, k, causal, window);
+  const std::string ctx = context(q, k, causal, window, doc_start);
   const int win = kernel_window(causal, window);
+  const int32_t* doc = kernel_doc_start(doc_start);
   DISPATCH_FLOAT(q.dtype, T, op,
-                 backward_typed<T>(d, dq, dk, dv, dout, q, k, v, out, lse, causal, win, ctx));
+                 backward_typed<T>(d, dq, dk, dv, dout, q, k, v, out, lse, doc, causal, win, ctx));
 }
 
 }  // namespace trainer::cuda

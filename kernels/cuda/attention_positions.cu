@@ -3,7 +3,12 @@
 // attention_merge, attention_backward_pos): the pieces of ring attention.
 // q [B,Tq,Hq,D], k,v [B,Tk,Hkv,D], query head h reads kv head h / (Hq/Hkv),
 // key j visible to query i iff k_pos[j] <= q_pos[i] (and, with a window
-// W > 0, q_pos[i] - k_pos[j] <= W), scale 1/sqrt(D), lse [B,Hq,Tq] F32.
+// W > 0, q_pos[i] - k_pos[j] <= W; with separate documents, k_pos[j] >=
+// q_doc_start[b,i]), scale 1/sqrt(D), lse [B,Hq,Tq] F32. Window and
+// document give each row a lowest visible key position (lowest_visible):
+// key j is visible iff lowest_i <= k_pos[j] <= q_pos[i]. As in attention.cu,
+// each kernel is built without documents (NAME_kernel: the window's tests
+// alone, the code before documents) and with them (NAME_docs_kernel).
 //
 // Kernels: fp32 arithmetic in shared memory, built like attention.cu's
 // simple path from attention_tiles.cuh (correct, not fast: no tensor cores),
@@ -21,13 +26,14 @@
 //             bits run to run.
 // A (Q tile, K tile) pair is skipped whole, before K/V (or Q/dO) are loaded,
 // when the smallest key position of the K tile exceeds the largest query
-// position of the Q tile, or (window) the largest key position lies more than
-// W before the smallest query position: no query of the tile sees any of
-// those keys. In a zigzag ring that is most of the work of the steps whose
+// position of the Q tile, or the largest key position lies below every
+// row's lowest visible one (window, document): no query of the tile sees any
+// of those keys. In a zigzag ring that is most of the work of the steps whose
 // block lies after a rank's first chunk; with a window, of the pairs far
-// apart. Inside a tile, a score is masked when its key is past Tk, its row
-// past Tq, k_pos > q_pos or q_pos - k_pos > W; backward also masks rows whose
-// final lse is -inf (they saw no key in any block, and add nothing).
+// apart; with documents, of the blocks before a rank's rows' documents.
+// Inside a tile, a score is masked when its key is past Tk, its row past Tq,
+// k_pos > q_pos or k_pos below the row's lowest; backward also masks rows
+// whose final lse is -inf (they saw no key in any block, and add nothing).
 //
 // A row that sees no key: out = 0, lse = -inf (the sum stays 0).
 //
@@ -79,8 +85,29 @@ __device__ __forceinline__ bool outside_window(int qp, int kp, int window) {
   return window > 0 && int64_t(qp) - kp > window;
 }
 
+// The lowest key position query position qp sees: its document's first
+// position doc_first (INT_MIN without documents) and, with a window W > 0,
+// qp - W (held in int32 like the positions: a bound below INT_MIN is none).
+// Key position kp is visible iff lowest <= kp <= qp.
+__device__ __forceinline__ int lowest_visible(int qp, int doc_first, int window) {
+  if (window <= 0) return doc_first;
+  const int64_t w = int64_t(qp) - window;
+  return max(doc_first, w < INT_MIN ? INT_MIN : int(w));
+}
+
+// Lane i's query row q0 + i of the tile (Qp: its positions in smem, qd: the
+// sequence's q_doc_start row or null): the row's lowest visible key
+// position, INT_MAX for padding past Tq (it sees nothing). A warp holds the
+// whole tile's, so its minimum bounds the tile and a shuffle gives any row's.
+__device__ __forceinline__ int lane_row_lowest(const int* Qp, const int32_t* qd, int q0, int Tq,
+                                               int window) {
+  const int lane = int(threadIdx.x & 31), i = q0 + lane;
+  return i < Tq ? lowest_visible(Qp[lane], qd != nullptr ? int(qd[i]) : INT_MIN, window) : INT_MAX;
+}
+
 // The smallest query position / largest key position of a tile's valid
-// entries (what a window compares); lane i holds entry i of the 32.
+// entries (what a window compares, and the rows' lowest bounds); lane i
+// holds entry i of the 32.
 __device__ __forceinline__ int tile_min_pos(const int* s, int first, int n) {
   return warp_min_int(first + int(threadIdx.x & 31) < n ? s[threadIdx.x & 31] : INT_MAX);
 }
@@ -101,12 +128,12 @@ __device__ __forceinline__ void load_positions(int* s, const int32_t* pos, int f
 
 // ---- forward ----------------------------------------------------------------
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kTileThreads, 1)
-    pos_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
-                   const T* __restrict__ k, const T* __restrict__ v,
-                   const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
-                   int Tk, int Hq, int Hkv, float scale, int window) {
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    pos_fwd(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+            const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ q_pos,
+            const int32_t* __restrict__ k_pos, const int32_t* __restrict__ q_doc, int Tq, int Tk,
+            int Hq, int Hkv, float scale, int window) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const FwdTileSmem<D> s(smem_raw);
@@ -131,7 +158,16 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   for (int i = 0; i < PER; ++i) o[i] = 0.f;
   __syncthreads();
   const int qmax = warp_max_int(Qp[lane]);  // every warp: the same value
-  const int qmin = tile_min_pos(Qp, q0, Tq);
+  const int qmin = kDocs ? 0 : tile_min_pos(Qp, q0, Tq);
+  // With documents, the rows' lowest visible key positions (window and
+  // document): the tile's, and this thread's rows warp + 8 i.
+  int qlo = INT_MIN, lo[kTileRows / 8];
+  if (kDocs) {
+    const int my_lo = lane_row_lowest(Qp, q_doc + int64_t(b) * Tq, q0, Tq, window);
+    qlo = warp_min_int(my_lo);
+#pragma unroll
+    for (int i = 0; i < kTileRows / 8; ++i) lo[i] = __shfl_sync(0xffffffffu, my_lo, warp + 8 * i);
+  }
 
   const int n_kt = (Tk + kTileKeys - 1) / kTileKeys;
   for (int j = 0; j < n_kt; ++j) {
@@ -139,8 +175,12 @@ __global__ void __launch_bounds__(kTileThreads, 1)
     __syncthreads();  // the previous tile (Ks, Vs, Ss, Kp) fully consumed
     load_positions(s.Kp, k_pos, k0, Tk, INT_MAX);
     __syncthreads();
-    // Block-uniform: no query sees these keys (all later, or all too old).
-    if (warp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window)) continue;
+    // Block-uniform: no query sees these keys (all later, or all before
+    // every row's window and document).
+    if (warp_min_int(Kp[lane]) > qmax ||
+        (kDocs ? tile_max_pos(Kp, k0, Tk) < qlo
+               : outside_window(qmin, tile_max_pos(Kp, k0, Tk), window)))
+      continue;
     load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, Tk - k0);
     load_tile_f32<T, D>(s.Vs, vg + k0 * ldk, ldk, Tk - k0);
     __syncthreads();
@@ -148,7 +188,8 @@ __global__ void __launch_bounds__(kTileThreads, 1)
     for (int i = 0; i < kTileRows / 8; ++i) {
       const int r = warp + 8 * i;
       float x = dot_rows<D>(s.Qs + r * LDF, s.Ks + lane * LDF) * scale;
-      if (q0 + r >= Tq || k0 + lane >= Tk || Kp[lane] > Qp[r] || outside_window(Qp[r], Kp[lane], window))
+      if (q0 + r >= Tq || k0 + lane >= Tk || Kp[lane] > Qp[r] ||
+          (kDocs ? Kp[lane] < lo[i] : outside_window(Qp[r], Kp[lane], window)))
         x = -INFINITY;
       s.Ss[r * LDS + lane] = x;
     }
@@ -161,6 +202,25 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   store_out_tile<T, D>(out, o, s.Ls, q0, Tq, b, h, ldq);
   if (tid < kTileRows && q0 + tid < Tq)
     lse[(int64_t(b) * Hq + h) * Tq + q0 + tid] = s.Ls[tid] > 0.f ? s.Ms[tid] + logf(s.Ls[tid]) : -INFINITY;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    pos_fwd_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                   const T* __restrict__ k, const T* __restrict__ v,
+                   const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos,
+                   const int32_t* __restrict__ q_doc, int Tq, int Tk, int Hq, int Hkv, float scale,
+                   int window) {
+  pos_fwd<T, D, false>(out, lse, q, k, v, q_pos, k_pos, q_doc, Tq, Tk, Hq, Hkv, scale, window);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    pos_fwd_docs_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                        const T* __restrict__ k, const T* __restrict__ v,
+                        const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos,
+                        const int32_t* __restrict__ q_doc, int Tq, int Tk, int Hq, int Hkv,
+                        float scale, int window) {
+  pos_fwd<T, D, true>(out, lse, q, k, v, q_pos, k_pos, q_doc, Tq, Tk, Hq, Hkv, scale, window);
 }
 
 // ---- merge --------------------------------------------------------------------
@@ -207,14 +267,14 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
 
 // ---- backward: dK, dV ------------------------------------------------------------
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kTileThreads, 1)
-    pos_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
-                        const T* __restrict__ k, const T* __restrict__ v,
-                        const T* __restrict__ dout, const float* __restrict__ lse,
-                        const float* __restrict__ delta, const int32_t* __restrict__ q_pos,
-                        const int32_t* __restrict__ k_pos, int Tq, int Tk, int Hq, int Hkv,
-                        float scale, int window) {
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    pos_bwd_dkdv(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                 const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                 const float* __restrict__ lse, const float* __restrict__ delta,
+                 const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos,
+                 const int32_t* __restrict__ q_doc, int Tq, int Tk, int Hq, int Hkv, float scale,
+                 int window) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DkvTileSmem<D> s(smem_raw);  // Lr: lse (-inf: the row adds nothing)
@@ -230,6 +290,7 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   load_positions(s.Kp, k_pos, k0, Tk, INT_MAX);
   __syncthreads();
   const int kmin = warp_min_int(Kp[lane]), kmax = tile_max_pos(Kp, k0, Tk);
+  const int32_t* qd = kDocs ? q_doc + int64_t(b) * Tq : nullptr;
 
   float dka[PER], dva[PER];
 #pragma unroll
@@ -244,8 +305,17 @@ __global__ void __launch_bounds__(kTileThreads, 1)
       load_positions(s.Qp, q_pos, q0, Tq, INT_MIN);
       load_row_stats(s.Lr, s.Dr, lse, delta, b, h, Hq, q0, Tq, -INFINITY);
       __syncthreads();
-      // Block-uniform: nobody here sees these keys (all later, or all too old).
-      if (kmin > warp_max_int(Qp[lane]) || outside_window(tile_min_pos(Qp, q0, Tq), kmax, window)) continue;
+      // Block-uniform: nobody here sees these keys (all later, or all before
+      // every row's window and document).
+      const int my_lo = kDocs ? lane_row_lowest(Qp, qd, q0, Tq, window) : INT_MIN;
+      if (kmin > warp_max_int(Qp[lane]) ||
+          (kDocs ? kmax < warp_min_int(my_lo) : outside_window(tile_min_pos(Qp, q0, Tq), kmax, window)))
+        continue;
+      int lo[kTileRows / 8];
+      if (kDocs) {
+#pragma unroll
+        for (int i = 0; i < kTileRows / 8; ++i) lo[i] = __shfl_sync(0xffffffffu, my_lo, warp + 8 * i);
+      }
       const int64_t q_off = (int64_t(b) * Tq + q0) * ldq + int64_t(h) * D;
       load_tile_f32<T, D>(s.Qs, q + q_off, ldq, Tq - q0);
       load_tile_f32<T, D>(s.dOs, dout + q_off, ldq, Tq - q0);
@@ -256,7 +326,8 @@ __global__ void __launch_bounds__(kTileThreads, 1)
         const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + c * LDF);
         const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + c * LDF);
         const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] ||
-                            outside_window(Qp[r], Kp[c], window) || s.Lr[r] == -INFINITY;
+                            (kDocs ? Kp[c] < lo[i] : outside_window(Qp[r], Kp[c], window)) ||
+                            s.Lr[r] == -INFINITY;
         const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
         s.Ps[r * LDS + c] = p;
         s.dSs[r * LDS + c] = masked ? 0.f : p * (gp - s.Dr[r]);
@@ -268,15 +339,38 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   store_dkdv_tile<true, T, D>(dk, dv, dka, dva, k0, Tk, b, kvh, ldk, scale);
 }
 
-// ---- backward: dQ ---------------------------------------------------------------
-
 template <typename T, int D>
 __global__ void __launch_bounds__(kTileThreads, 1)
-    pos_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
-                      const T* __restrict__ v, const T* __restrict__ dout,
-                      const float* __restrict__ lse, const float* __restrict__ delta,
-                      const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos, int Tq,
-                      int Tk, int Hq, int Hkv, float scale, int window) {
+    pos_bwd_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                        const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ dout, const float* __restrict__ lse,
+                        const float* __restrict__ delta, const int32_t* __restrict__ q_pos,
+                        const int32_t* __restrict__ k_pos, const int32_t* __restrict__ q_doc,
+                        int Tq, int Tk, int Hq, int Hkv, float scale, int window) {
+  pos_bwd_dkdv<T, D, false>(dk, dv, q, k, v, dout, lse, delta, q_pos, k_pos, q_doc, Tq, Tk, Hq, Hkv,
+                            scale, window);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    pos_bwd_dkdv_docs_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                             const T* __restrict__ k, const T* __restrict__ v,
+                             const T* __restrict__ dout, const float* __restrict__ lse,
+                             const float* __restrict__ delta, const int32_t* __restrict__ q_pos,
+                             const int32_t* __restrict__ k_pos, const int32_t* __restrict__ q_doc,
+                             int Tq, int Tk, int Hq, int Hkv, float scale, int window) {
+  pos_bwd_dkdv<T, D, true>(dk, dv, q, k, v, dout, lse, delta, q_pos, k_pos, q_doc, Tq, Tk, Hq, Hkv,
+                           scale, window);
+}
+
+// ---- backward: dQ ---------------------------------------------------------------
+
+template <typename T, int D, bool kDocs>
+__device__ __forceinline__ void
+    pos_bwd_dq(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+               const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
+               const float* __restrict__ delta, const int32_t* __restrict__ q_pos,
+               const int32_t* __restrict__ k_pos, const int32_t* __restrict__ q_doc, int Tq, int Tk,
+               int Hq, int Hkv, float scale, int window) {
   constexpr int LDF = D + 1, LDS = kTileKeys + 1, PER = tile_per_thread<D>();
   TRAINER_DYNAMIC_SHARED(unsigned char, smem_raw, 16);
   const DqTileSmem<D> s(smem_raw);
@@ -300,7 +394,14 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   for (int i = 0; i < PER; ++i) dqa[i] = 0.f;
   __syncthreads();
   const int qmax = warp_max_int(Qp[lane]);
-  const int qmin = tile_min_pos(Qp, q0, Tq);
+  const int qmin = kDocs ? 0 : tile_min_pos(Qp, q0, Tq);
+  int qlo = INT_MIN, lo[kTileRows / 8];  // as the forward
+  if (kDocs) {
+    const int my_lo = lane_row_lowest(Qp, q_doc + int64_t(b) * Tq, q0, Tq, window);
+    qlo = warp_min_int(my_lo);
+#pragma unroll
+    for (int i = 0; i < kTileRows / 8; ++i) lo[i] = __shfl_sync(0xffffffffu, my_lo, warp + 8 * i);
+  }
 
   const int n_kt = (Tk + kTileKeys - 1) / kTileKeys;
   for (int j = 0; j < n_kt; ++j) {
@@ -308,7 +409,9 @@ __global__ void __launch_bounds__(kTileThreads, 1)
     __syncthreads();  // the previous tile (Ks, Vs, dSs, Kp) fully consumed
     load_positions(s.Kp, k_pos, k0, Tk, INT_MAX);
     __syncthreads();
-    if (warp_min_int(Kp[lane]) > qmax || outside_window(qmin, tile_max_pos(Kp, k0, Tk), window))
+    if (warp_min_int(Kp[lane]) > qmax ||
+        (kDocs ? tile_max_pos(Kp, k0, Tk) < qlo
+               : outside_window(qmin, tile_max_pos(Kp, k0, Tk), window)))
       continue;  // block-uniform
     load_tile_f32<T, D>(s.Ks, kg + k0 * ldk, ldk, Tk - k0);
     load_tile_f32<T, D>(s.Vs, vg + k0 * ldk, ldk, Tk - k0);
@@ -319,7 +422,8 @@ __global__ void __launch_bounds__(kTileThreads, 1)
       const float sc = dot_rows<D>(s.Qs + r * LDF, s.Ks + c * LDF);
       const float gp = dot_rows<D>(s.dOs + r * LDF, s.Vs + c * LDF);
       const bool masked = q0 + r >= Tq || k0 + c >= Tk || Kp[c] > Qp[r] ||
-                          outside_window(Qp[r], Kp[c], window) || s.Lr[r] == -INFINITY;
+                          (kDocs ? Kp[c] < lo[i] : outside_window(Qp[r], Kp[c], window)) ||
+                          s.Lr[r] == -INFINITY;
       const float p = masked ? 0.f : expf(sc * scale - s.Lr[r]);
       s.dSs[r * LDS + c] = masked ? 0.f : p * (gp - s.Dr[r]);
     }
@@ -327,6 +431,29 @@ __global__ void __launch_bounds__(kTileThreads, 1)
     accumulate_dq<D>(dqa, s);
   }
   store_dq_tile<true, T, D>(dq, dqa, q0, Tq, b, h, ldq, scale);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    pos_bwd_dq_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                      const T* __restrict__ v, const T* __restrict__ dout,
+                      const float* __restrict__ lse, const float* __restrict__ delta,
+                      const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos,
+                      const int32_t* __restrict__ q_doc, int Tq, int Tk, int Hq, int Hkv,
+                      float scale, int window) {
+  pos_bwd_dq<T, D, false>(dq, q, k, v, dout, lse, delta, q_pos, k_pos, q_doc, Tq, Tk, Hq, Hkv,
+                          scale, window);
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads, 1)
+    pos_bwd_dq_docs_kernel(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                           const T* __restrict__ v, const T* __restrict__ dout,
+                           const float* __restrict__ lse, const float* __restrict__ delta,
+                           const int32_t* __restrict__ q_pos, const int32_t* __restrict__ k_pos,
+                           const int32_t* __restrict__ q_doc, int Tq, int Tk, int Hq, int Hkv,
+                           float scale, int window) {
+  pos_bwd_dq<T, D, true>(dq, q, k, v, dout, lse, delta, q_pos, k_pos, q_doc, Tq, Tk, Hq, Hkv, scale,
+                         window);
 }
 
 // ============================================================================
@@ -351,9 +478,15 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   return d;
 }
 
-std::string context(const Tensor& q, const Tensor& k, int64_t window) {
+std::string context(const Tensor& q, const Tensor& k, int64_t window, const Tensor& q_doc_start) {
   return "q " + q.shape_str() + " k " + k.shape_str() + " " + dtype_name(q.dtype) +
-         " at positions" + (window > 0 ? " window " + std::to_string(window) : "");
+         " at positions" + (window > 0 ? " window " + std::to_string(window) : "") +
+         (q_doc_start.empty() ? "" : " documents " + q_doc_start.shape_str());
+}
+
+// The kernels' q_doc_start ([B, Tq] I32; null: no documents).
+const int32_t* kernel_doc_start(const Tensor& q_doc_start) {
+  return q_doc_start.empty() ? nullptr : static_cast<const int32_t*>(q_doc_start.data);
 }
 
 // The kernels' window: 0 none; positions are int32, so any window past
@@ -365,63 +498,77 @@ DeltaScratch delta_scratch("attention_backward_pos delta scratch");
 
 template <typename T, int D>
 void forward_launch(const Dims& d, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                    Tensor q_pos, Tensor k_pos, int window, const std::string& ctx) {
+                    Tensor q_pos, Tensor k_pos, const int32_t* q_doc, int window,
+                    const std::string& ctx) {
   constexpr size_t smem = FwdTileSmem<D>::bytes(true);
-  allow_smem_once<pos_fwd_kernel<T, D>>(smem, "pos_fwd_kernel");
+  const bool docs = q_doc != nullptr;
+  auto kernel = pos_fwd_kernel<T, D>;
+  if (docs) kernel = pos_fwd_docs_kernel<T, D>;
+  const char* name = docs ? "pos_fwd_docs_kernel" : "pos_fwd_kernel";
+  allow_smem_of_pair<pos_fwd_kernel<T, D>, pos_fwd_docs_kernel<T, D>>(docs, smem, name);
   const dim3 grid(unsigned((d.Tq + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-  launch(pos_fwd_kernel<T, D>, grid, kTileThreads, smem, stream(), static_cast<T*>(out.data),
+  launch(kernel, grid, kTileThreads, smem, stream(), static_cast<T*>(out.data),
          static_cast<float*>(lse.data), static_cast<const T*>(q.data),
          static_cast<const T*>(k.data), static_cast<const T*>(v.data),
-         static_cast<const int32_t*>(q_pos.data), static_cast<const int32_t*>(k_pos.data),
+         static_cast<const int32_t*>(q_pos.data), static_cast<const int32_t*>(k_pos.data), q_doc,
          int(d.Tq), int(d.Tk), int(d.Hq), int(d.Hkv), softmax_scale(D), window);
-  KERNEL_CHECK("pos_fwd_kernel", ctx);
+  KERNEL_CHECK(name, ctx);
 }
 
 template <typename T, int D>
 void backward_launch(const Dims& d, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                      Tensor k, Tensor v, Tensor lse, const float* delta, Tensor q_pos,
-                     Tensor k_pos, int window, const std::string& ctx) {
+                     Tensor k_pos, const int32_t* q_doc, int window, const std::string& ctx) {
   const float scale = softmax_scale(D);
   const auto* qp = static_cast<const int32_t*>(q_pos.data);
   const auto* kp = static_cast<const int32_t*>(k_pos.data);
   {
     constexpr size_t smem = DkvTileSmem<D>::bytes(true);
-    allow_smem_once<pos_bwd_dkdv_kernel<T, D>>(smem, "pos_bwd_dkdv_kernel");
+    const bool docs = q_doc != nullptr;
+    auto kernel = pos_bwd_dkdv_kernel<T, D>;
+    if (docs) kernel = pos_bwd_dkdv_docs_kernel<T, D>;
+    const char* name = docs ? "pos_bwd_dkdv_docs_kernel" : "pos_bwd_dkdv_kernel";
+    allow_smem_of_pair<pos_bwd_dkdv_kernel<T, D>, pos_bwd_dkdv_docs_kernel<T, D>>(docs, smem, name);
     const dim3 grid(unsigned((d.Tk + kTileKeys - 1) / kTileKeys), unsigned(d.Hkv), unsigned(d.B));
-    launch(pos_bwd_dkdv_kernel<T, D>, grid, kTileThreads, smem, stream(), static_cast<T*>(dk.data),
+    launch(kernel, grid, kTileThreads, smem, stream(), static_cast<T*>(dk.data),
            static_cast<T*>(dv.data), static_cast<const T*>(q.data), static_cast<const T*>(k.data),
            static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
-           static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
+           static_cast<const float*>(lse.data), delta, qp, kp, q_doc, int(d.Tq), int(d.Tk), int(d.Hq),
            int(d.Hkv), scale, window);
-    KERNEL_CHECK("pos_bwd_dkdv_kernel", ctx);
+    KERNEL_CHECK(name, ctx);
   }
   {
     constexpr size_t smem = DqTileSmem<D>::bytes(true);
-    allow_smem_once<pos_bwd_dq_kernel<T, D>>(smem, "pos_bwd_dq_kernel");
+    const bool docs = q_doc != nullptr;
+    auto kernel = pos_bwd_dq_kernel<T, D>;
+    if (docs) kernel = pos_bwd_dq_docs_kernel<T, D>;
+    const char* name = docs ? "pos_bwd_dq_docs_kernel" : "pos_bwd_dq_kernel";
+    allow_smem_of_pair<pos_bwd_dq_kernel<T, D>, pos_bwd_dq_docs_kernel<T, D>>(docs, smem, name);
     const dim3 grid(unsigned((d.Tq + kTileRows - 1) / kTileRows), unsigned(d.Hq), unsigned(d.B));
-    launch(pos_bwd_dq_kernel<T, D>, grid, kTileThreads, smem, stream(), static_cast<T*>(dq.data),
+    launch(kernel, grid, kTileThreads, smem, stream(), static_cast<T*>(dq.data),
            static_cast<const T*>(q.data), static_cast<const T*>(k.data),
            static_cast<const T*>(v.data), static_cast<const T*>(dout.data),
-           static_cast<const float*>(lse.data), delta, qp, kp, int(d.Tq), int(d.Tk), int(d.Hq),
+           static_cast<const float*>(lse.data), delta, qp, kp, q_doc, int(d.Tq), int(d.Tk), int(d.Hq),
            int(d.Hkv), scale, window);
-    KERNEL_CHECK("pos_bwd_dq_kernel", ctx);
+    KERNEL_CHECK(name, ctx);
   }
 }
 
 }  // namespace
 
 void attention_forward_pos(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor q_pos,
-                           Tensor k_pos, int64_t window) {
+                           Tensor k_pos, int64_t window, Tensor q_doc_start) {
   const char* op = "attention_forward_pos";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, "q", q);
   if (d.B == 0 || d.Tq == 0 || d.Hq == 0) return;
   // Tk = 0 runs too: no tile, every row out = 0, lse = -inf.
-  const std::string ctx = context(q, k, window);
+  const std::string ctx = context(q, k, window, q_doc_start);
   const int win = kernel_window(window);
+  const int32_t* q_doc = kernel_doc_start(q_doc_start);
   DISPATCH_FLOAT(q.dtype, T, op, {
     with_head_dim(d.D, [&]<int kD>() {
-      forward_launch<T, kD>(d, out, lse, q, k, v, q_pos, k_pos, win, ctx);
+      forward_launch<T, kD>(d, out, lse, q, k, v, q_pos, k_pos, q_doc, win, ctx);
     });
   });
 }
@@ -446,7 +593,7 @@ void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse) {
 
 void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                             Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_pos,
-                            int64_t window) {
+                            int64_t window, Tensor q_doc_start) {
   const char* op = "attention_backward_pos";
   const Dims d = check_qkv(op, q, k, v);
   same_dtype(op, "out", out, "q", q);
@@ -455,15 +602,16 @@ void attention_backward_pos(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor
   same_dtype(op, "dk", dk, "k", k);
   same_dtype(op, "dv", dv, "v", v);
   if (d.B == 0 || d.Tq == 0 || d.Tk == 0 || d.Hq == 0) return;
-  const std::string ctx = context(q, k, window);
+  const std::string ctx = context(q, k, window, q_doc_start);
   const int win = kernel_window(window);
+  const int32_t* q_doc = kernel_doc_start(q_doc_start);
   const int64_t rows = d.B * d.Tq * d.Hq;
   float* delta = delta_scratch.get(size_t(rows));
   DISPATCH_FLOAT(q.dtype, T, op, {
     launch_delta<T>(delta, static_cast<const T*>(out.data), static_cast<const T*>(dout.data), rows,
                     d.Tq, d.Hq, d.D, ctx);
     with_head_dim(d.D, [&]<int kD>() {
-      backward_launch<T, kD>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, win, ctx);
+      backward_launch<T, kD>(d, dq, dk, dv, dout, q, k, v, lse, delta, q_pos, k_pos, q_doc, win, ctx);
     });
   });
 }

@@ -420,4 +420,18 @@ void allow_smem_once(size_t bytes, const char* name) {
   (void)ready;
 }
 
+// Each attention kernel is two instances of one body: NAME_kernel without
+// separate documents, where their masks and tile bounds compile away (a
+// model without documents runs the kernel it ran before documents existed,
+// registers and all), and NAME_docs_kernel with doc_start. A launch picks
+// one (docs: a doc_start was given); this opts that one into `bytes` of
+// shared memory, once.
+template <auto kPlain, auto kDocs>
+void allow_smem_of_pair(bool docs, size_t bytes, const char* name) {
+  if (docs)
+    allow_smem_once<kDocs>(bytes, name);
+  else
+    allow_smem_once<kPlain>(bytes, name);
+}
+
 }  // namespace trainer::cuda::attention_tiles

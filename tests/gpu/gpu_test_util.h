@@ -170,6 +170,21 @@ inline std::vector<int32_t> rand_ints(size_t n, uint64_t s, int lo, int hi) {
   return v;
 }
 
+// Separate documents (attention's doc_start): [B, T] I32, each token's
+// document start, from each batch row's document lengths (summing to T).
+inline std::vector<int32_t> doc_starts(const std::vector<std::vector<int32_t>>& lengths, int64_t T) {
+  std::vector<int32_t> start;
+  for (const std::vector<int32_t>& row : lengths) {
+    int32_t first = 0;
+    for (const int32_t n : row) {
+      start.insert(start.end(), size_t(n), first);
+      first += n;
+    }
+    if (first != T) throw std::logic_error("doc_starts: lengths do not sum to T");
+  }
+  return start;
+}
+
 // ---- host views for the CPU reference -------------------------------------------
 inline Tensor make_tensor(void* p, DType dt, const std::vector<int64_t>& shape, Device dev) {
   if (shape.size() > size_t(kMaxDims)) throw std::logic_error("make_tensor: more than 4 dims");

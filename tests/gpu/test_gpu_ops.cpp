@@ -780,14 +780,22 @@ namespace {
 // dS = P (dP - D) from two such sums: a few times the elementwise tolerance.
 constexpr double kAttnBwdTolF32 = 3 * kTolF32;
 
+// Separate documents for attention_case: doc_start [B, T] (empty: none) and
+// what the tag calls the layout.
+struct Docs {
+  std::string name;
+  std::vector<int32_t> start;
+};
+
 // window > 0 (causal only): sliding-window attention, against the CPU twin
-// with the same window.
+// with the same window; docs: separate documents (causal only), likewise.
 void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
-                    bool causal, int64_t window = 0) {
+                    bool causal, int64_t window = 0, const Docs& docs = {}) {
   const std::string tag =
       fmt("%s %s B=%lld T=%lld Hq=%lld Hkv=%lld D=%lld", dn(dt), causal ? "causal" : "full",
           (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)D) +
-      (window > 0 ? fmt(" window=%lld", (long long)window) : std::string());
+      (window > 0 ? fmt(" window=%lld", (long long)window) : std::string()) +
+      (docs.start.empty() ? std::string() : " docs=" + docs.name);
   run_case("attention " + tag, [&] {
     const Shape qs{B, T, Hq, D}, ks{B, T, Hkv, D}, ls{B, Hq, T};
     const size_t nq = size_t(numel_of(qs)), nk = size_t(numel_of(ks)), nl = size_t(numel_of(ls));
@@ -795,14 +803,21 @@ void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int
     const std::vector<float> q = randn(nq, s, 1.f, dt), k = randn(nk, s + 1, 1.f, dt),
                              v = randn(nk, s + 2, 1.f, dt), dout = randn(nq, s + 3, 1.f, dt);
     DeviceTensor d_q = upload(q, qs, dt), d_k = upload(k, ks, dt), d_v = upload(v, ks, dt),
-                 d_dout = upload(dout, qs, dt), out(qs, dt), lse(ls, F32);
+                 d_dout = upload(dout, qs, dt), out(qs, dt), lse(ls, F32), d_docs;
+    // Absent (Tensor{}) without documents, as the model passes it.
+    Tensor doc_start, c_doc_start;
+    if (!docs.start.empty()) {
+      d_docs = upload_i32(docs.start, {B, T});
+      doc_start = d_docs;
+      c_doc_start = host_i32(docs.start, {B, T});
+    }
     poison(out);
     poison(lse);
-    ops::attention_forward(out, lse, d_q, d_k, d_v, causal, window);
+    ops::attention_forward(out, lse, d_q, d_k, d_v, causal, window, doc_start);
     sync("attention_forward " + tag);
     std::vector<float> r_out(nq), r_lse(nl);
     cpu::attention_forward(host(r_out, qs), host(r_lse, ls), host(q, qs), host(k, ks), host(v, ks),
-                           causal, window);
+                           causal, window, c_doc_start);
     compare("attention_forward out " + tag, download(out), r_out, tol(dt));
     compare("attention_forward lse " + tag, download(lse), r_lse, kTolF32);
 
@@ -813,7 +828,7 @@ void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int
       poison(dq);
       poison(dk);
       poison(dv);
-      ops::attention_backward(dq, dk, dv, d_dout, d_q, d_k, d_v, out, lse, causal, window);
+      ops::attention_backward(dq, dk, dv, d_dout, d_q, d_k, d_v, out, lse, causal, window, doc_start);
       sync("attention_backward " + tag);
     };
     run_backward();
@@ -822,7 +837,7 @@ void attention_case(DType dt, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int
     std::vector<float> r_dq(nq), r_dk(nk), r_dv(nk);
     cpu::attention_backward(host(r_dq, qs), host(r_dk, ks), host(r_dv, ks), host(dout, qs),
                             host(q, qs), host(k, ks), host(v, ks), host(g_out, qs), host(g_lse, ls),
-                            causal, window);
+                            causal, window, c_doc_start);
     const double bt = dt == F32 ? kAttnBwdTolF32 : tol(dt);
     // dq and dk are sums of P (dP - D), which cancel to zero where a query
     // sees a single key (T = 1, the first causal row); there the rounding
@@ -915,6 +930,45 @@ TEST_CASE("gpu attention F32 with a sliding window: windows 1..200, T 100..1000,
 TEST_CASE("gpu attention BF16 with a sliding window: windows 1..200, T 100..1000, GQA, D 32/64/128",
           "[gpu][attention][bf16][window]") {
   window_sweep(BF16);
+}
+
+namespace {
+
+// Separate documents: several a row, of different lengths. T = 100: starts
+// inside a tile (5), on the fp32 path's 32-row tile edge (32) and on both
+// paths' (64: the MMA path's tiles are 64 rows), and a batch row that is one
+// document (the causal mask alone). T = 129: documents across a tile edge
+// (40..79, 12..71) followed by a start inside the next tile (80, 72), so a
+// tile's first row still needs an earlier K/V tile that its later rows must
+// mask whole; documents of one token (rows that see only themselves: 3 and
+// the last row, 128, alone in its tile); and a row whose doc_start runs
+// ahead of the row (12 for rows 5..11, taken as the row itself). Against
+// the CPU twin, forward and backward, with and without a window (40:
+// reaching across some documents, not others), GQA; T = 100 and 129 are
+// multiples of no tile. The emulated device runs these in about a second
+// each: kept at B <= 2 and 4 query heads.
+void documents_sweep(DType dt) {
+  const int64_t T1 = 100, T2 = 129;
+  const Docs many{"5,27,32,36|100", doc_starts({{5, 27, 32, 36}, {100}}, T1)};
+  std::vector<int32_t> ahead = doc_starts({{3, 1, 36, 40, 48, 1}, {5, 7, 60, 57}}, T2);
+  for (int64_t i = 5; i < 12; ++i) ahead[size_t(T2 + i)] = 12;
+  const Docs odd{"3,1,36,40,48,1|ahead", ahead};
+  const Docs first{"3,1,36,40,48,1", std::vector<int32_t>(ahead.begin(), ahead.begin() + T2)};
+  attention_case(dt, 2, T1, 4, 2, 64, true, 0, many);
+  attention_case(dt, 2, T2, 4, 2, 32, true, 40, odd);
+  attention_case(dt, 1, T2, 4, 2, 128, true, 0, first);
+}
+
+}  // namespace
+
+TEST_CASE("gpu attention F32 with separate documents: doc_start at T 100 and 129 with windows and GQA",
+          "[gpu][attention][f32][documents]") {
+  documents_sweep(F32);
+}
+
+TEST_CASE("gpu attention BF16 with separate documents: doc_start at T 100 and 129 with windows and GQA",
+          "[gpu][attention][bf16][documents]") {
+  documents_sweep(BF16);
 }
 
 TEST_CASE("gpu attention F16: a subset of the sweep", "[gpu][attention][f16]") {

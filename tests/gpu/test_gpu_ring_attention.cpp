@@ -106,7 +106,23 @@ std::vector<float> plus(const std::vector<float>& a, const std::vector<float>& b
 struct RingShape {
   int64_t cp, B, Hq, Hkv, D, chunk;
   int64_t window = 0;  // sliding window (0: none), on every op and the whole-sequence reference
+  // Separate documents: each batch row's document lengths over the whole
+  // sequence (empty: none); each rank passes its rows' starts (q_doc_start).
+  std::vector<std::vector<int32_t>> docs = {};
 };
+
+// "20,50|148": the tag's spelling of the document lengths.
+std::string docs_name(const std::vector<std::vector<int32_t>>& lengths) {
+  std::string s;
+  for (const std::vector<int32_t>& row : lengths) {
+    if (!s.empty()) s += "|";
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i) s += ",";
+      s += std::to_string(row[i]);
+    }
+  }
+  return s;
+}
 
 // The whole ring on the GPU and on the CPU, op by op, then the GPU ring
 // against causal attention of the whole sequence (CPU).
@@ -115,7 +131,8 @@ void ring_case(DType dt, const RingShape& sh) {
       fmt("%s cp=%lld B=%lld Hq=%lld Hkv=%lld D=%lld chunk=%lld", dn(dt), (long long)sh.cp,
           (long long)sh.B, (long long)sh.Hq, (long long)sh.Hkv, (long long)sh.D,
           (long long)sh.chunk) +
-      (sh.window > 0 ? fmt(" window=%lld", (long long)sh.window) : std::string());
+      (sh.window > 0 ? fmt(" window=%lld", (long long)sh.window) : std::string()) +
+      (sh.docs.empty() ? std::string() : " docs=" + docs_name(sh.docs));
   run_case("ring " + tag, [&] {
     const int64_t cp = sh.cp, B = sh.B, Hq = sh.Hq, Hkv = sh.Hkv, D = sh.D;
     const int64_t T = 2 * cp * sh.chunk, Tl = 2 * sh.chunk, WQ = Hq * D, WK = Hkv * D;
@@ -125,12 +142,19 @@ void ring_case(DType dt, const RingShape& sh) {
                              k = randn(size_t(B * T * WK), s + 1, 1.f, dt),
                              v = randn(size_t(B * T * WK), s + 2, 1.f, dt),
                              dout = randn(size_t(B * T * WQ), s + 3, 1.f, dt);
+    // The whole sequence's document starts ([B, T]) and each rank's rows'.
+    const std::vector<int32_t> docs = sh.docs.empty() ? std::vector<int32_t>{} : doc_starts(sh.docs, T);
+    const Tensor whole_docs = docs.empty() ? Tensor{} : host_i32(docs, {B, T});
 
     struct Rank {
-      std::vector<int32_t> pos;
+      std::vector<int32_t> pos, doc;
       std::vector<float> q, k, v, dout;            // host, rounded to dt
       std::vector<float> c_out, c_lse;              // CPU running result
-      DeviceTensor d_pos, d_q, d_k, d_v, d_dout, g_out, g_lse;
+      DeviceTensor d_pos, d_doc, d_q, d_k, d_v, d_dout, g_out, g_lse;
+      Tensor g_doc() const { return doc.empty() ? Tensor{} : Tensor(d_doc); }
+      Tensor c_doc(int64_t B) const {
+        return doc.empty() ? Tensor{} : host_i32(doc, {B, int64_t(pos.size())});
+      }
     };
     std::vector<Rank> ranks(static_cast<size_t>(cp));
     for (int64_t r = 0; r < cp; ++r) {
@@ -143,6 +167,11 @@ void ring_case(DType dt, const RingShape& sh) {
       rk.c_out.assign(rk.q.size(), 0.f);
       rk.c_lse.assign(size_t(B * Hq * Tl), -kInf);
       rk.d_pos = upload_i32(rk.pos, ps);
+      if (!docs.empty()) {
+        for (int64_t b = 0; b < B; ++b)
+          for (const int32_t p : rk.pos) rk.doc.push_back(docs[size_t(b * T + p)]);
+        rk.d_doc = upload_i32(rk.doc, {B, Tl});
+      }
       rk.d_q = upload(rk.q, qs, dt);
       rk.d_k = upload(rk.k, ks, dt);
       rk.d_v = upload(rk.v, ks, dt);
@@ -162,11 +191,11 @@ void ring_case(DType dt, const RingShape& sh) {
         poison(part_out);
         poison(part_lse);
         ops::attention_forward_pos(part_out, part_lse, rk.d_q, src.d_k, src.d_v, rk.d_pos,
-                                   src.d_pos, sh.window);
+                                   src.d_pos, sh.window, rk.g_doc());
         sync("attention_forward_pos " + tag + step);
         cpu::attention_forward_pos(host(c_part, qs), host(c_plse, ls), host(rk.q, qs),
                                    host(src.k, ks), host(src.v, ks), host_i32(rk.pos, ps),
-                                   host_i32(src.pos, ps), sh.window);
+                                   host_i32(src.pos, ps), sh.window, rk.c_doc(B));
         compare("attention_forward_pos out " + tag + step, download(part_out), c_part,
                 ring_tol(dt));
         compare_lse("attention_forward_pos lse " + tag + step, download(part_lse), c_plse);
@@ -185,7 +214,7 @@ void ring_case(DType dt, const RingShape& sh) {
     std::vector<float> ref_out(q.size()), ref_lse(size_t(B * Hq * T));
     cpu::attention_forward(host(ref_out, {B, T, Hq, D}), host(ref_lse, {B, Hq, T}),
                            host(q, {B, T, Hq, D}), host(k, {B, T, Hkv, D}), host(v, {B, T, Hkv, D}),
-                           true, sh.window);
+                           true, sh.window, whole_docs);
     for (int64_t r = 0; r < cp; ++r) {
       Rank& rk = ranks[size_t(r)];
       const std::string who = fmt(" rank %lld", (long long)r);
@@ -226,21 +255,21 @@ void ring_case(DType dt, const RingShape& sh) {
         Rank& src = ranks[size_t(o)];
         ops::attention_backward_pos(g_dq[size_t(r)], g_dk[size_t(o)], g_dv[size_t(o)], rk.d_dout,
                                     rk.d_q, src.d_k, src.d_v, d_out_final[size_t(r)],
-                                    d_lse_final[size_t(r)], rk.d_pos, src.d_pos, sh.window);
+                                    d_lse_final[size_t(r)], rk.d_pos, src.d_pos, sh.window, rk.g_doc());
         sync("attention_backward_pos " + tag +
              fmt(" step %lld rank %lld", (long long)st, (long long)r));
         cpu::attention_backward_pos(host(c_dq[size_t(r)], qs), host(c_dk[size_t(o)], ks),
                                     host(c_dv[size_t(o)], ks), host(rk.dout, qs), host(rk.q, qs),
                                     host(src.k, ks), host(src.v, ks), host(rk.c_out, qs),
                                     host(rk.c_lse, ls), host_i32(rk.pos, ps),
-                                    host_i32(src.pos, ps), sh.window);
+                                    host_i32(src.pos, ps), sh.window, rk.c_doc(B));
       }
     std::vector<float> ref_dq(q.size()), ref_dk(k.size()), ref_dv(v.size());
     cpu::attention_backward(host(ref_dq, {B, T, Hq, D}), host(ref_dk, {B, T, Hkv, D}),
                             host(ref_dv, {B, T, Hkv, D}), host(dout, {B, T, Hq, D}),
                             host(q, {B, T, Hq, D}), host(k, {B, T, Hkv, D}),
                             host(v, {B, T, Hkv, D}), host(ref_out, {B, T, Hq, D}),
-                            host(ref_lse, {B, Hq, T}), true, sh.window);
+                            host(ref_lse, {B, Hq, T}), true, sh.window, whole_docs);
     for (int64_t r = 0; r < cp; ++r) {
       Rank& rk = ranks[size_t(r)];
       const std::string who = fmt(" rank %lld", (long long)r);
@@ -281,6 +310,52 @@ TEST_CASE("gpu ring attention with a sliding window: F32 and BF16, windows insid
   }
 }
 
+// Separate documents (q_doc_start): a rank's rows see no key before their
+// document's start, so whole blocks go unseen by rows whose document starts
+// after them (fully masked rows, -inf partials, and 32 x 32 tiles skipped
+// by the rows' lowest visible position) and the ring must still sum to the
+// whole sequence's attention_forward / attention_backward with doc_start.
+// cp 2, chunk 37 (T 148, ranks at 0..36 + 111..147 and 37..110): documents
+// start at 20, 70 (inside rank 1's rows) and 110 (rank 0's second chunk sees
+// one key of rank 1's block); the second batch row is one document. cp 3,
+// chunk 20 (T 120): a document of one token at 40, starts at 7, 41 and 80
+// (a chunk edge), with a window of 30 as well. The kernels compute in fp32
+// whatever the storage, so BF16 (its loads and stores) runs the smaller ring
+// only: the emulated device's time.
+TEST_CASE("gpu ring attention with separate documents: F32 and BF16 zigzag cp 2 and 3 with windows and GQA",
+          "[gpu][cp][documents]") {
+  ring_case(F32, {2, 2, 2, 1, 64, 37, 0, {{20, 50, 40, 38}, {148}}});
+  for (DType dt : {F32, BF16}) ring_case(dt, {3, 1, 4, 2, 32, 20, 30, {{7, 33, 1, 39, 40}}});
+  // Identity positions: the positions kernels with q_doc_start against the
+  // GPU's own attention_forward with doc_start (the MMA path for BF16).
+  for (DType dt : {F32, BF16}) {
+    const int64_t B = 2, T = 100, Hq = 4, Hkv = 2, D = 64;
+    const std::string tag = fmt("%s identity documents B=%lld T=%lld Hq=%lld Hkv=%lld D=%lld", dn(dt),
+                                (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)D);
+    run_case(tag, [&] {
+      const Shape qs{B, T, Hq, D}, ks{B, T, Hkv, D}, ls{B, Hq, T};
+      const uint64_t s = seed(4650);
+      std::vector<int32_t> pos(static_cast<size_t>(T));
+      std::iota(pos.begin(), pos.end(), 0);
+      const std::vector<int32_t> docs = doc_starts({{5, 27, 32, 36}, {64, 36}}, T);
+      DeviceTensor d_q = upload(randn(size_t(numel_of(qs)), s, 1.f, dt), qs, dt),
+                   d_k = upload(randn(size_t(numel_of(ks)), s + 1, 1.f, dt), ks, dt),
+                   d_v = upload(randn(size_t(numel_of(ks)), s + 2, 1.f, dt), ks, dt),
+                   d_pos = upload_i32(pos, {T}), d_docs = upload_i32(docs, {B, T}), out(qs, dt),
+                   lse(ls, F32), out_p(qs, dt), lse_p(ls, F32);
+      poison(out_p);
+      poison(lse_p);
+      ops::attention_forward(out, lse, d_q, d_k, d_v, true, 0, d_docs);
+      ops::attention_forward_pos(out_p, lse_p, d_q, d_k, d_v, d_pos, d_pos, 0, d_docs);
+      sync("attention_forward / attention_forward_pos with documents " + tag);
+      compare("attention_forward_pos out vs attention_forward " + tag, download(out_p), download(out),
+              ring_tol(dt));
+      compare_lse("attention_forward_pos lse vs attention_forward " + tag, download(lse_p),
+                  download(lse));
+    });
+  }
+}
+
 TEST_CASE("gpu ring attention BF16: zigzag cp 2/3, GQA, tile-unaligned chunks, masked rows",
           "[gpu][cp]") {
   ring_case(BF16, {2, 2, 4, 2, 64, 37});
@@ -314,11 +389,11 @@ TEST_CASE("gpu attention_forward_pos / attention_backward_pos at scattered and i
                    d_kpos = upload_i32(kpos, {Tk}), out(qs, dt), lse(ls, F32);
       poison(out);
       poison(lse);
-      ops::attention_forward_pos(out, lse, d_q, d_k, d_v, d_qpos, d_kpos, 0);
+      ops::attention_forward_pos(out, lse, d_q, d_k, d_v, d_qpos, d_kpos, 0, Tensor{});
       sync("attention_forward_pos " + tag);
       std::vector<float> c_out(q.size()), c_lse(size_t(numel_of(ls)));
       cpu::attention_forward_pos(host(c_out, qs), host(c_lse, ls), host(q, qs), host(k, ks),
-                                 host(v, ks), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}), 0);
+                                 host(v, ks), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}), 0, Tensor{});
       const std::vector<float> g_out = download(out);
       compare("attention_forward_pos out " + tag, g_out, c_out, ring_tol(dt));
       compare_lse("attention_forward_pos lse " + tag, download(lse), c_lse);
@@ -340,12 +415,14 @@ TEST_CASE("gpu attention_forward_pos / attention_backward_pos at scattered and i
                                dv0 = randn(v.size(), s + 8, 0.1f, dt);
       DeviceTensor d_out = upload(r_out, qs, dt), d_lse = upload(c_lse, ls, F32),
                    dq = upload(dq0, qs, dt), dk = upload(dk0, ks, dt), dv = upload(dv0, ks, dt);
-      ops::attention_backward_pos(dq, dk, dv, d_dout, d_q, d_k, d_v, d_out, d_lse, d_qpos, d_kpos, 0);
+      ops::attention_backward_pos(dq, dk, dv, d_dout, d_q, d_k, d_v, d_out, d_lse, d_qpos, d_kpos, 0,
+                                  Tensor{});
       sync("attention_backward_pos " + tag);
       std::vector<float> c_dq = dq0, c_dk = dk0, c_dv = dv0;
       cpu::attention_backward_pos(host(c_dq, qs), host(c_dk, ks), host(c_dv, ks), host(dout, qs),
                                   host(q, qs), host(k, ks), host(v, ks), host(r_out, qs),
-                                  host(c_lse, ls), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}), 0);
+                                  host(c_lse, ls), host_i32(qpos, {Tq}), host_i32(kpos, {Tk}), 0,
+                                  Tensor{});
       compare("attention_backward_pos dq (+=) " + tag, download(dq), c_dq, ring_tol(dt));
       compare("attention_backward_pos dk (+=) " + tag, download(dk), c_dk, ring_tol(dt));
       compare("attention_backward_pos dv (+=) " + tag, download(dv), c_dv, ring_tol(dt));
@@ -367,8 +444,8 @@ TEST_CASE("gpu attention_forward_pos / attention_backward_pos at scattered and i
                    lse_p(ls, F32);
       poison(out_p);
       poison(lse_p);
-      ops::attention_forward(out, lse, d_q, d_k, d_v, true, 0);
-      ops::attention_forward_pos(out_p, lse_p, d_q, d_k, d_v, d_pos, d_pos, 0);
+      ops::attention_forward(out, lse, d_q, d_k, d_v, true, 0, Tensor{});
+      ops::attention_forward_pos(out_p, lse_p, d_q, d_k, d_v, d_pos, d_pos, 0, Tensor{});
       sync("attention_forward / attention_forward_pos " + itag);
       compare("attention_forward_pos out vs attention_forward causal " + itag, download(out_p),
               download(out), ring_tol(dt));
@@ -509,6 +586,52 @@ TEST_CASE("gpu rope_forward_pos / rope_backward_pos: CPU twin, rope at an offset
       sync("rope_backward at an offset / rope_backward_pos " + tag);
       same_values("rope_backward_pos = rope_backward at offset 300 " + tag, download(b),
                   download(a));
+    });
+  }
+}
+
+// Per-token positions (pos [B, T]: documents restart their positions): each
+// batch row rotated at its own positions, against the CPU twin, and bit for
+// bit what the shared [T] form gives that row.
+TEST_CASE("gpu rope_forward_pos / rope_backward_pos with one position per token (pos B x T)",
+          "[gpu][rope][documents]") {
+  const int64_t B = 2, T = 45, H = 3, D = 64;
+  const ops::Rope theta(1e4f);
+  for (DType dt : {F32, BF16}) {
+    const std::string tag = fmt("%s B=%lld T=%lld H=%lld D=%lld", dn(dt), (long long)B, (long long)T,
+                                (long long)H, (long long)D);
+    run_case("rope_pos [B, T] " + tag, [&] {
+      const Shape xs{B, T, H, D}, rs{1, T, H, D};
+      const std::vector<float> x = randn(size_t(numel_of(xs)), seed(4900), 1.f, dt);
+      // Row 0: documents of 10, 20 and 15 tokens; row 1: positions from 300 on.
+      std::vector<int32_t> pos;
+      for (const int32_t n : {10, 20, 15})
+        for (int32_t t = 0; t < n; ++t) pos.push_back(t);
+      for (int32_t t = 0; t < T; ++t) pos.push_back(300 + t);
+      DeviceTensor d_x = upload(x, xs, dt), d_pos = upload_i32(pos, {B, T}), out(xs, dt), dx(xs, dt);
+      poison(out);
+      poison(dx);
+      ops::rope_forward_pos(out, d_x, theta, d_pos);
+      ops::rope_backward_pos(dx, d_x, theta, d_pos);
+      sync("rope_forward_pos / rope_backward_pos [B, T] " + tag);
+      std::vector<float> c_out(x.size()), c_dx(x.size());
+      cpu::rope_forward_pos(host(c_out, xs), host(x, xs), theta, host_i32(pos, {B, T}));
+      cpu::rope_backward_pos(host(c_dx, xs), host(x, xs), theta, host_i32(pos, {B, T}));
+      const std::vector<float> g_out = download(out), g_dx = download(dx);
+      compare("rope_forward_pos [B, T] " + tag, g_out, c_out, tol(dt));
+      compare("rope_backward_pos [B, T] " + tag, g_dx, c_dx, tol(dt));
+      // Each batch row alone with its positions as [T].
+      const size_t row = size_t(T * H * D);
+      for (int64_t b = 0; b < B; ++b) {
+        const std::vector<float> xb(x.begin() + b * row, x.begin() + (b + 1) * row);
+        const std::vector<int32_t> pb(pos.begin() + b * T, pos.begin() + (b + 1) * T);
+        DeviceTensor d_xb = upload(xb, rs, dt), d_pb = upload_i32(pb, {T}), ob(rs, dt);
+        ops::rope_forward_pos(ob, d_xb, theta, d_pb);
+        sync("rope_forward_pos [T] " + tag);
+        same_values(fmt("rope_forward_pos [B, T] row %lld = [T] ", (long long)b) + tag,
+                    std::vector<float>(g_out.begin() + b * row, g_out.begin() + (b + 1) * row),
+                    download(ob));
+      }
     });
   }
 }
