@@ -2,7 +2,8 @@
 """Every `build/trainer ...` command the documentation shows must run.
 
 Extracts each line of a fenced code block of README.md and docs/*.md that
-starts (after indentation and an optional `$ `) with `build/trainer`, joins
+starts (after indentation and an optional `$ `) with `build/trainer` (or
+`.venv-hf/bin/python `: the preparation scripts of docs/FINE_TUNE.md), joins
 its backslash continuations, and runs it with bash from a scratch copy of
 the repository's layout (WORK/root: `build` -> the directory of the trainer
 under test, `configs` and `scripts` -> the sources, `data/` prepared here),
@@ -34,6 +35,9 @@ import time
 # Commands (as written in the docs) that only a GPU can run, and why.
 GPU_ONLY = {}
 
+# Commands of the preparation scripts, run with the venv scripts/setup.sh makes (transformers,
+# tokenizers, pyarrow); without it they are listed as skipped, with the reason.
+PYTHON = ".venv-hf/bin/python "
 TRAIN_STEPS = "--set train.steps=2"
 SMOKE_STEPS = "--steps 60"
 SUBCOMMANDS = {"plan", "schedule", "generate", "export", "inspect", "devices"}
@@ -57,7 +61,7 @@ def extract(source):
             elif in_block:
                 if text.startswith("$ "):
                     text = text[2:].lstrip()
-                if text.startswith("build/trainer"):
+                if text.startswith("build/trainer") or text.startswith(PYTHON):
                     first = i + 1
                     while text.endswith("\\") and i + 1 < len(lines):
                         i += 1
@@ -127,6 +131,8 @@ def prepare(trainer, source, work):
     os.symlink(os.path.dirname(os.path.abspath(trainer)), os.path.join(root, "build"))
     for d in ("configs", "scripts"):
         os.symlink(os.path.join(source, d), os.path.join(root, d))
+    if os.path.exists(os.path.join(source, ".venv-hf", "bin", "python")):
+        os.symlink(os.path.join(source, ".venv-hf"), os.path.join(root, ".venv-hf"))
     # Prepared once per work directory (tokens of ~240 KB of license text).
     data = os.path.join(work, "data", "licenses")
     if not os.path.exists(os.path.join(data, "tokenizer_info.json")):
@@ -160,12 +166,16 @@ def main():
     where = {}  # command -> every place it is shown
     for name, line, cmd in commands:
         where.setdefault(without_comment(cmd), []).append(f"{name}:{line}")
-    failures, ran, t_all = [], 0, time.time()
+    failures, ran, skipped_python, t_all = [], 0, 0, time.time()
     for cmd, places in where.items():
         if cmd in GPU_ONLY:
             print(f"SKIP {', '.join(places)}: {cmd}\n     needs a GPU: {GPU_ONLY[cmd]}")
             continue
-        actual, added = with_step_limit(cmd)
+        if cmd.startswith(PYTHON) and not os.path.exists(os.path.join(root, ".venv-hf")):
+            skipped_python += 1
+            print(f"SKIP {', '.join(places)}: {cmd}\n     no .venv-hf (scripts/setup.sh test makes it from PyPI)")
+            continue
+        actual, added = with_step_limit(cmd) if cmd.startswith("build/trainer") else (cmd, None)
         code, out, secs = run(actual, root)
         ran += 1
         note = f" (added {added})" if added else ""
@@ -177,7 +187,8 @@ def main():
     for c in unknown:
         failures.append(f"GPU_ONLY lists a command no document shows any more: {c}")
     print(f"doc commands: {len(commands)} shown in {len(doc_files(source))} files, {ran} distinct run, "
-          f"{len(GPU_ONLY)} skipped (GPU only), {len(failures)} failed, {time.time() - t_all:.0f} s")
+          f"{len(GPU_ONLY)} skipped (GPU only), {skipped_python} skipped (no .venv-hf), {len(failures)} failed, "
+          f"{time.time() - t_all:.0f} s")
     if failures:
         print("\n" + "\n\n".join(failures))
         print("\nfix the command in the document or the code; a command that needs a GPU belongs in GPU_ONLY "
