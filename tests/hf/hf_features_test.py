@@ -229,7 +229,7 @@ def main():
     moe = base.MODELS["mixtral"]
     dump, out = train_from("mixtral", d, moe)
     dumped = open(os.path.join(dump, "config.yaml")).read()
-    check("aux_loss_coeff: 0.02" in dumped and "aux_loss_coeff=0.02 from router_aux_loss_coef" in out,
+    check("aux_loss_coeff: 0.02" in dumped and "leaves unset:" in out and " model.moe.aux_loss_coeff=0.02" in out,
           "mixtral: router_aux_loss_coef 0.02 of config.json is the run's model.moe.aux_loss_coeff, said at start-up")
     export_round_trip("mixtral", d, ["architectures", "router_aux_loss_coef"])
     _, out = train_from("mixtral_set", d, moe, ["--set", "model.moe.aux_loss_coeff=0.05"])
@@ -253,19 +253,20 @@ def main():
         ("pruned_heads", {"pruned_heads": {"0": [1]}}, "pruned_heads="),
         ("add_cross_attention", {"add_cross_attention": True}, "add_cross_attention=true"),
         ("is_encoder_decoder", {"is_encoder_decoder": True}, "is_encoder_decoder=true"),
+        # The configuration writes the key (a key it leaves unset is taken from config.json).
         ("attention_bias vs model.attn_bias", {"attention_bias": True},
-         "attention_bias=true in config.json, model.attn_bias = none"),
+         "attention_bias=true in config.json, model.attn_bias = none", ["--set", "model.attn_bias=none"]),
         ("rope_scaling vs model.rope_scaling (linear x4)", {"rope_scaling": {"type": "linear", "factor": 2.0}},
          "rope_scaling={\"type\":\"linear\",\"factor\":2.0} in config.json, model.rope_scaling"),
     ]
-    for i, (label, keys, needle) in enumerate(refusals):
+    for i, (label, keys, needle, *extra) in enumerate(refusals):
         bad = os.path.join(WORK, f"refused_{i}")
         os.makedirs(bad)
         os.symlink(os.path.join(llama_dir, "model.safetensors"), os.path.join(bad, "model.safetensors"))
         shutil.copy(os.path.join(llama_dir, "config.json"), bad)
         edit_config(bad, **keys)
-        p = run(["--config", cfg, "--set", f"run.dir={WORK}/refused_run", "--set", f"model.init_from={bad}"],
-                expect=None)
+        p = run(["--config", cfg, "--set", f"run.dir={WORK}/refused_run", "--set", f"model.init_from={bad}"] +
+                (extra[0] if extra else []), expect=None)
         ok = p.returncode == 2 and needle in p.stderr and bad in p.stderr
         check(ok, f"refused, {label}: exit {p.returncode} (want 2), names '{needle}' and the directory")
         if not ok:

@@ -200,8 +200,10 @@ def main():
     # 3. A window the model keys do not have, and one they have but the file does not.
     cfg_plain = os.path.join(WORK, "llama.yaml")
     write_config(cfg_plain, LLAMA % "", tokens, 2)
+    # The configuration writes the window it wants: a key it leaves unset would be taken from config.json.
     expect_refused(cfg_plain, mistral, "Mistral sliding_window=4 into model.sliding_window=0",
-                   "sliding_window=4 in config.json (MistralForCausalLM), model.sliding_window = 0")
+                   "sliding_window=4 in config.json (MistralForCausalLM), model.sliding_window = 0",
+                   extra=("--set", "model.sliding_window=0"))
     expect_refused(cfg_moe, mixtral, "Mixtral sliding_window=4 into model.sliding_window=6",
                    "sliding_window=4 in config.json (MixtralForCausalLM), model.sliding_window = 6",
                    ["--set", "model.sliding_window=6"])
