@@ -148,7 +148,8 @@ def main():
         print(rows[-1], flush=True)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    table = (f"`{os.path.basename(sys.executable)} scripts/bench_prepare_corpus.py --size-mb {a.size_mb} "
+    exe = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable
+    table = (f"`{exe} scripts/bench_prepare_corpus.py --size-mb {a.size_mb} "
              f"--workers {a.workers}` at `{commit}`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores: a "
              f"{mb:.0f} MB JSON lines corpus, byte-level BPE of {a.vocab} ids. Peak memory: the resident memory "
              "of the main process and its workers together.\n\n"
