@@ -74,6 +74,30 @@ fs::path write_byte_tokens(const fs::path& dir) {
   return tokens;
 }
 
+void write_megatron(const fs::path& prefix, const std::vector<uint16_t>& tokens, const std::vector<int64_t>& sizes) {
+  std::ofstream(prefix.string() + ".bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
+  std::ofstream idx(prefix.string() + ".idx", std::ios::binary);
+  auto put = [&](const void* p, size_t n) { idx.write(static_cast<const char*>(p), std::streamsize(n)); };
+  put("MMIDIDX\0\0", 9);
+  const uint64_t version = 1, seqs = sizes.size(), docs = sizes.size() + 1;
+  const uint8_t code = 8;  // uint16
+  put(&version, 8);
+  put(&code, 1);
+  put(&seqs, 8);
+  put(&docs, 8);
+  for (int64_t n : sizes) {
+    const int32_t v = int32_t(n);
+    put(&v, 4);
+  }
+  int64_t at = 0;
+  for (int64_t n : sizes) {
+    put(&at, 8);
+    at += 2 * n;
+  }
+  for (int64_t d = 0; d <= int64_t(sizes.size()); ++d) put(&d, 8);
+}
+
 std::vector<double> metric(const fs::path& metrics, const std::string& key) {
   std::vector<double> out;
   std::ifstream in(metrics);

@@ -4,6 +4,7 @@
 // checkpoints for comparison.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -22,6 +23,11 @@ int run(const std::string& cmd, std::string* out);
 // Writes the bytes of a license text as uint16 tokens (values < 256) to
 // dir/tokens.bin and returns its path.
 std::filesystem::path write_byte_tokens(const std::filesystem::path& dir);
+
+// A Megatron dataset PREFIX.bin/.idx of uint16 tokens, one sequence per
+// document of the given sizes (the document index 0, 1, ..., n).
+void write_megatron(const std::filesystem::path& prefix, const std::vector<uint16_t>& tokens,
+                    const std::vector<int64_t>& sizes);
 
 // The values of one key ("loss", "val_loss") in metrics.jsonl, in order.
 std::vector<double> metric(const std::filesystem::path& metrics, const std::string& key);

@@ -36,31 +36,6 @@ using namespace trainer;
 
 namespace {
 
-// A Megatron dataset (PREFIX.bin/.idx, uint16) with one sequence per document.
-void write_megatron(const fs::path& prefix, const std::vector<uint16_t>& tokens, const std::vector<int64_t>& sizes) {
-  std::ofstream(prefix.string() + ".bin", std::ios::binary)
-      .write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
-  std::ofstream idx(prefix.string() + ".idx", std::ios::binary);
-  auto put = [&](const void* p, size_t n) { idx.write(static_cast<const char*>(p), std::streamsize(n)); };
-  put("MMIDIDX\0\0", 9);
-  const uint64_t version = 1, seqs = sizes.size(), docs = sizes.size() + 1;
-  const uint8_t code = 8;  // uint16
-  put(&version, 8);
-  put(&code, 1);
-  put(&seqs, 8);
-  put(&docs, 8);
-  for (int64_t n : sizes) {
-    const int32_t v = int32_t(n);
-    put(&v, 4);
-  }
-  int64_t at = 0;
-  for (int64_t n : sizes) {
-    put(&at, 8);
-    at += 2 * n;
-  }
-  for (int64_t d = 0; d <= int64_t(sizes.size()); ++d) put(&d, 8);
-}
-
 // Documents of lengths cycling through `lengths` until `total` tokens.
 std::vector<int64_t> doc_sizes(int64_t total, const std::vector<int64_t>& lengths) {
   std::vector<int64_t> s;
@@ -135,7 +110,7 @@ TEST_CASE("the sampler reads a Megatron document index: document starts and no t
   std::vector<uint16_t> toks(400);  // token i is i: a window's first token is its stream position
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = uint16_t(i);
   const std::vector<int64_t> sizes = doc_sizes(400, {7, 1, 30, 3, 0, 12});
-  write_megatron(dir / "docs", toks, sizes);
+  e2e::write_megatron(dir / "docs", toks, sizes);
   std::vector<int64_t> starts;  // stream positions where documents 1.. begin
   for (int64_t at = 0, i = 0; i + 1 < int64_t(sizes.size()); ++i) starts.push_back(at += sizes[size_t(i)]);
 
@@ -238,7 +213,7 @@ TEST_CASE("separate documents under cp 2 x tp 2, pp 2 x dp 2 and cp 2 x ep 2 == 
     for (char c; in.get(c);) toks.push_back(uint16_t(static_cast<unsigned char>(c)));
   }
   // Document lengths around a chunk (cp 2 of 32 tokens: chunks of 8), some inside one.
-  write_megatron(data / "docs", toks, doc_sizes(int64_t(toks.size()), {5, 19, 3, 40, 11, 1, 26}));
+  e2e::write_megatron(data / "docs", toks, doc_sizes(int64_t(toks.size()), {5, 19, 3, 40, 11, 1, 26}));
   const std::string prefix = (data / "docs").string();
   const std::string d = "train: [" + prefix + "], valid: [" + prefix + "], documents: separate";
   const char* llama = "{arch: llama, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, d_ff: 64, max_seq_len: 32}";

@@ -37,30 +37,6 @@ using namespace trainer;
 
 namespace {
 
-void write_megatron(const fs::path& prefix, const std::vector<uint16_t>& tokens, const std::vector<int64_t>& sizes) {
-  std::ofstream(prefix.string() + ".bin", std::ios::binary)
-      .write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
-  std::ofstream idx(prefix.string() + ".idx", std::ios::binary);
-  auto put = [&](const void* p, size_t n) { idx.write(static_cast<const char*>(p), std::streamsize(n)); };
-  const uint64_t version = 1, seqs = sizes.size(), docs = sizes.size() + 1;
-  const uint8_t code = 8;
-  put("MMIDIDX\0\0", 9);
-  put(&version, 8);
-  put(&code, 1);
-  put(&seqs, 8);
-  put(&docs, 8);
-  for (int64_t n : sizes) {
-    const int32_t v = int32_t(n);
-    put(&v, 4);
-  }
-  int64_t at = 0;
-  for (int64_t n : sizes) {
-    put(&at, 8);
-    at += 2 * n;
-  }
-  for (int64_t d = 0; d <= int64_t(sizes.size()); ++d) put(&d, 8);
-}
-
 void write_mask(const fs::path& prefix, const std::vector<uint8_t>& mask, uint64_t count) {
   std::ofstream f(prefix.string() + ".lossmask", std::ios::binary);
   f.write("TRLMASK1", 8);
@@ -80,7 +56,7 @@ void write_chat_data(const fs::path& prefix, const std::vector<uint16_t>& tokens
     for (int64_t t = 0; t < n; ++t) mask.push_back(t >= p ? 1 : 0);
     at += n;
   }
-  write_megatron(prefix, tokens, sizes);
+  e2e::write_megatron(prefix, tokens, sizes);
   write_mask(prefix, mask, mask.size());
 }
 
@@ -128,7 +104,7 @@ TEST_CASE("a loss mask beside a Megatron dataset makes the targets of masked-out
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = uint16_t(i);  // token i is i: a window's start is its first token
   std::vector<uint8_t> mask(300);
   for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i / 7) % 3 == 0 ? 1 : 0;
-  write_megatron(dir / "d", toks, {120, 180});
+  e2e::write_megatron(dir / "d", toks, {120, 180});
   write_mask(dir / "d", mask, 300);
   const int64_t T = 24;
   const BatchSampler s({(dir / "d").string()}, "uint16", T, 512, 5, "train");
