@@ -155,6 +155,7 @@ void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_
     }
   }
   if (doc_start) mark_documents(f, start, targets, doc_start);
+  if (!masks_) return;  // no mask beside any file: nothing to read per sequence
   std::vector<uint8_t> mask(static_cast<size_t>(seq_len_));
   if (f.loss_mask(start + 1, seq_len_, mask.data()))
     for (int64_t t = 0; t < seq_len_; ++t)

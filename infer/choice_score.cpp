@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/device_memory.h"
+#include "infer/generate.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 
@@ -40,13 +40,7 @@ double loglik(Model& g, const std::vector<int32_t>& context, const std::vector<i
 ChoiceResult score_choices(const ModelDims& trained, const std::vector<std::vector<float>>& weights,
                            const std::vector<ChoiceItem>& items, int64_t max_len) {
   Model g;
-  build_model(g, decode_dims(trained, max_len), 0.0, Device::CPU);
-  if (weights.size() != g.param_tensors.size()) throw std::logic_error("score_choices: parameter count mismatch");
-  for (size_t i = 0; i < g.param_tensors.size(); ++i) {
-    if (int64_t(weights[i].size()) != g.param_tensors[i].numel())
-      throw std::logic_error("score_choices: size mismatch of parameter " + g.params[i].spec.name);
-    write_from_host(g.param_tensors[i], weights[i].data());
-  }
+  load_replica(g, decode_dims(trained, max_len), weights, "score_choices");
   ChoiceResult r;
   for (const ChoiceItem& it : items) {
     std::vector<double> ll;

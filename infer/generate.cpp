@@ -39,6 +39,18 @@ int32_t TokenPicker::pick(const float* logits, int64_t vocab) {
   return order_[size_t(keep - 1)];
 }
 
+void load_replica(Model& m, const ModelDims& dims, const std::vector<std::vector<float>>& weights,
+                  const char* what) {
+  build_model(m, dims, 0.0, Device::CPU);
+  if (weights.size() != m.param_tensors.size())
+    throw std::logic_error(std::string(what) + ": parameter count mismatch");
+  for (size_t i = 0; i < m.param_tensors.size(); ++i) {
+    if (int64_t(weights[i].size()) != m.param_tensors[i].numel())
+      throw std::logic_error(std::string(what) + ": size mismatch of parameter " + m.params[i].spec.name);
+    write_from_host(m.param_tensors[i], weights[i].data());
+  }
+}
+
 std::vector<int32_t> generate_tokens(const ModelDims& trained, const std::vector<std::vector<float>>& weights,
                                      int64_t seq_len, const std::vector<int32_t>& prompt, int n,
                                      const SamplingOptions& sampling) {
@@ -49,13 +61,7 @@ std::vector<int32_t> generate_tokens(const ModelDims& trained, const std::vector
   d.documents = false;  // the context is one document
   d.act = DType::F32;
   Model g;
-  build_model(g, d, 0.0, Device::CPU);
-  if (weights.size() != g.param_tensors.size()) throw std::logic_error("generate_tokens: parameter count mismatch");
-  for (size_t i = 0; i < g.param_tensors.size(); ++i) {
-    if (int64_t(weights[i].size()) != g.param_tensors[i].numel())
-      throw std::logic_error("generate_tokens: size mismatch of parameter " + g.params[i].spec.name);
-    write_from_host(g.param_tensors[i], weights[i].data());
-  }
+  load_replica(g, d, weights, "generate_tokens");
 
   std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{0} : prompt;
   std::vector<int32_t> out;

@@ -39,6 +39,12 @@ class TokenPicker {
 // causal attention makes the logits at the last position depend only on what
 // came before. weights: fp32, one host vector per parameter in
 // parameter_list order. An empty prompt starts from token 0.
+// A one-process fp32 model of `dims` on the CPU holding `weights` (the
+// one-process plan's parameters, in its order); throws std::logic_error
+// naming `what` and the parameter when they do not fit.
+void load_replica(Model& m, const ModelDims& dims, const std::vector<std::vector<float>>& weights,
+                  const char* what);
+
 std::vector<int32_t> generate_tokens(const ModelDims& trained, const std::vector<std::vector<float>>& weights,
                                      int64_t seq_len, const std::vector<int32_t>& prompt, int n,
                                      const SamplingOptions& sampling);
