@@ -77,6 +77,8 @@ struct CommandLine {
   trainer::ExportOptions export_opt;
   std::string export_dtype = "fp32", export_shard = "5GB";
   int schedule_world = 0;
+  std::string schedule_trace;
+  double schedule_forward_ms = 1.0;
   trainer::PlanOptions plan_opt;
   trainer::GenerateOptions gen;
   trainer::EvalOptions eval;
@@ -115,6 +117,12 @@ void add_planning_commands(CLI::App& app, CommandLine& cl) {
       "schedule", "print the pipeline schedule of --config: per-rank timeline, bubble, activation memory");
   cl.schedule->add_option("--world", cl.schedule_world,
                           "processes of the run (default tp x pp x cp x max(dp, 1) of the configuration)");
+  cl.schedule->add_option("--trace", cl.schedule_trace,
+                           "also write the simulated timeline as Chrome trace events (Perfetto), one row per stage");
+  cl.schedule->add_option("--forward-ms", cl.schedule_forward_ms,
+                          "milliseconds of the heaviest stage's forward of one micro-batch in --trace (default 1; "
+                          "take it from a measured log.trace to lay the two side by side)")
+      ->check(CLI::PositiveNumber);
   cl.schedule->fallthrough();  // --config and --set belong to the main command
   trainer::PlanOptions& po = cl.plan_opt;
   cl.plan = app.add_subcommand(
@@ -200,7 +208,7 @@ int run_planning_command(CommandLine& cl) {
       const auto& p = cfg.parallel;
       world = p.tp * p.pp * p.cp * (p.dp > 0 ? p.dp : 1);
     }
-    std::fputs(trainer::describe_schedule(cfg, world).c_str(), stdout);
+    std::fputs(trainer::describe_schedule(cfg, world, cl.schedule_trace, cl.schedule_forward_ms).c_str(), stdout);
     return 0;
   }
   return -1;

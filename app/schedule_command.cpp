@@ -8,11 +8,12 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "observe/pipeline_report.h"
+#include "observe/trace_file.h"
 #include "planner/memory_plan.h"
 
 namespace trainer {
 
-std::string describe_schedule(const Config& c, int world_size) {
+std::string describe_schedule(const Config& c, int world_size, const std::string& trace_path, double forward_ms) {
   const MeshShape mesh = resolve_mesh(c.parallel, world_size, 0);
   const ModelDims dims = make_dims(c, c.train.micro_batch_size, c.train.seq_len);
   const std::vector<int64_t> layers = stage_layers_for(c, dims, mesh.pp * pipeline_chunks(c));
@@ -21,6 +22,13 @@ std::string describe_schedule(const Config& c, int world_size) {
   const Simulation sim = simulate(s, stage_action_costs(dims, layers, mesh.pp));
   if (!sim.ok) throw std::logic_error("pipeline schedule: " + sim.error);
   std::string out = describe(mesh) + "\n" + format_pipeline(c, dims, layers, s, sim, DType::F32, mesh);
+  if (!trace_path.empty()) {
+    write_trace_file(trace_path, simulated_trace(s, sim, forward_ms));
+    char line[160];
+    std::snprintf(line, sizeof line, "trace: the simulated timeline (stage costs, %g ms per forward of the heaviest stage) -> ",
+                  forward_ms);
+    out += line + trace_path + "\n";
+  }
   // The picture with equal stages (F = 1, B = 2 per chunk), where the textbook formula holds.
   const Simulation unit = simulate(s);
   char buf[200];

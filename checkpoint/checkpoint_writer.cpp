@@ -38,6 +38,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/slice_json.h"
 #include "comm/store.h"
+#include "core/trace.h"
 
 namespace trainer {
 
@@ -463,7 +464,9 @@ void CheckpointWriter::save(Snapshot snap) {
   impl_->running = true;
   try {
     impl_->worker = std::thread([impl = impl_.get(), s = std::move(snap), prefix]() mutable {
+      trace::name_thread("checkpoint writer");
       try {
+        const trace::Scope span("checkpoint", "write step", s.meta.step);
         impl->set_completed(impl->write(s, prefix));
       } catch (...) {
         impl->error = std::current_exception();

@@ -18,6 +18,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/collective_checks.h"
@@ -48,6 +49,9 @@ class Work {
   // overlap hides); < 0 when the backend does not know (then the wait is
   // all that is known of it).
   virtual double busy_seconds() const { return -1; }
+  // After wait(): when that run started and ended (core/trace.h's clock,
+  // nanoseconds); {0, 0} when the backend does not know.
+  virtual std::pair<int64_t, int64_t> ran_ns() const { return {0, 0}; }
 };
 
 // Work that was complete when it was returned.

@@ -38,6 +38,7 @@
 
 #include "comm/collective_trace.h"
 #include "comm/gloo_store_adapter.h"
+#include "core/trace.h"
 
 namespace trainer {
 
@@ -118,16 +119,22 @@ std::string route_source_address(const std::string& host) {
   return out;
 }
 
+// What the worker measured of one task: its run time, and when it ran.
+struct TaskTimes {
+  std::atomic<double> busy{0};
+  std::atomic<int64_t> start_ns{0}, end_ns{0};
+};
+
 class GlooWork final : public Work {
  public:
-  GlooWork(std::shared_future<void> f, std::shared_ptr<std::atomic<double>> busy)
-      : f_(std::move(f)), busy_(std::move(busy)) {}
+  GlooWork(std::shared_future<void> f, std::shared_ptr<TaskTimes> times) : f_(std::move(f)), times_(std::move(times)) {}
   void wait() override { f_.get(); }
-  double busy_seconds() const override { return busy_->load(); }
+  double busy_seconds() const override { return times_->busy.load(); }
+  std::pair<int64_t, int64_t> ran_ns() const override { return {times_->start_ns.load(), times_->end_ns.load()}; }
 
  private:
   std::shared_future<void> f_;
-  std::shared_ptr<std::atomic<double>> busy_;  // the task's run time on the worker
+  std::shared_ptr<TaskTimes> times_;  // the task's run on the worker
 };
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -344,14 +351,18 @@ struct GlooCommunicator::Impl {
   }
 
   std::unique_ptr<Work> submit(std::function<void()> fn) {
-    auto busy = std::make_shared<std::atomic<double>>(0.0);
-    std::packaged_task<void()> task([fn = std::move(fn), busy] {
-      const auto t0 = std::chrono::steady_clock::now();
+    auto times = std::make_shared<TaskTimes>();
+    std::packaged_task<void()> task([fn = std::move(fn), times] {
       struct Timed {
-        std::chrono::steady_clock::time_point t0;
-        std::atomic<double>& busy;
-        ~Timed() { busy.store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
-      } timed{t0, *busy};
+        TaskTimes& times;
+        int64_t t0 = trace::now_ns();
+        ~Timed() {
+          const int64_t t1 = trace::now_ns();
+          times.start_ns.store(t0);
+          times.end_ns.store(t1);
+          times.busy.store(double(t1 - t0) * 1e-9);
+        }
+      } timed{*times};
       fn();
     });
     std::shared_future<void> f = task.get_future().share();
@@ -361,7 +372,7 @@ struct GlooCommunicator::Impl {
       if (!worker.joinable()) worker = std::thread([this] { work_loop(); });
     }
     wake.notify_one();
-    return std::make_unique<GlooWork>(std::move(f), std::move(busy));
+    return std::make_unique<GlooWork>(std::move(f), std::move(times));
   }
 
   void work_loop() {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <set>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -177,7 +178,17 @@ struct LogConfig {
   // than the median, this many log intervals in a row, is named.
   double straggler_threshold = 0.2;
   int64_t straggler_intervals = 3;
+  // "S-E" (or "S"): record a timeline of steps S to E, every rank, into
+  // <run dir>/trace.json (observe/trace_file.h); "": none.
+  std::string trace = "";
 };
+
+// The steps of log.trace, inclusive; nullopt when the text is not "S-E" or
+// "S" with 1 <= S <= E.
+struct StepRange {
+  int64_t first = 0, last = 0;
+};
+std::optional<StepRange> parse_step_range(const std::string& text);
 
 // The accelerator `trainer plan` estimates for (planner/hardware.h): a
 // known GPU by name, numbers > 0 override its table entry (or describe a GPU

@@ -293,6 +293,10 @@ std::vector<KeySpec> build_schema() {
       Row("log.straggler_intervals", FIELD(log.straggler_intervals),
           "log intervals the straggler judgement averages over (the others' waiting for a rank) before it alerts")
           .at_least(1).aka("straggler_patience"),
+      Row("log.trace", FIELD(log.trace),
+          "record a timeline of these steps (FIRST-LAST, or one step) on every rank into <run dir>/trace.json "
+          "(Chrome trace events: Perfetto, chrome://tracing); empty: none")
+          .aka("profile profile_steps trace_steps timeline"),
 
       Row("smoke.steps", FIELD(smoke.steps), "steps of the built-in smoke test").at_least(1)
           .aka("iters max_steps"),

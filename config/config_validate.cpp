@@ -1,5 +1,6 @@
 // Range and cross-key checks. Types were settled by the loader; here every
 // message names the keys involved, their values and what would be accepted.
+#include <cctype>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -257,7 +258,38 @@ void check_data_and_io(const Config& c, const Checker& ck) {
              "run.name='" + c.run.name + "' must be a non-empty name without '/' (use run.dir for a path)");
 }
 
+void check_log(const Config& c, const Checker& ck) {
+  if (c.log.trace.empty()) return;
+  const std::optional<StepRange> r = parse_step_range(c.log.trace);
+  ck.require(r.has_value(), "log.trace='" + c.log.trace +
+                                "' is not a window of steps: write FIRST-LAST (e.g. 10-12) or one step, counted from 1");
+  ck.require(r->last - r->first < 1000, "log.trace='" + c.log.trace +
+                                            "' spans more than 1000 steps: a trace holds every span of every step in "
+                                            "memory; trace a few steps");
+}
+
 }  // namespace
+
+std::optional<StepRange> parse_step_range(const std::string& text) {
+  StepRange r;
+  size_t used = 0;
+  try {
+    r.first = std::stoll(text, &used);
+    if (used == text.size()) {
+      r.last = r.first;
+    } else {
+      if (text[used] != '-') return std::nullopt;
+      const std::string rest = text.substr(used + 1);
+      size_t used2 = 0;
+      r.last = std::stoll(rest, &used2);
+      if (used2 != rest.size() || rest.empty() || !std::isdigit(static_cast<unsigned char>(rest[0]))) return std::nullopt;
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (!std::isdigit(static_cast<unsigned char>(text[0])) || r.first < 1 || r.last < r.first) return std::nullopt;
+  return r;
+}
 
 void validate_config(const Config& c, int world_size) {
   const Checker ck(c);
@@ -269,6 +301,7 @@ void validate_config(const Config& c, int world_size) {
   check_train(c, world_size, ck);
   check_optim(c, ck);
   check_data_and_io(c, ck);
+  check_log(c, ck);
 }
 
 }  // namespace trainer

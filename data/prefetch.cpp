@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "core/trace.h"
+
 namespace trainer {
 
 std::vector<int64_t> default_step_indices(int64_t micro_steps, int64_t micro_batch) {
@@ -58,6 +60,7 @@ BatchPrefetcher::~BatchPrefetcher() {
 }
 
 void BatchPrefetcher::worker() {
+  trace::name_thread("data prefetch");
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return stop_.load() || state_ == State::Requested; });
@@ -67,6 +70,7 @@ void BatchPrefetcher::worker() {
     lk.unlock();
     std::exception_ptr err;
     try {
+      const trace::Scope span("data", "load batch of step", step + 1);
       fill_batch(sampler_, indices_, step, micro_steps_, micro_batch_, back_, &stop_);
     } catch (...) {
       err = std::current_exception();

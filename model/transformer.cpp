@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/device_memory.h"
+#include "core/trace.h"
 #include "kernels/ops.h"
 #include "model/context_parallel.h"
 #include "model/expert_load.h"
@@ -209,6 +210,7 @@ void embedding_forward(Model& m, const MicroBatch& mb) {
   Activations& a = activations_of(m, mb.id);
   const int u = m.unit_index.embedding;
   if (u < 0) throw std::logic_error("embedding_forward: this pipeline stage holds no embedding");
+  const trace::Scope span("forward", "embedding", -1, mb.id);
   if (m.hooks) m.hooks->forward_begin(m, u, mb);
   const TensorParallel tp = tp_of(m);
   const Tensor x0 = stage_input(m, mb.id);
@@ -229,6 +231,7 @@ double blocks_forward(Model& m, const MicroBatch& mb, int64_t first, int64_t cou
   double aux = 0;
   for (int64_t i = first; i < first + count; ++i) {
     LayerActs& la = a.layers[size_t(i)];
+    const trace::Scope span("forward", "layer", d.first_layer + i, mb.id);
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->forward_begin(m, u, mb);
     const LayerWeights& lw = m.w.layers[size_t(i)];
@@ -250,6 +253,7 @@ ForwardResult head_forward(Model& m, const MicroBatch& mb, float ce_grad_scale) 
   Activations& a = activations_of(m, mb.id);
   const int u = m.unit_index.head;
   if (u < 0) throw std::logic_error("head_forward: this pipeline stage holds no head");
+  const trace::Scope span("forward", "head", -1, mb.id);
   if (m.hooks) m.hooks->forward_begin(m, u, mb);
   const TensorParallel tp = tp_of(m);
   norm_forward(d, a.hf, a.meanf, a.rstdf, a.x_final, m.w.final_norm_w, m.w.final_norm_b);
@@ -281,6 +285,7 @@ void head_backward(Model& m, const MicroBatch& mb, BackwardPart part) {
   GradScratch& g = m.g;
   const int u = m.unit_index.head;
   if (u < 0) throw std::logic_error("head_backward: this pipeline stage holds no head");
+  const trace::Scope span("backward", "head", -1, mb.id);
   // a.logits holds d loss / d logits (written by the fused cross-entropy);
   // it stays in the slot for the weight half of a split backward.
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
@@ -299,6 +304,7 @@ void head_backward_weight(Model& m, const MicroBatch& mb) {
   const Activations& a = slot_of(m, mb.id).acts;
   const int u = m.unit_index.head;
   if (u < 0) throw std::logic_error("head_backward_weight: this pipeline stage holds no head");
+  const trace::Scope span("backward", "head weights", -1, mb.id);
   ops::linear_backward({}, m.gw.lm_head, {}, a.logits, column_input(m.dims, tp_of(m), a.hf), m.w.lm_head, false);
   if (m.hooks) m.hooks->backward_end(m, u, mb);
 }
@@ -317,6 +323,7 @@ void blocks_backward(Model& m, const MicroBatch& mb, int64_t first, int64_t coun
     LayerActs& la = s.acts.layers[size_t(i)];
     const LayerWeights& w = m.w.layers[size_t(i)];
     const LayerWeights& gw = m.gw.layers[size_t(i)];
+    const trace::Scope span("backward", "layer", d.first_layer + i, mb.id);
     if (m.hooks)
       for (int u : m.unit_index.layers[size_t(i)]) m.hooks->backward_begin(m, u, mb);
     // After the hooks: under ZeRO-3 they gathered the weights the recompute reads.
@@ -343,6 +350,7 @@ void blocks_backward_weight(Model& m, const MicroBatch& mb, int64_t first, int64
     const LayerActs& la = s.acts.layers[size_t(i)];
     const LayerWeights& w = m.w.layers[size_t(i)];
     const LayerWeights& gw = m.gw.layers[size_t(i)];
+    const trace::Scope span("backward", "layer weights", d.first_layer + i, mb.id);
     if (d.moe_layer(i))
       moe_block_backward_weight(d, tp, w, gw, la, la.stash);
     else
@@ -358,6 +366,7 @@ void embedding_backward(Model& m, const MicroBatch& mb) {
   ActivationSlot& s = slot_of(m, mb.id);
   const int u = m.unit_index.embedding;
   if (u < 0) throw std::logic_error("embedding_backward: this pipeline stage holds no embedding");
+  const trace::Scope span("backward", "embedding", -1, mb.id);
   if (m.hooks) m.hooks->backward_begin(m, u, mb);
   const TensorParallel tp = tp_of(m);
   // The whole sequence's gradient: each rank updates its vocabulary rows,

@@ -70,6 +70,9 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
   for (const auto& [g, t] : window_comm.comm) w.add_comm(g, t);
   for (const auto& [g, t] : window_comm.busy) w.add_busy(g, t);
   const StepTime per = per_step(w, seconds_since(window_wall0_), window_iterations_);
+  // From here until the next window's clocks start, the reports to rank 0
+  // belong to no window's time table: the timeline shows them as "log".
+  const int64_t log0 = trace::now_ns();
   run_parts_ += window_parts_;
   if (s_.lead) {
     s_.log->record("{\"step\": " + std::to_string(sm.step) + ", " + step_time_json(per) + "}");
@@ -86,10 +89,6 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
   for (double& h : held) h *= 1e3 / double(window_iterations_) / double(std::max(1, s_.world_size - 1));
   const std::string alerts = monitor_.report(sm.step, rr, held);
   if (s_.lead && !alerts.empty()) std::printf("%s", alerts.c_str());
-  window_parts_ = StepTime{};
-  window_comm0_ = comm_now();
-  window_wall0_ = clock_type::now();
-  window_iterations_ = 0;
   if (s_.dims.E > 0) {
     sum_expert_load(expert_load_, *s_.host, s_.mesh.tp);
     const std::vector<LayerLoad> loads = layer_loads(expert_load_);
@@ -106,6 +105,12 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
     if (s_.lead && !s_.quiet) std::printf("%s", format_pipeline_idle(s_.mesh, idle, *s_.simulated).c_str());
   }
   window_wait_s_ = 0;
+  // The next window starts after the reports, which belong to none.
+  window_parts_ = StepTime{};
+  window_comm0_ = comm_now();
+  window_wall0_ = clock_type::now();
+  window_iterations_ = 0;
+  trace::span("log", "log: the window's reports", log0, trace::now_ns());
   throughput_start_ = clock_type::now();
   window_tokens_ = window_steps_ = 0;
 }

@@ -16,6 +16,7 @@
 #include "comm/mesh.h"
 #include "comm/timed_communicator.h"
 #include "config/config.h"
+#include "core/trace.h"
 #include "model/dims.h"
 #include "model/expert_load.h"
 #include "observe/comm_measured.h"
@@ -64,6 +65,7 @@ class StepWindow {
   void as_optimizer(Work&& work) {
     const auto t = clock_type::now();
     const double blocked = total_blocked_seconds();
+    const trace::Scope span("optimizer", "optimizer");
     work();
     window_parts_.optimizer += seconds_since(t) - (total_blocked_seconds() - blocked);
   }
@@ -78,7 +80,10 @@ class StepWindow {
   template <class Work>
   void as_checkpoint(Work&& work) {
     const auto k0 = clock_type::now();
-    work();
+    {
+      const trace::Scope span("checkpoint", "checkpoint");
+      work();
+    }
     throughput_start_ = clock_type::now();
     window_parts_.checkpoint += seconds_since(k0);
   }
@@ -86,7 +91,10 @@ class StepWindow {
   void as_eval(Work&& work) {
     const auto e0 = clock_type::now();
     const double eb0 = total_blocked_seconds();
-    work();
+    {
+      const trace::Scope span("eval", "evaluation");
+      work();
+    }
     throughput_start_ = clock_type::now();
     window_parts_.eval += seconds_since(e0) - (total_blocked_seconds() - eb0);
   }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "comm/timed_communicator.h"
+#include "core/trace.h"
 
 namespace trainer {
 
@@ -141,6 +142,16 @@ double transfer(const std::vector<Model*>& chunks, Communicator& pp, const std::
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// The timeline's name of a compute action ("forward mb 3", "backward input 1 mb 2" on chunk 1).
+const char* action_span_name(ActionKind k) {
+  switch (k) {
+    case ActionKind::Forward: return "forward";
+    case ActionKind::BackwardInput: return "backward input";
+    case ActionKind::BackwardWeight: return "backward weight";
+    default: return "backward";
+  }
+}
+
 }  // namespace
 
 PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communicator& pp,
@@ -186,6 +197,8 @@ PipelineStepResult run_pipeline_step(const std::vector<Model*>& chunks, Communic
     const auto t0 = clock_type::now();
     const double blocked0 = total_blocked_seconds();
     if (options.on_compute) options.on_compute(a);
+    const trace::Scope span(a.kind == ActionKind::Forward ? "forward" : "backward", action_span_name(a.kind),
+                            chunks.size() > 1 ? a.chunk : -1, a.mb);
     switch (a.kind) {
       case ActionKind::Forward:
         touch(m, a.mb, load);

@@ -13,6 +13,7 @@
 #include "model/kv_cache.h"
 #include "observe/process_stats.h"
 #include "observe/step_window.h"
+#include "observe/trace_file.h"
 #include "runtime/watchdog.h"
 #include "train/micro_batch.h"
 #include "train/preemption.h"
@@ -52,6 +53,18 @@ StepWindow::Setup window_setup(Session& s) {
   w.run_dir = s.run_dir;
   w.resumed = s.start_step > 0;
   return w;
+}
+
+RunTrace::Setup trace_setup(Session& s) {
+  RunTrace::Setup t;
+  if (!s.cfg.log.trace.empty()) t.steps = parse_step_range(s.cfg.log.trace);
+  t.store = s.dist->store();
+  t.rank = s.opt.launch.rank;
+  t.world = s.opt.launch.world_size;
+  if (size_t(t.rank) < s.places.host.size()) t.host = s.places.host[size_t(t.rank)];
+  t.path = s.run_dir + "/trace.json";
+  t.quiet = s.opt.quiet;
+  return t;
 }
 
 // What follows an applied step: its log line (and window), the save that
@@ -189,6 +202,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   // A rank blocked on a dead peer ends at once once a signal asks it to.
   if (Watchdog* w = s.dist->watchdog()) w->set_stop_requested(&preemption_requested);
   StepRunner runner(s, window, summary);
+  RunTrace timeline(trace_setup(s));
   if (s.lead)
     if (const double age = process_age_seconds(); age >= 0)
       std::printf("start-up: %.2f s from process start to step %lld\n", age, (long long)s.start_step + 1);
@@ -196,14 +210,25 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   // phase and the heartbeats (runtime/watchdog.h).
   try {
     for (int64_t step = s.start_step; step < s.end_step && !runner.preempt();) {
-      const StepResult r = runner.run(step);
-      if (r.outcome == StepOutcome::Applied)
-        after_applied(s, window, summary, step + 1, r, runner.loss_scaling());
-      else  // a flagged, rolled back or diverged step drops a held snapshot; an overflow keeps it
-        s.saver->confirm(false, r.outcome != StepOutcome::OverflowSkipped, summary);
+      timeline.before_step(step + 1);
+      StepResult r;
+      {
+        const trace::Scope span("step", "step", step + 1);
+        r = runner.run(step);
+        if (r.outcome == StepOutcome::Applied)
+          after_applied(s, window, summary, step + 1, r, runner.loss_scaling());
+        else  // a flagged, rolled back or diverged step drops a held snapshot; an overflow keeps it
+          s.saver->confirm(false, r.outcome != StepOutcome::OverflowSkipped, summary);
+      }
+      if (timeline.writes_after(step + 1))
+        if (Watchdog* w = s.dist->watchdog()) w->progress(step + 1, "log.trace: merging every rank's timeline");
+      timeline.after_step(step + 1);
       if (r.outcome == StepOutcome::Diverged) break;
       step = r.next_step;
     }
+    if (timeline.recording())
+      if (Watchdog* w = s.dist->watchdog()) w->progress(runner.completed(), "log.trace: merging every rank's timeline");
+    timeline.finish();
     finish_loop(s, window, runner, summary);
   } catch (...) {
     if (Watchdog* w = s.dist->watchdog()) w->rethrow_failure();  // adds step, phase, heartbeats; rank 0 keeps the store up briefly

@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/trace.h"
 #include "optim/grad_clip.h"
 #include "pipeline/executor.h"
 #include "runtime/watchdog.h"
@@ -79,8 +80,10 @@ void StepRunner::begin(int64_t step) {
 void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_sum, double& aux_sum) {
   const ModelDims& d = s_.dims;
   const auto d0 = clock_type::now();
+  const int64_t trace0 = trace::now_ns();
   const HostBatch& batch = s_.prefetch->get(step + s_.data_offset);
   window_.parts().data += seconds_since(d0);
+  trace::span("data", "data wait", trace0, trace::now_ns());
   // The mean over the targets the step predicts (all of them unless documents are separate).
   share_ = predicted_share(batch, s_.dist->host(), s_.counts_batch);
   const float ce_scale = float(loss_scale / (double(s_.M * d.N() * s_.dp) * share_));
@@ -107,6 +110,7 @@ void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_
   if (hooks_.delay_ms > 0) {
     // A slow device, on purpose: counted as compute.
     const auto s0 = clock_type::now();
+    const trace::Scope span("forward", "delay (test hook)");
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(hooks_.delay_ms));
     window_.parts().forward += seconds_since(s0);
   }
