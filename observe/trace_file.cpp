@@ -260,15 +260,16 @@ void RunTrace::write() {
     worst = std::max(worst, std::abs(double(c.offset_ns)) * 1e-6);
     worst_rtt = std::max(worst_rtt, double(c.rtt_ns) * 1e-6);
   }
-  const std::string steps = std::to_string(first_seen_) + "-" + std::to_string(last_seen_);
+  const std::string steps =
+      std::to_string(first_seen_) + (last_seen_ > first_seen_ ? "-" + std::to_string(last_seen_) : "");
   const std::string other = "\"steps\": \"" + steps + "\", \"ranks\": " + std::to_string(s_.world) +
                             ", \"clock_offset_ms\": [" + offsets + "], \"clock_round_trip_ms\": [" + rtts + "]";
   const std::string text = chrome_document(lists, other);
   write_trace_file(s_.path, text);
   if (!s_.quiet)
-    std::printf("trace: steps %s of %d rank%s -> %s (%.1f MB); clocks aligned to rank 0 through the store: offsets up "
+    std::printf("trace: step%s %s of %d rank%s -> %s (%.1f MB); clocks aligned to rank 0 through the store: offsets up "
                 "to %.3f ms, each good to half its round trip (at most %.3f ms)\n",
-                steps.c_str(), s_.world, s_.world == 1 ? "" : "s", s_.path.c_str(), double(text.size()) / 1e6, worst,
+                last_seen_ > first_seen_ ? "s" : "", steps.c_str(), s_.world, s_.world == 1 ? "" : "s", s_.path.c_str(), double(text.size()) / 1e6, worst,
                 worst_rtt / 2);
 }
 

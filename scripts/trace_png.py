@@ -16,6 +16,7 @@ import sys
 COLOURS = {
     "step": "#eeeeee", "forward": "#4c78a8", "backward": "#f58518", "optimizer": "#54a24b",
     "data": "#b279a2", "checkpoint": "#9d755d", "eval": "#bab0ac", "wait": "#e45756", "comm": "#72b7b2",
+    "log": "#888888",
 }
 
 
@@ -112,7 +113,7 @@ def main():
         h = 0.8 * (0.75 ** d) if not s[6] else 0.25
         y = row_of[(s[0], s[1])] - h / 2
         ax.broken_barh([(t0, max(t1 - t0, 1e-4))], (y, h), facecolors=COLOURS.get(s[4], "#999999"),
-                       edgecolor="none", zorder=2 + d)
+                       edgecolor="white", linewidth=0.4, zorder=2 + d)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([label for _, label in rows], fontsize=8)
     ax.invert_yaxis()
