@@ -685,3 +685,19 @@ TEST_CASE("config: the trainer binary reports bad configs with exit code 2", "[c
 
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("config: log.trace takes a window of steps and names what is wrong", "[config]") {
+  CHECK(parse_step_range("10-12")->first == 10);
+  CHECK(parse_step_range("10-12")->last == 12);
+  CHECK(parse_step_range("7")->last == 7);
+  for (const char* bad : {"", "0", "0-3", "5-4", "a", "3-", "-3", "3-x", "3--4", " 3", "3 - 4", "1e3"})
+    CHECK_FALSE(parse_step_range(bad).has_value());
+  const Config ok = load_config_text("log: {trace: 3-5}\n", "t.yaml", {"data.train=train.bin"});
+  CHECK(ok.log.trace == "3-5");
+  const std::string err =
+      error_of([&] { load_config_text("log: {trace: 5-3}\n", "t.yaml", {"data.train=train.bin"}); });
+  INFO(err);
+  CHECK(contains(err, "t.yaml: log.trace='5-3' is not a window of steps"));
+  CHECK(contains(error_of([&] { load_config_text("", "t.yaml", {"data.train=train.bin", "log.trace=1-5000"}); }),
+                 "spans more than 1000 steps"));
+}
