@@ -156,6 +156,8 @@ bool Watchdog::with_store(const std::function<void(StoreClient&)>& fn, std::stri
 std::string Watchdog::summarize(int64_t my_step, std::string* error) {
   std::vector<Heartbeat> hb;
   if (!with_store([&](StoreClient& c) { hb = c.read_heartbeats(opt_.world); }, error, false)) return "";
+  if (const int j = judged_rank_.load(); j >= 0 && size_t(j) < hb.size() && hb[size_t(j)].present)
+    hb[size_t(j)].age_s = std::max(hb[size_t(j)].age_s, judged_silent_s_.load());
   std::vector<std::string> items;
   int64_t lo = my_step, hi = my_step;
   for (const Heartbeat& h : hb) {
@@ -333,6 +335,8 @@ void Watchdog::fire_dead_peer(double idle_s, int rank, double silent_s) {
                            seconds(silent_s) + " s (dead or stopped" +
                            (stop && stop() ? "; a stop was requested" : "") + "): not waiting out parallel.timeout_s " +
                            seconds(opt_.timeout_s) + " s";
+  judged_silent_s_.store(silent_s);
+  judged_rank_.store(rank);
   fire(idle_s, line);
 }
 

@@ -189,6 +189,11 @@ class Watchdog {
   std::atomic<int> silent_rank_{-1};
   std::atomic<double> silent_s_{0};
   std::atomic<int64_t> silent_at_ns_{0};  // when it was read (Clock ticks)
+  // The peer fire_dead_peer judged silent, and for how long: the summary
+  // that follows reads the heartbeats again, and the store's age of that
+  // beat can lag the judgement by a tick; it must not call the peer alive.
+  std::atomic<int> judged_rank_{-1};
+  std::atomic<double> judged_silent_s_{0};
   std::atomic<bool (*)()> stop_requested_{nullptr};
   [[noreturn]] void fire_dead_peer(double idle_s, int rank, double silent_s);
 
