@@ -1,0 +1,131 @@
+#include "calibrate/link_timing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "core/cuda_backend.h"
+#include "core/device_memory.h"
+
+namespace trainer {
+
+namespace {
+
+constexpr CommKind kKinds[] = {CommKind::AllReduce, CommKind::AllGather, CommKind::ReduceScatter, CommKind::Send};
+constexpr int kKindCount = 4;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The device finished what was queued (NCCL and kernels are asynchronous).
+void settle(Device d) {
+  if (d == Device::CUDA) cuda_backend(nullptr)->synchronize();
+}
+
+struct Buffer {
+  Buffer(int64_t bytes, Device d) : device(d), p(device_alloc(size_t(bytes), d, "calibrate buffer")) {}
+  ~Buffer() { device_free(p, device); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Tensor f32(int64_t n) const { return Tensor(p, DType::F32, {n}, device); }
+  Device device;
+  void* p;
+};
+
+// Payload elements of a size: whole F32 elements, a multiple of the group
+// (all_gather and reduce_scatter split it evenly).
+int64_t elements_of(int64_t bytes, int ranks) {
+  const int64_t per = std::max<int64_t>(1, bytes / 4 / ranks);
+  return per * ranks;
+}
+
+std::string size_text(int64_t bytes) {
+  return bytes % (1 << 20) == 0 ? std::to_string(bytes >> 20) + " MiB"
+                                : bytes % 1024 == 0 ? std::to_string(bytes >> 10) + " KiB" : std::to_string(bytes) + " B";
+}
+
+// One timed call of `kind` on n elements; seconds on this rank.
+double timed_call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, const Buffer& b, Device d) {
+  const int p = g.size();
+  g.barrier();
+  const double t0 = now_s();
+  switch (kind) {
+    case CommKind::AllReduce: g.all_reduce(a.f32(n)); break;
+    case CommKind::AllGather: g.all_gather(b.f32(n), a.f32(n / p)); break;
+    case CommKind::ReduceScatter: g.reduce_scatter(a.f32(n / p), b.f32(n)); break;
+    default: {
+      // Ranks 0 and 1 of the group: there and back.
+      if (g.rank() == 0) {
+        g.batch_send_recv({P2POp{true, a.f32(n), 1}});
+        g.batch_send_recv({P2POp{false, b.f32(n), 1}});
+      } else if (g.rank() == 1) {
+        g.batch_send_recv({P2POp{false, b.f32(n), 0}});
+        g.batch_send_recv({P2POp{true, b.f32(n), 0}});
+      }
+      settle(d);
+      return g.rank() == 0 ? (now_s() - t0) / 2 : 0;
+    }
+  }
+  settle(d);
+  return now_s() - t0;
+}
+
+}  // namespace
+
+std::vector<int64_t> calibration_sizes(int64_t max_bytes) {
+  std::vector<int64_t> out;
+  for (int64_t s = 4096; s <= std::max<int64_t>(max_bytes, 4096); s *= 4) out.push_back(s);
+  return out;
+}
+
+int64_t link_buffer_bytes(const LinkTimingOptions& o) {
+  const int64_t largest = o.sizes.empty() ? 0 : o.sizes.back();
+  return 2 * (largest + 4096);
+}
+
+std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, const LinkGroup& link, Device device,
+                                       const LinkTimingOptions& o, Watchdog* watchdog) {
+  const int ranks = int(link.members.size());
+  const size_t sizes = o.sizes.size(), reps = size_t(o.repetitions);
+  // Every rank's times, [kind][size][repetition]; zeros on non-members.
+  std::vector<double> times(kKindCount * sizes * reps, 0.0);
+  if (group) {
+    const Buffer a(link_buffer_bytes(o) / 2, device), b(link_buffer_bytes(o) / 2, device);
+    for (int k = 0; k < kKindCount; ++k)
+      for (size_t s = 0; s < sizes; ++s) {
+        if (watchdog) watchdog->progress(int64_t(k * sizes + s + 1), "calibrate: links");
+        const int64_t n = elements_of(o.sizes[s], ranks);
+        try {
+          for (int w = 0; w < o.warmup; ++w) timed_call(*group, kKinds[k], n, a, b, device);
+          for (size_t r = 0; r < reps; ++r)
+            times[(size_t(k) * sizes + s) * reps + r] = timed_call(*group, kKinds[k], n, a, b, device);
+        } catch (const std::exception& e) {
+          throw std::runtime_error(std::string("calibrate: ") + (k == 3 ? "send/receive" : comm_kind_name(kKinds[k])) +
+                                   " of " + size_text(4 * n) + " on group " + group->describe() + " (" + link.label +
+                                   ") failed: " + e.what());
+        }
+      }
+  }
+  // The slowest member's time of each call, on every rank.
+  host.all_reduce(Tensor(times.data(), DType::F64, {int64_t(times.size())}, Device::CPU), ReduceOp::Max);
+  std::vector<CollectiveTimes> out;
+  for (int k = 0; k < kKindCount; ++k) {
+    CollectiveTimes c;
+    c.kind = kKinds[k];
+    c.across_nodes = link.across_nodes;
+    c.ranks = ranks;
+    c.members_per_node = link.members_per_node;
+    for (size_t s = 0; s < sizes; ++s) {
+      std::vector<double> r(times.begin() + long((size_t(k) * sizes + s) * reps),
+                            times.begin() + long((size_t(k) * sizes + s + 1) * reps));
+      std::sort(r.begin(), r.end());
+      c.bytes.push_back(double(4 * elements_of(o.sizes[s], ranks)));
+      c.seconds.push_back(reps % 2 ? r[reps / 2] : (r[reps / 2 - 1] + r[reps / 2]) / 2);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace trainer
