@@ -96,8 +96,14 @@ void time_links(DistributedRun& dist, const std::vector<LinkGroup>& links, Devic
 // This rank's matmul rate, and every rank's in c.
 void time_matmuls(DistributedRun& dist, const std::vector<LinearShape>& shapes, const DeviceChoice& dev,
                   DType storage, const Plan& p, Calibration& c) {
-  dist.host().barrier();  // the ranks compute at once, as in a step
-  c.matmuls = time_linears(shapes, dev.device, storage, p.matmuls);
+  int64_t step = 0;
+  for (const LinearShape& s : shapes) {
+    // The ranks compute at once, as in a step, shape by shape: none waits
+    // for the others longer than one shape.
+    if (Watchdog* wd = dist.watchdog()) wd->progress(++step, "calibrate: matmuls");
+    dist.host().barrier();
+    for (MatmulTiming& m : time_linears({s}, dev.device, storage, p.matmuls)) c.matmuls.push_back(m);
+  }
   double mine = model_matmul_rate(c.matmuls);
   c.rank_flop_per_s.assign(size_t(dist.host().size()), 0);
   dist.host().all_gather(Tensor(c.rank_flop_per_s.data(), DType::F64, {int64_t(c.rank_flop_per_s.size())}, Device::CPU),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 
 #include "core/cuda_backend.h"
@@ -45,10 +46,9 @@ std::string size_text(int64_t bytes) {
                                 : bytes % 1024 == 0 ? std::to_string(bytes >> 10) + " KiB" : std::to_string(bytes) + " B";
 }
 
-// One timed call of `kind` on n elements; seconds on this rank.
+// One call of `kind` on n elements; seconds on this rank.
 double timed_call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, const Buffer& b, Device d) {
   const int p = g.size();
-  g.barrier();
   const double t0 = now_s();
   switch (kind) {
     case CommKind::AllReduce: g.all_reduce(a.f32(n)); break;
@@ -87,26 +87,34 @@ int64_t link_buffer_bytes(const LinkTimingOptions& o) {
 std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, const LinkGroup& link, Device device,
                                        const LinkTimingOptions& o, Watchdog* watchdog) {
   const int ranks = int(link.members.size());
-  const size_t sizes = o.sizes.size(), reps = size_t(o.repetitions);
+  const size_t sizes = o.sizes.size(), reps = size_t(o.repetitions), calls = size_t(o.warmup) + reps;
   // Every rank's times, [kind][size][repetition]; zeros on non-members.
   std::vector<double> times(kKindCount * sizes * reps, 0.0);
+  std::unique_ptr<Buffer> a, b;
   if (group) {
-    const Buffer a(link_buffer_bytes(o) / 2, device), b(link_buffer_bytes(o) / 2, device);
-    for (int k = 0; k < kKindCount; ++k)
-      for (size_t s = 0; s < sizes; ++s) {
-        if (watchdog) watchdog->progress(int64_t(k * sizes + s + 1), "calibrate: links");
+    a = std::make_unique<Buffer>(link_buffer_bytes(o) / 2, device);
+    b = std::make_unique<Buffer>(link_buffer_bytes(o) / 2, device);
+  }
+  int64_t step = 0;
+  for (int k = 0; k < kKindCount; ++k)
+    for (size_t s = 0; s < sizes; ++s)
+      for (size_t r = 0; r < calls; ++r) {
+        // Every rank of the job meets before each call, so the members start
+        // together and the others never wait longer than one call (no
+        // collective timeout however long the whole link takes).
+        if (watchdog) watchdog->progress(++step, "calibrate: links");
+        host.barrier();
+        if (!group) continue;
         const int64_t n = elements_of(o.sizes[s], ranks);
         try {
-          for (int w = 0; w < o.warmup; ++w) timed_call(*group, kKinds[k], n, a, b, device);
-          for (size_t r = 0; r < reps; ++r)
-            times[(size_t(k) * sizes + s) * reps + r] = timed_call(*group, kKinds[k], n, a, b, device);
+          const double t = timed_call(*group, kKinds[k], n, *a, *b, device);
+          if (r >= size_t(o.warmup)) times[(size_t(k) * sizes + s) * reps + r - size_t(o.warmup)] = t;
         } catch (const std::exception& e) {
           throw std::runtime_error(std::string("calibrate: ") + (k == 3 ? "send/receive" : comm_kind_name(kKinds[k])) +
                                    " of " + size_text(4 * n) + " on group " + group->describe() + " (" + link.label +
                                    ") failed: " + e.what());
         }
       }
-  }
   // The slowest member's time of each call, on every rank.
   host.all_reduce(Tensor(times.data(), DType::F64, {int64_t(times.size())}, Device::CPU), ReduceOp::Max);
   std::vector<CollectiveTimes> out;

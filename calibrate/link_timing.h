@@ -4,8 +4,9 @@
 // node 0 for inside a node, one rank per node for across nodes).
 //
 // Each size runs `warmup` calls, then `repetitions` timed ones, each after
-// a barrier of the group so that its members start together. A call's time
-// is the slowest member's (a collective is done when its last member is);
+// a barrier of every rank of the job, so that the members start together
+// and the others wait one call at most. A call's time is the slowest
+// member's (a collective is done when its last member is);
 // a send/receive is half of a round trip between the group's ranks 0 and 1
 // (one message each way, so the barrier's skew does not enter). The size's
 // time is the median of its repetitions.

@@ -27,7 +27,10 @@ struct Operand {
     std::vector<uint16_t> half;
     std::vector<float> f(size_t(n));
     for (int64_t i = 0; i < n; ++i) f[size_t(i)] = 0.01f * float((i * 7919) % 201 - 100) / 100.0f;
-    if (t == DType::F32) return write_from_host(tensor, f.data());
+    if (t == DType::F32) {
+      write_from_host(tensor, f.data());
+      return;
+    }
     for (float x : f) half.push_back(t == DType::BF16 ? bf16_from_f32(x) : f16_from_f32(x));
     write_from_host(tensor, half.data());
   }

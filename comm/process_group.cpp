@@ -247,7 +247,8 @@ std::unique_ptr<Communicator> ProcessGroups::subgroup(const std::string& name, c
   const int key = int(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
   std::unique_ptr<Communicator> g =
       cuda_for_groups().nccl_split(*world_, member ? 0 : 1, key, member ? name : name + "_rest", mine);
-  return member ? std::move(g) : nullptr;
+  if (!member) return nullptr;
+  return g;
 }
 
 void ProcessGroups::finalize() { store_->barrier("finalize", rank_, mesh_.world(), options_.timeout_s); }

@@ -114,8 +114,14 @@ PlannerLinks fit_planner_links(const std::vector<CollectiveTimes>& measured) {
   if ((out.inside && !(x[kInsideTime] > 0)) || (out.across && !(x[kAcrossTime] > 0)))
     throw std::invalid_argument("fit_planner_links: the times do not grow with the size (no bandwidth to fit)");
   out.collective_latency = x[kCollective];
-  if (out.inside) out.inside_bandwidth = 1 / x[kInsideTime], out.inside_step_latency = x[kInsideStep];
-  if (out.across) out.across_bandwidth = 1 / x[kAcrossTime], out.across_step_latency = x[kAcrossStep];
+  if (out.inside) {
+    out.inside_bandwidth = 1 / x[kInsideTime];
+    out.inside_step_latency = x[kInsideStep];
+  }
+  if (out.across) {
+    out.across_bandwidth = 1 / x[kAcrossTime];
+    out.across_step_latency = x[kAcrossStep];
+  }
   return out;
 }
 
