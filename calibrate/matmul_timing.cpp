@@ -25,7 +25,7 @@ struct Operand {
     p = device_alloc(size_t(n) * dtype_size(t), d, "calibrate matmul");
     tensor = Tensor(p, t, {rows, cols}, d);
     std::vector<uint16_t> half;
-    std::vector<float> f(size_t(n));
+    std::vector<float> f(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) f[size_t(i)] = 0.01f * float((i * 7919) % 201 - 100) / 100.0f;
     if (t == DType::F32) {
       write_from_host(tensor, f.data());

@@ -95,7 +95,10 @@ Hardware resolve_hardware(const Config& c, const std::string& gpu_override) {
       std::string keys;
       for (const std::string& k : missing) keys += (keys.empty() ? "" : ", ") + k;
       throw ConfigError(c.source + ": " + (name.empty() ? std::string("no GPU named (hardware.gpu or --gpu)") : where + " is not a GPU the table knows") +
-                        "; known GPUs: " + known_gpu_names() + "; or describe it with " + keys);
+                        "; known GPUs: " + known_gpu_names() + "; or describe it with " + keys +
+                        (h.calibration.empty() ? std::string()
+                                               : " (hardware.calibration " + h.calibration +
+                                                     " has none of them: `trainer calibrate` did not measure them)"));
     }
     out.name = name.empty() ? "custom" : name;
     out.source = "the hardware section of the configuration";

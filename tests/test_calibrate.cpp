@@ -133,12 +133,14 @@ TEST_CASE("calibrate: the line fit recovers a and B, and predicts the held-out s
     worst = std::max(worst, std::abs(relative_error(f.at(held_out_half(n)[i]), held_out_half(noisy)[i])));
   CHECK(worst < 0.08);
 
-  // Pure bandwidth with noise that would make a negative: held at zero.
+  // Pure bandwidth, the smallest size 10% faster than the line: a free fit
+  // would take a negative a; it is held at zero and B refitted (one point
+  // of eight 10% off moves B by about 1.5%).
   std::vector<double> pure;
   for (size_t i = 0; i < n.size(); ++i) pure.push_back(n[i] / B * (i == 0 ? 0.9 : 1.0));
   f = fit_line(n, pure);
   CHECK(f.a == 0);
-  CHECK(std::abs(f.B / B - 1) < 0.01);
+  CHECK(std::abs(f.B / B - 1) < 0.03);
 
   CHECK_THROWS_AS(fit_line({4096}, {1e-3}), std::invalid_argument);
   CHECK_THROWS_AS(fit_line({4096, 16384, 65536}, {1e-3, 1e-3, 1e-3}), std::invalid_argument);
