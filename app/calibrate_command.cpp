@@ -33,7 +33,10 @@ Plan plan_of(const CalibrateOptions& o) {
   Plan p;
   if (o.max_mib < 0) throw ConfigError("--max-mib " + std::to_string(o.max_mib) + ": must be >= 1");
   p.max_mib = o.max_mib > 0 ? o.max_mib : o.quick ? 4 : 64;
-  p.links.sizes = calibration_sizes(int64_t(p.max_mib) << 20);
+  if (o.min_kib < 1 || int64_t(o.min_kib) > (int64_t(p.max_mib) << 10) / 16)
+    throw ConfigError("--min-kib " + std::to_string(o.min_kib) + ": must be >= 1 and leave three sizes up to --max-mib " +
+                      std::to_string(p.max_mib) + " (at most " + std::to_string((p.max_mib << 10) / 16) + ")");
+  p.links.sizes = calibration_sizes(int64_t(o.min_kib) << 10, int64_t(p.max_mib) << 20);
   p.links.warmup = o.quick ? 1 : 2;
   p.links.repetitions = o.quick ? 3 : 7;
   p.matmuls.warmup = 1;
@@ -172,7 +175,8 @@ int run_calibrate(const std::string& config_path, const std::vector<std::string>
     c.gpus_per_node = ranks_on_first_node(c.host_of_rank);
     describe_device(dev, storage, c);
     const int64_t top = p.links.sizes.back();
-    c.sizes = "4 KiB .. " + (top >= (1 << 20) ? std::to_string(top >> 20) + " MiB" : std::to_string(top >> 10) + " KiB") +
+    auto text = [](int64_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };
+    c.sizes = text(p.links.sizes.front()) + " .. " + text(top) +
               " by factors of 4, the median of " +
               std::to_string(p.links.repetitions) + " calls after " + std::to_string(p.links.warmup) +
               " warm-up, a barrier before each";

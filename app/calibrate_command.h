@@ -1,10 +1,10 @@
-// `trainer calibrate --config run.yaml [--out FILE] [--max-mib N] [--quick]`,
+// `trainer calibrate --config run.yaml [--out FILE] [--max-mib N] [--min-kib N] [--quick]`,
 // launched exactly as the run is (one process, torchrun, mpirun, srun): the
 // run's launch, rendezvous and process groups (runtime/distributed_run.h),
 // then on the real cluster
 //   - per kind of link found (calibrate/link_groups.h) the latency and
 //     bandwidth of all_reduce, all_gather, reduce_scatter and send/receive
-//     from 4 KiB to --max-mib (calibrate/link_timing.h), on groups made by
+//     from --min-kib (4) to --max-mib (calibrate/link_timing.h), on groups made by
 //     the run's communicator factory (ProcessGroups::subgroup);
 //   - every rank's rate on the model's own matmuls (calibrate/matmul_timing.h);
 // and rank 0 writes the `hardware:` section those numbers give the planner
@@ -21,6 +21,7 @@ namespace trainer {
 struct CalibrateOptions {
   std::string out;    // "": <run dir>/hardware.yaml
   int max_mib = 0;    // largest payload; 0: 64, or 4 with quick
+  int min_kib = 4;    // smallest payload
   bool quick = false; // fewer sizes and repetitions: a first look in seconds
 };
 

@@ -6,7 +6,7 @@
 //   trainer schedule --config run.yaml [--world N]
 //   trainer export --checkpoint DIR --out DIR [--dtype bf16|fp32] [--max-shard-size 5GB]
 //   trainer plan --config run.yaml [--world N] [--gpus-per-node G] [--gpu NAME] [--search [--top K]]
-//   trainer calibrate --config run.yaml [--out FILE] [--max-mib N] [--quick]   (launched like the run)
+//   trainer calibrate --config run.yaml [--out FILE] [--max-mib N] [--min-kib N] [--quick]   (launched like the run)
 //   trainer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
 //                    [--seed S] [--device cpu|cuda|auto] [--tokenizer PATH] [--compare]
 //   trainer eval --checkpoint DIR --task FILE [--limit N] [--scores FILE]
@@ -136,6 +136,7 @@ void add_planning_commands(CLI::App& app, CommandLine& cl) {
                    "planner reads with hardware.calibration");
   cl.calibrate->add_option("--out", co.out, "file to write (default <run dir>/hardware.yaml)");
   cl.calibrate->add_option("--max-mib", co.max_mib, "largest payload timed, MiB (default 64; 4 with --quick)");
+  cl.calibrate->add_option("--min-kib", co.min_kib, "smallest payload timed, KiB (default 4)");
   cl.calibrate->add_flag("--quick", co.quick, "fewer sizes and repetitions: a first look");
   cl.calibrate->fallthrough();
 }

@@ -46,15 +46,14 @@ std::string size_text(int64_t bytes) {
                                 : bytes % 1024 == 0 ? std::to_string(bytes >> 10) + " KiB" : std::to_string(bytes) + " B";
 }
 
-// One call of `kind` on n elements; seconds on this rank.
-double timed_call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, const Buffer& b, Device d) {
+// One call of `kind` on n elements.
+void call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, const Buffer& b) {
   const int p = g.size();
-  const double t0 = now_s();
   switch (kind) {
     case CommKind::AllReduce: g.all_reduce(a.f32(n)); break;
     case CommKind::AllGather: g.all_gather(b.f32(n), a.f32(n / p)); break;
     case CommKind::ReduceScatter: g.reduce_scatter(a.f32(n / p), b.f32(n)); break;
-    default: {
+    default:
       // Ranks 0 and 1 of the group: there and back.
       if (g.rank() == 0) {
         g.batch_send_recv({P2POp{true, a.f32(n), 1}});
@@ -63,19 +62,26 @@ double timed_call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, co
         g.batch_send_recv({P2POp{false, b.f32(n), 0}});
         g.batch_send_recv({P2POp{true, b.f32(n), 0}});
       }
-      settle(d);
-      return g.rank() == 0 ? (now_s() - t0) / 2 : 0;
-    }
   }
+}
+
+// Seconds of one call on this rank (a send/receive: half the round trip,
+// on rank 0 of the group; 0 on the others).
+double timed_call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, const Buffer& b, Device d) {
+  const double t0 = now_s();
+  call(g, kind, n, a, b);
   settle(d);
-  return now_s() - t0;
+  const double t = now_s() - t0;
+  if (kind != CommKind::Send) return t;
+  return g.rank() == 0 ? t / 2 : 0;
 }
 
 }  // namespace
 
-std::vector<int64_t> calibration_sizes(int64_t max_bytes) {
+std::vector<int64_t> calibration_sizes(int64_t min_bytes, int64_t max_bytes) {
   std::vector<int64_t> out;
-  for (int64_t s = 4096; s <= std::max<int64_t>(max_bytes, 4096); s *= 4) out.push_back(s);
+  for (int64_t s = 4096; s <= std::max(max_bytes, min_bytes); s *= 4)
+    if (s >= min_bytes) out.push_back(s);
   return out;
 }
 

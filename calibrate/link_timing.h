@@ -6,10 +6,10 @@
 // Each size runs `warmup` calls, then `repetitions` timed ones, each after
 // a barrier of every rank of the job, so that the members start together
 // and the others wait one call at most. A call's time is the slowest
-// member's (a collective is done when its last member is);
-// a send/receive is half of a round trip between the group's ranks 0 and 1
-// (one message each way, so the barrier's skew does not enter). The size's
-// time is the median of its repetitions.
+// member's (a collective is done when its last member is); a send/receive
+// is half of a round trip between the group's ranks 0 and 1 (one message
+// each way, so the barrier's skew does not enter). The size's time is the
+// median of its repetitions.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,9 @@ struct LinkTimingOptions {
   int repetitions = 5;
 };
 
-// 4 KiB, 16 KiB, ... by factors of 4 up to max_bytes (at least 4 KiB).
-std::vector<int64_t> calibration_sizes(int64_t max_bytes);
+// 4 KiB x 4^k from min_bytes up to max_bytes (at least the first power
+// from min_bytes on).
+std::vector<int64_t> calibration_sizes(int64_t min_bytes, int64_t max_bytes);
 
 // Bytes of device memory time_link allocates for these sizes.
 int64_t link_buffer_bytes(const LinkTimingOptions& o);
