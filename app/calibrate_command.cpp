@@ -59,9 +59,10 @@ double meminfo_bytes(const std::string& key) {
 
 // Every rank checks that its buffers fit; all stop together if one does not
 // (a rank that went on would wait in the first collective for the others).
-void check_memory(const Plan& p, const std::vector<LinearShape>& shapes, DType storage, const DeviceChoice& dev,
-                  int ranks_here, Communicator& host) {
-  const double links = double(link_buffer_bytes(p.links)), matmuls = double(linear_buffer_bytes(shapes, storage));
+void check_memory(const Plan& p, bool any_link, const std::vector<LinearShape>& shapes, DType storage,
+                  const DeviceChoice& dev, int ranks_here, Communicator& host) {
+  const double links = any_link ? double(link_buffer_bytes(p.links)) : 0;
+  const double matmuls = double(linear_buffer_bytes(shapes, storage));
   const double have = dev.device == Device::CUDA ? double(dev.memory_bytes) * 0.9
                                                  : meminfo_bytes("MemAvailable:") / std::max(1, ranks_here);
   double short_of = have > 0 && links + matmuls > have ? 1 : 0;
@@ -145,6 +146,27 @@ void write_file(const std::string& path, const std::string& text) {
   fs::rename(tmp, target);
 }
 
+std::string size_text(int64_t b) {
+  return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
+}
+
+// Rank 0: the section and its tables, to the file and stdout.
+void write_report(const Config& cfg, const DeviceChoice& dev, DType storage, const Plan& p, const CalibrateOptions& o,
+                  Calibration& c) {
+  c.when = utc_now();
+  c.config = cfg.source;
+  c.gpus_per_node = ranks_on_first_node(c.host_of_rank);
+  describe_device(dev, storage, c);
+  c.sizes = size_text(p.links.sizes.front()) + " .. " + size_text(p.links.sizes.back()) +
+            " by factors of 4, the median of " + std::to_string(p.links.repetitions) + " calls after " +
+            std::to_string(p.links.warmup) + " warm-up calls, a barrier before each";
+  const CalibrationReport r = make_calibration_report(c);
+  const std::string out = o.out.empty() ? cfg.run_dir() + "/hardware.yaml" : o.out;
+  write_file(out, r.yaml);
+  std::printf("%scalibrate: wrote %s (a run or `trainer plan` reads it with hardware.calibration: %s)\n",
+              r.yaml.c_str(), out.c_str(), out.c_str());
+}
+
 }  // namespace
 
 int run_calibrate(const std::string& config_path, const std::vector<std::string>& overrides, const CalibrateOptions& o) {
@@ -161,7 +183,7 @@ int run_calibrate(const std::string& config_path, const std::vector<std::string>
   c.host_of_rank = gather_rank_places(dist.host(), launch.local_rank).host;
   const std::vector<LinkGroup> links = link_groups(c.host_of_rank, &c.notes);
   const std::vector<LinearShape> shapes = model_linears(cfg);
-  check_memory(p, shapes, storage, dev, launch.local_world_size, dist.host());
+  check_memory(p, !links.empty(), shapes, storage, dev, launch.local_world_size, dist.host());
   try {
     time_links(dist, links, dev.device, p, c, launch.rank);
     time_matmuls(dist, shapes, dev, storage, p, c);
@@ -169,23 +191,7 @@ int run_calibrate(const std::string& config_path, const std::vector<std::string>
     if (Watchdog* wd = dist.watchdog()) wd->rethrow_failure();
     throw;
   }
-  if (launch.rank == 0) {
-    c.when = utc_now();
-    c.config = cfg.source;
-    c.gpus_per_node = ranks_on_first_node(c.host_of_rank);
-    describe_device(dev, storage, c);
-    const int64_t top = p.links.sizes.back();
-    auto text = [](int64_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };
-    c.sizes = text(p.links.sizes.front()) + " .. " + text(top) +
-              " by factors of 4, the median of " +
-              std::to_string(p.links.repetitions) + " calls after " + std::to_string(p.links.warmup) +
-              " warm-up, a barrier before each";
-    const CalibrationReport r = make_calibration_report(c);
-    const std::string out = o.out.empty() ? cfg.run_dir() + "/hardware.yaml" : o.out;
-    write_file(out, r.yaml);
-    std::printf("%scalibrate: wrote %s (a run or `trainer plan` reads it with hardware.calibration: %s)\n",
-                r.yaml.c_str(), out.c_str(), out.c_str());
-  }
+  if (launch.rank == 0) write_report(cfg, dev, storage, p, o, c);
   dist.finish();
   return 0;
 }
