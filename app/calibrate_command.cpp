@@ -158,8 +158,9 @@ void write_report(const Config& cfg, const DeviceChoice& dev, DType storage, con
   c.gpus_per_node = ranks_on_first_node(c.host_of_rank);
   describe_device(dev, storage, c);
   c.sizes = size_text(p.links.sizes.front()) + " .. " + size_text(p.links.sizes.back()) +
-            " by factors of 4, the median of " + std::to_string(p.links.repetitions) + " calls after " +
-            std::to_string(p.links.warmup) + " warm-up calls, a barrier before each";
+            " by factors of 4, the median of " + std::to_string(p.links.repetitions) + " calls (" +
+            std::to_string(4 * p.links.repetitions) + " up to 256 KiB) after " + std::to_string(p.links.warmup) +
+            " warm-up calls, a barrier before each";
   const CalibrationReport r = make_calibration_report(c);
   const std::string out = o.out.empty() ? cfg.run_dir() + "/hardware.yaml" : o.out;
   write_file(out, r.yaml);

@@ -78,6 +78,10 @@ double timed_call(Communicator& g, CommKind kind, int64_t n, const Buffer& a, co
 
 }  // namespace
 
+int repetitions_of(int64_t bytes, int base) {
+  return base * int(std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(bytes, 1), 1, 4));
+}
+
 std::vector<int64_t> calibration_sizes(int64_t min_bytes, int64_t max_bytes) {
   std::vector<int64_t> out;
   for (int64_t s = 4096; s <= std::max(max_bytes, min_bytes); s *= 4)
@@ -93,9 +97,9 @@ int64_t link_buffer_bytes(const LinkTimingOptions& o) {
 std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, const LinkGroup& link, Device device,
                                        const LinkTimingOptions& o, Watchdog* watchdog) {
   const int ranks = int(link.members.size());
-  const size_t sizes = o.sizes.size(), reps = size_t(o.repetitions), calls = size_t(o.warmup) + reps;
+  const size_t sizes = o.sizes.size(), stride = size_t(4 * o.repetitions);
   // Every rank's times, [kind][size][repetition]; zeros on non-members.
-  std::vector<double> times(kKindCount * sizes * reps, 0.0);
+  std::vector<double> times(kKindCount * sizes * stride, 0.0);
   std::unique_ptr<Buffer> a, b;
   if (group) {
     a = std::make_unique<Buffer>(link_buffer_bytes(o) / 2, device);
@@ -104,7 +108,7 @@ std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, 
   int64_t step = 0;
   for (int k = 0; k < kKindCount; ++k)
     for (size_t s = 0; s < sizes; ++s)
-      for (size_t r = 0; r < calls; ++r) {
+      for (size_t r = 0; r < size_t(o.warmup + repetitions_of(o.sizes[s], o.repetitions)); ++r) {
         // Every rank of the job meets before each call, so the members start
         // together and the others never wait longer than one call (no
         // collective timeout however long the whole link takes).
@@ -114,7 +118,7 @@ std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, 
         const int64_t n = elements_of(o.sizes[s], ranks);
         try {
           const double t = timed_call(*group, kKinds[k], n, *a, *b, device);
-          if (r >= size_t(o.warmup)) times[(size_t(k) * sizes + s) * reps + r - size_t(o.warmup)] = t;
+          if (r >= size_t(o.warmup)) times[(size_t(k) * sizes + s) * stride + r - size_t(o.warmup)] = t;
         } catch (const std::exception& e) {
           throw std::runtime_error(std::string("calibrate: ") + (k == 3 ? "send/receive" : comm_kind_name(kKinds[k])) +
                                    " of " + size_text(4 * n) + " on group " + group->describe() + " (" + link.label +
@@ -131,8 +135,9 @@ std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, 
     c.ranks = ranks;
     c.members_per_node = link.members_per_node;
     for (size_t s = 0; s < sizes; ++s) {
-      std::vector<double> r(times.begin() + long((size_t(k) * sizes + s) * reps),
-                            times.begin() + long((size_t(k) * sizes + s + 1) * reps));
+      const size_t reps = size_t(repetitions_of(o.sizes[s], o.repetitions));
+      const auto first = times.begin() + long((size_t(k) * sizes + s) * stride);
+      std::vector<double> r(first, first + long(reps));
       std::sort(r.begin(), r.end());
       c.bytes.push_back(double(4 * elements_of(o.sizes[s], ranks)));
       c.seconds.push_back(reps % 2 ? r[reps / 2] : (r[reps / 2 - 1] + r[reps / 2]) / 2);

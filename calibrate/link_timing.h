@@ -9,7 +9,10 @@
 // member's (a collective is done when its last member is); a send/receive
 // is half of a round trip between the group's ranks 0 and 1 (one message
 // each way, so the barrier's skew does not enter). The size's time is the
-// median of its repetitions.
+// median of its repetitions, of which a size below 1 MiB gets up to 4 times
+// as many: a short call is the one a moment's interference (another process
+// on the core, a scheduler tick) spoils, and a median of 7 spoiled by a
+// burst of it was seen on 2 cores.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,9 @@ struct LinkTimingOptions {
   int warmup = 1;
   int repetitions = 5;
 };
+
+// Timed calls of a payload: base x (1 MiB / bytes), between base and 4 base.
+int repetitions_of(int64_t bytes, int base);
 
 // 4 KiB x 4^k from min_bytes up to max_bytes (at least the first power
 // from min_bytes on).
