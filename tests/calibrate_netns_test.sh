@@ -106,10 +106,10 @@ print(64 * (1 << 20) / (time.perf_counter() - t))"
 # 1 MiB and more (where the bandwidth decides): each collective's own line
 # t = a + n/B and the planner on the numbers written, within 20%. Below 1
 # MiB: the lines of all_gather, reduce_scatter and send/recv within 20%;
-# all_reduce's and the planner's printed, not held: Gloo's all_reduce pays
-# now and then a fixed cost of 2-4 ms per call at 64-256 KiB on these links
-# (one run at 64 KiB, the next at 256 KiB), which no line through the other
-# sizes, nor the planner's latencies shared by every kind, can follow.
+# all_reduce's and the planner's printed, not held: an all_reduce of 64
+# KiB pays 0.7-1.7 ms more than its two rings' bytes on these links (the
+# planner's latencies, shared by every kind, cannot follow it, and its line
+# through 64 KiB then overshoots 256 KiB by up to 17%).
 check() {  # LABEL FILE RAW_BYTES_PER_S
   python3 - "$@" <<'EOF'
 import re, sys
