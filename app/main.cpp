@@ -6,6 +6,7 @@
 //   trainer schedule --config run.yaml [--world N]
 //   trainer export --checkpoint DIR --out DIR [--dtype bf16|fp32] [--max-shard-size 5GB]
 //   trainer plan --config run.yaml [--world N] [--gpus-per-node G] [--gpu NAME] [--search [--top K]]
+//   trainer calibrate --config run.yaml [--out FILE] [--max-mib N] [--min-kib N] [--quick]   (launched like the run)
 //   trainer generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
 //                    [--seed S] [--device cpu|cuda|auto] [--tokenizer PATH] [--compare]
 //   trainer eval --checkpoint DIR --task FILE [--limit N] [--scores FILE]
@@ -37,6 +38,7 @@
 #include "comm/store.h"
 #include "comm/store_secret.h"
 #include "app/plan_command.h"
+#include "app/calibrate_command.h"
 #include "app/eval_command.h"
 #include "app/generate_command.h"
 #include "app/schedule_command.h"
@@ -80,10 +82,11 @@ struct CommandLine {
   std::string schedule_trace;
   double schedule_forward_ms = 1.0;
   trainer::PlanOptions plan_opt;
+  trainer::CalibrateOptions calibrate_opt;
   trainer::GenerateOptions gen;
   trainer::EvalOptions eval;
   CLI::App *inspect = nullptr, *exporter = nullptr, *schedule = nullptr, *plan = nullptr, *generate = nullptr,
-           *devices = nullptr, *evaluate = nullptr;
+           *devices = nullptr, *evaluate = nullptr, *calibrate = nullptr;
 };
 
 void add_run_options(CLI::App& app, CommandLine& cl) {
@@ -134,6 +137,16 @@ void add_planning_commands(CLI::App& app, CommandLine& cl) {
   cl.plan->add_flag("--search", po.search, "rank every layout of the world size that keeps the global batch");
   cl.plan->add_option("--top", po.top, "layouts the search prints (default 10)");
   cl.plan->fallthrough();
+  trainer::CalibrateOptions& co = cl.calibrate_opt;
+  cl.calibrate = app.add_subcommand(
+      "calibrate", "launched like the run: measure its links (all_reduce, all_gather, reduce_scatter, send/recv "
+                   "inside and across nodes) and every rank's matmul rate, and write the hardware section the "
+                   "planner reads with hardware.calibration");
+  cl.calibrate->add_option("--out", co.out, "file to write (default <run dir>/hardware.yaml)");
+  cl.calibrate->add_option("--max-mib", co.max_mib, "largest payload timed, MiB (default 64; 4 with --quick)");
+  cl.calibrate->add_option("--min-kib", co.min_kib, "smallest payload timed, KiB (default 4)");
+  cl.calibrate->add_flag("--quick", co.quick, "fewer sizes and repetitions: a first look");
+  cl.calibrate->fallthrough();
 }
 
 void add_model_commands(CLI::App& app, CommandLine& cl) {
@@ -256,6 +269,7 @@ int run_command(CommandLine& cl) {
   if (!cl.resume.empty()) cl.overrides.push_back("checkpoint.resume=" + cl.resume);
   if (cl.config_path.empty()) throw trainer::ConfigError("no configuration given: pass --config FILE (see configs/)");
   if (const int rc = run_planning_command(cl); rc >= 0) return rc;
+  if (*cl.calibrate) return trainer::run_calibrate(cl.config_path, cl.overrides, cl.calibrate_opt);
   return run_training_command(cl);
 }
 

@@ -157,8 +157,8 @@ std::string describe_plan(const Config& c, const PlanOptions& o) {
   const int world = o.world;
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "plan for %s: %d GPU%s of %s (%d per node): %.0f GiB, %.0f TFLOP/s bf16 dense x %.2f matmul efficiency, "
-                "HBM %.0f GB/s, in-node %.0f GB/s, network %.3g Gbit/s per GPU (%s)\n",
+                "plan for %s: %d GPU%s of %s (%d per node): %.0f GiB, %.4g TFLOP/s bf16 dense x %.2f matmul efficiency, "
+                "HBM %.0f GB/s, in-node %.4g GB/s, network %.3g Gbit/s per GPU (%s)\n",
                 c.source.c_str(), world, world == 1 ? "" : "s", hw.name.c_str(), hw.gpus_per_node, hw.memory_gib,
                 hw.bf16_tflops, hw.matmul_efficiency, hw.hbm_gb_s, hw.nvlink_gb_s, hw.network_gbit_s, hw.source);
   std::string out = buf;

@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/alltoallv.h>
@@ -50,6 +49,8 @@ using Clock = std::chrono::steady_clock;
 // (0x01..0x08 in gloo/types.h) never use, so the two can never be confused.
 constexpr uint8_t kRingReduceScatterSlot = 0x40;
 constexpr uint8_t kP2PSlot = 0x41;
+constexpr uint8_t kRingAllGatherSlot = 0x42;
+constexpr uint8_t kRingAllReduceSlot = 0x43;
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -413,7 +414,57 @@ struct GlooCommunicator::Impl {
 
   // --- the collectives (called by run_collective) --------------------------
 
+  // Ring all-reduce of a tensor of at least kRingMinElements per rank: the
+  // reduce-scatter ring on uneven chunks (chunk c: elements [c n / size,
+  // (c + 1) n / size)), then the all-gather ring, each in place, receives
+  // posted first, sends and receives through buffers of their own. Every
+  // chunk is reduced once, by its owner, and copied to the others, so all
+  // ranks hold the same bits. gloo::allreduce paid 2-4 ms per call now and
+  // then at 64-256 KiB on a shaped link where these rings did not
+  // (`trainer calibrate`, docs/PLANNING.md); smaller tensors keep it.
+  static constexpr size_t kRingMinElements = 1024;
+
+  template <typename T>
+  void ring_all_reduce(T* data, size_t n, ReduceOp op) {
+    const size_t p = size_t(size), bytes = n * sizeof(T);
+    auto first = [&](size_t c) { return c * n / p; };
+    auto mod = [&](int x) { return size_t(((x % size) + size) % size); };
+    std::vector<T> from_left(n / p + 1);  // a chunk is at most ceil(n / p)
+    auto send_buf = ctx->createUnboundBuffer(data, bytes);
+    auto data_in = ctx->createUnboundBuffer(data, bytes);
+    auto recv_buf = ctx->createUnboundBuffer(from_left.data(), from_left.size() * sizeof(T));
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const uint64_t slot = gloo::Slot::build(kRingAllReduceSlot, next_tag++);
+    for (int s = 0; s < size - 1; ++s) {  // reduce-scatter: chunk `rank` ends complete here
+      const size_t out = mod(rank - s - 1), in = mod(rank - s - 2);
+      const size_t in_n = first(in + 1) - first(in);
+      recv_buf->recv(left, slot, 0, in_n * sizeof(T));
+      send_buf->send(right, slot, first(out) * sizeof(T), (first(out + 1) - first(out)) * sizeof(T));
+      recv_buf->waitRecv(timeout);
+      T* dst = data + first(in);
+      if (op == ReduceOp::Sum)
+        for (size_t i = 0; i < in_n; ++i) dst[i] += from_left[i];
+      else
+        for (size_t i = 0; i < in_n; ++i) dst[i] = std::max(dst[i], from_left[i]);
+      send_buf->waitSend(timeout);
+    }
+    for (int s = 0; s < size - 1; ++s) {  // all-gather of the complete chunks
+      const size_t out = mod(rank - s), in = mod(rank - s - 1);
+      data_in->recv(left, slot, first(in) * sizeof(T), (first(in + 1) - first(in)) * sizeof(T));
+      send_buf->send(right, slot, first(out) * sizeof(T), (first(out + 1) - first(out)) * sizeof(T));
+      data_in->waitRecv(timeout);
+      send_buf->waitSend(timeout);
+    }
+  }
+
   void do_all_reduce(Tensor t, ReduceOp op) {
+    if (size_t(t.numel()) >= kRingMinElements * size_t(size)) {
+      switch (t.dtype) {
+        case DType::F32: return ring_all_reduce(static_cast<float*>(t.data), size_t(t.numel()), op);
+        case DType::F64: return ring_all_reduce(static_cast<double*>(t.data), size_t(t.numel()), op);
+        default: return ring_all_reduce(static_cast<int32_t*>(t.data), size_t(t.numel()), op);
+      }
+    }
     gloo::AllreduceOptions o(ctx);
     o.setTimeout(timeout);
     o.setTag(next_tag++);
@@ -491,6 +542,29 @@ struct GlooCommunicator::Impl {
     run_collective("reduce_scatter", [&] { do_reduce_scatter(out, in); });
   }
 
+  // Ring all-gather: size-1 steps, each passing to the right neighbour the
+  // chunk that came from the left one step before (its own first), the
+  // receive of the next posted before the send. gloo::allgather posts its
+  // sends first and halves each chunk; on a shaped link between two nodes
+  // it took 1.7 times the link's time where this order, like the
+  // reduce-scatter's, takes 1.2 (`trainer calibrate`, docs/PLANNING.md).
+  // The sends and the receives go through two buffers over the same memory
+  // (they touch different chunks): with one buffer for both, a 64 KiB
+  // gather paid a few ms per call that the reduce-scatter's two did not.
+  void ring_all_gather(char* out, size_t chunk_bytes) {
+    auto to_right = ctx->createUnboundBuffer(out, chunk_bytes * size_t(size));
+    auto from_left = ctx->createUnboundBuffer(out, chunk_bytes * size_t(size));
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const uint64_t slot = gloo::Slot::build(kRingAllGatherSlot, next_tag++);
+    auto mod = [&](int x) { return size_t(((x % size) + size) % size); };
+    for (int s = 0; s < size - 1; ++s) {
+      from_left->recv(left, slot, mod(rank - s - 1) * chunk_bytes, chunk_bytes);
+      to_right->send(right, slot, mod(rank - s) * chunk_bytes, chunk_bytes);
+      from_left->waitRecv(timeout);
+      to_right->waitSend(timeout);
+    }
+  }
+
   void check_all_gather(Tensor out, Tensor in) const {
     need_host("all_gather", "out", out);
     need_host("all_gather", "in", in);
@@ -502,13 +576,7 @@ struct GlooCommunicator::Impl {
     char* own = bytes_of(out) + size_t(rank) * in.nbytes();
     if (own != in.data) std::memmove(own, in.data, in.nbytes());
     if (size == 1) return;
-    run_collective("all_gather", [&] {
-      gloo::AllgatherOptions o(ctx);
-      o.setOutput(bytes_of(out), out.nbytes());
-      o.setTag(next_tag++);
-      o.setTimeout(timeout);
-      gloo::allgather(o);
-    });
+    run_collective("all_gather", [&] { ring_all_gather(bytes_of(out), in.nbytes()); });
   }
 
   void check_all_reduce(Tensor t) const {

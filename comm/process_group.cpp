@@ -118,6 +118,9 @@ ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, De
   const std::string token = options_.token.empty() ? job_token_from_env() : options_.token;
   const std::string secret = options_.secret ? *options_.secret : store_secret_from_env();
   const int generation = g_generation++;
+  generation_ = generation;
+  single_host_ = launch.local_world_size >= world;
+  master_addr_ = launch.master_addr;
 
   // torchrun's own agent already serves its rendezvous store at MASTER_PORT,
   // so under torchrun ours listens on the next port.
@@ -220,6 +223,32 @@ Communicator& ProcessGroups::host_world() {
   if (!host_world_)
     throw std::logic_error("process groups: no host world communicator (set ProcessGroupOptions::host_world)");
   return *host_world_;
+}
+
+std::unique_ptr<Communicator> ProcessGroups::subgroup(const std::string& name, const std::vector<int>& members) {
+  const auto at = std::find(members.begin(), members.end(), rank_);
+  const bool member = at != members.end();
+  if (device_ == Device::CPU || options_.host_staged) {
+    if (!member) return nullptr;
+    if (members.size() == 1) return std::make_unique<SingleRankCommunicator>(name, rank_, device_);
+    if (!gloo_device_) gloo_device_ = make_gloo_device(master_addr_, single_host_);
+    std::unique_ptr<Communicator> g = std::make_unique<GlooCommunicator>(
+        *store_, gloo_device_, GlooGroup{name, members, rank_, options_.timeout_s, generation_});
+    if (!options_.host_staged) return g;
+    return std::make_unique<HostStagedCommunicator>(std::move(g), device_);
+  }
+  // ncclCommSplit is collective over the world: the others form a group of
+  // their own (color 1), which nobody uses.
+  if (mesh_.world() == 1) return std::make_unique<SingleRankCommunicator>(name, rank_, device_);
+  std::vector<int> rest;
+  for (int r = 0; r < mesh_.world(); ++r)
+    if (std::find(members.begin(), members.end(), r) == members.end()) rest.push_back(r);
+  const std::vector<int>& mine = member ? members : rest;
+  const int key = int(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
+  std::unique_ptr<Communicator> g =
+      cuda_for_groups().nccl_split(*world_, member ? 0 : 1, key, member ? name : name + "_rest", mine);
+  if (!member) return nullptr;
+  return g;
 }
 
 void ProcessGroups::finalize() { store_->barrier("finalize", rank_, mesh_.world(), options_.timeout_s); }

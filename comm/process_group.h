@@ -110,6 +110,14 @@ class ProcessGroups {
   // last use of it, so a rank that finished first must not tear it down.
   void finalize();
 
+  // A communicator over `members` (global ranks, ascending; at least one)
+  // made by the same factory as the axes' groups: Gloo (or host-staged Gloo)
+  // for the run's device, an NCCL split of the world on CUDA. Collective
+  // over the whole world, every rank naming the same members and a `name`
+  // no other group of the job has ("calib_across"); nullptr on the ranks
+  // that are not members.
+  std::unique_ptr<Communicator> subgroup(const std::string& name, const std::vector<int>& members);
+
  private:
   void connect_all(const LaunchInfo& launch, int generation);
 
@@ -117,6 +125,9 @@ class ProcessGroups {
   MeshShape mesh_;
   Device device_;
   ProcessGroupOptions options_;
+  int generation_ = 0;  // of this ProcessGroups (process_group.cpp g_generation)
+  bool single_host_ = false;
+  std::string master_addr_;
   // Declaration order is destruction order reversed: communicators go first,
   // then the Gloo device, the store client, and last the server.
   std::unique_ptr<StoreServer> server_;

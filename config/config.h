@@ -192,8 +192,12 @@ std::optional<StepRange> parse_step_range(const std::string& text);
 
 // The accelerator `trainer plan` estimates for (planner/hardware.h): a
 // known GPU by name, numbers > 0 override its table entry (or describe a GPU
-// the table does not know). Runs ignore it.
+// the table does not know). Runs use it for the end-of-run link report and
+// step time model only. `calibration` names a file `trainer calibrate`
+// wrote (config/hardware_file.h): its keys fill those the configuration
+// leaves unset.
 struct HardwareConfig {
+  std::string calibration;
   std::string gpu = "a100-80gb";
   double memory_gib = 0;
   double bf16_tflops = 0;
@@ -255,6 +259,10 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
 Config load_config_text(const std::string& yaml, const std::string& source,
                         const std::vector<std::string>& overrides, int world_size = 1,
                         const ConfigFill& before_resolve = {});
+// The keys a YAML text sets, typed and range-checked (errors name the file
+// and line), without defaults resolved or cross-key validation: for files
+// that hold part of a configuration (config/hardware_file.h).
+Config parse_config_keys(const std::string& yaml, const std::string& source);
 // Replaces "auto"/0 placeholders that have one right answer for this run
 // (model.tie_embeddings, train.global_batch_size); load_config_* call it, code
 // that builds a Config by hand should too. Idempotent.

@@ -17,6 +17,7 @@
 
 #include "config/config.h"
 #include "config/config_schema.h"
+#include "config/hardware_file.h"
 
 namespace trainer {
 namespace {
@@ -390,6 +391,17 @@ void apply_override(Config& c, const std::string& text) {
 
 }  // namespace
 
+Config parse_config_keys(const std::string& yaml, const std::string& source) {
+  Config c;
+  c.source = source;
+  try {
+    apply_text(c, yaml, source);
+  } catch (const YAML::Exception& e) {
+    rethrow_yaml(source, e, yaml);
+  }
+  return c;
+}
+
 Config load_config_text(const std::string& yaml, const std::string& source,
                         const std::vector<std::string>& overrides, int world_size, const ConfigFill& before_resolve) {
   Config c;
@@ -397,6 +409,7 @@ Config load_config_text(const std::string& yaml, const std::string& source,
   try {
     apply_text(c, yaml, source);
     for (const auto& o : overrides) apply_override(c, o);
+    apply_hardware_calibration(c);
     if (before_resolve) before_resolve(c);
     // 0: the layout the configuration itself describes (tools that launch nothing).
     if (world_size == 0) {

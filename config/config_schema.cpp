@@ -301,6 +301,10 @@ std::vector<KeySpec> build_schema() {
       Row("smoke.steps", FIELD(smoke.steps), "steps of the built-in smoke test").at_least(1)
           .aka("iters max_steps"),
 
+      Row("hardware.calibration", FIELD(hardware.calibration),
+          "a file `trainer calibrate` wrote (a hardware section measured on the cluster): its numbers fill the "
+          "hardware keys this configuration leaves unset; \"\": none")
+          .aka("calibration_file hardware_file"),
       Row("hardware.gpu", FIELD(hardware.gpu),
           "GPU that `trainer plan` estimates memory and time for: h100, h200, a100-80gb, a100-40gb, a10g, l40s, l4, "
           "b200, h800, a800 (planner/hardware.cpp), or any name with every number below given")

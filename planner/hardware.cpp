@@ -87,13 +87,18 @@ Hardware resolve_hardware(const Config& c, const std::string& gpu_override) {
     std::vector<std::string> missing;
     if (h.memory_gib <= 0) missing.push_back("hardware.memory_gib");
     if (h.bf16_tflops <= 0) missing.push_back("hardware.bf16_tflops");
-    if (h.nvlink_gb_s <= 0) missing.push_back("hardware.nvlink_gb_s");
+    // One GPU per node has no link inside a node to price (a calibration
+    // of one rank per node measures none).
+    if (h.nvlink_gb_s <= 0 && h.gpus_per_node != 1) missing.push_back("hardware.nvlink_gb_s");
     if (h.network_gbit_s <= 0) missing.push_back("hardware.network_gbit_s");
     if (!missing.empty()) {
       std::string keys;
       for (const std::string& k : missing) keys += (keys.empty() ? "" : ", ") + k;
       throw ConfigError(c.source + ": " + (name.empty() ? std::string("no GPU named (hardware.gpu or --gpu)") : where + " is not a GPU the table knows") +
-                        "; known GPUs: " + known_gpu_names() + "; or describe it with " + keys);
+                        "; known GPUs: " + known_gpu_names() + "; or describe it with " + keys +
+                        (h.calibration.empty() ? std::string()
+                                               : " (hardware.calibration " + h.calibration +
+                                                     " has none of them: `trainer calibrate` did not measure them)"));
     }
     out.name = name.empty() ? "custom" : name;
     out.source = "the hardware section of the configuration";

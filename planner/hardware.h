@@ -50,8 +50,9 @@ const Hardware* gpu_of_device_line(const std::string& line);
 // The hardware of `c.hardware` with `gpu_override` (a --gpu flag; "" none)
 // taking the place of hardware.gpu: a known entry with the section's
 // non-zero numbers over it, or a custom GPU whose every number the section
-// gives. Throws ConfigError naming the known GPUs for an unknown name
-// without the numbers, and naming the missing keys.
+// gives (nvlink_gb_s not with gpus_per_node 1: no group is inside a node).
+// Throws ConfigError naming the known GPUs for an unknown name without the
+// numbers, and naming the missing keys.
 Hardware resolve_hardware(const Config& c, const std::string& gpu_override = "");
 
 }  // namespace trainer

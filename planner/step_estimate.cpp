@@ -5,6 +5,7 @@
 #include "model/flops.h"
 #include "model/sharding.h"
 #include "optim/zero.h"
+#include "planner/collective_cost.h"
 #include "pipeline/long_simulation.h"
 #include "pipeline/pipeline_plan.h"
 #include "pipeline/schedule.h"
@@ -31,20 +32,15 @@ int64_t calls_of(const GroupTraffic& gt) {
 }
 
 // Latency of a group's calls in a step: each collective's fixed cost plus
-// one step latency per message of its ring; a send or receive one message.
+// one step latency per message of its ring; a send or receive one message
+// (planner/collective_cost.h, counted on the send).
 double group_latency(const GroupTraffic& gt, double step_latency, const Hardware& hw) {
-  const double p = double(std::max(1, gt.size));
+  const int p = std::max(1, gt.size);
   double s = 0;
   for (int k = 0; k < kCommKinds; ++k) {
     const double calls = double(gt.payload.calls[size_t(k)]);
-    if (calls == 0) continue;
-    const CommKind kind = CommKind(k);
-    if (kind == CommKind::Send || kind == CommKind::Recv) {
-      if (kind == CommKind::Send) s += calls * step_latency;
-      continue;
-    }
-    const double steps = kind == CommKind::AllReduce ? 2 * (p - 1) : p - 1;
-    s += calls * (1e-6 * hw.collective_latency_us + steps * step_latency);
+    if (calls == 0 || CommKind(k) == CommKind::Recv) continue;
+    s += calls * call_latency(CommKind(k), p, step_latency, hw);
   }
   return s;
 }
@@ -109,8 +105,8 @@ GroupTime link_of(const MeshShape& mesh, Axis axis, const Hardware& hw) {
     if (r / G != ranks.front() / G) t.across_nodes = true;
     if (r / G == ranks.front() / G) ++here;
   }
-  t.bandwidth = t.across_nodes ? hw.network_gbit_s * 1e9 / 8 * double(here) : hw.nvlink_gb_s * 1e9 / 2;
-  t.step_latency = 1e-6 * (t.across_nodes ? hw.network_latency_us : hw.nvlink_latency_us);
+  t.bandwidth = link_bandwidth(hw, t.across_nodes, here);
+  t.step_latency = step_latency(hw, t.across_nodes);
   return t;
 }
 

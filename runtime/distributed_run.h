@@ -51,6 +51,9 @@ class DistributedRun {
   // agreement flags).
   Communicator& host() { return *host_; }
   Store* store() { return groups_ ? &groups_->store() : nullptr; }
+  // The process groups of a launched job (nullptr for one process without
+  // a launcher): further groups come from the same factory (ProcessGroups::subgroup).
+  ProcessGroups* groups() { return groups_.get(); }
   Watchdog* watchdog() { return watchdog_.get(); }
   // Stops the watchdog and waits for every rank (rank 0 serves the store).
   void finish();

@@ -40,7 +40,7 @@ GPU_ONLY = {}
 PYTHON = ".venv-hf/bin/python "
 TRAIN_STEPS = "--set train.steps=2"
 SMOKE_STEPS = "--steps 60"
-SUBCOMMANDS = {"plan", "schedule", "generate", "eval", "export", "inspect", "devices"}
+SUBCOMMANDS = {"plan", "schedule", "calibrate", "generate", "eval", "export", "inspect", "devices"}
 
 
 def doc_files(source):
