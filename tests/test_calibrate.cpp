@@ -8,6 +8,8 @@
 // (namespace) cluster is tests/calibrate_netns_test.sh.
 #include <catch2/catch.hpp>
 
+#include "tests/error_of.h"
+
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -35,16 +37,7 @@ namespace {
 
 const std::string kSource = TRAINER_SOURCE_DIR;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a ConfigError> ") + e.what();
-  }
-  return "<no error>";
-}
+constexpr auto& error_of = trainer::test::config_error_of;
 
 // A cluster the fits must find again: 2 ranks per node, a 10 Gbit/s
 // network, 50 GB/s (data sheet) inside a node.

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "tests/error_of.h"
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -57,14 +59,7 @@ Tensor view(std::vector<T>& v, DType d) {
   return Tensor(v.data(), d, {int64_t(v.size())});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using trainer::test::error_of;
 
 // --- the collectives of one communicator ------------------------------------
 

@@ -3,6 +3,8 @@
 // key (checked both in-process and through the real binary's exit code 2).
 #include <catch2/catch.hpp>
 
+#include "tests/error_of.h"
+
 #include "tests/build_paths.h"
 
 #include <sys/wait.h>
@@ -26,16 +28,7 @@ namespace {
 
 const std::string kData = "data:\n  train: [train.bin]\n";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a ConfigError> ") + e.what();
-  }
-  return "<no error>";
-}
+constexpr auto& error_of = trainer::test::config_error_of;
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

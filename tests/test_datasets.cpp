@@ -4,6 +4,8 @@
 // the prefetch thread.
 #include <catch2/catch.hpp>
 
+#include "tests/error_of.h"
+
 #include <unistd.h>
 
 #include <cstring>
@@ -116,14 +118,7 @@ void write_megatron(const std::string& prefix, const Megatron& m) {
   m.bin.write(prefix + ".bin");
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using trainer::test::error_of;
 
 std::vector<int64_t> read_all(const TokenSource& s) {
   std::vector<int64_t> v(size_t(s.size()));

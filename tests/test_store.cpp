@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "tests/error_of.h"
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,14 +45,7 @@ const std::string kHost = "127.0.0.1";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using trainer::test::error_of;
 
 // "k7": built by appending (GCC 12 warns falsely about "k" + std::to_string(i)).
 std::string numbered(const char* prefix, int i) {

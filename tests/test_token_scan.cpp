@@ -4,6 +4,8 @@
 // and the trainer refuses such a file even when no step would draw it.
 #include <catch2/catch.hpp>
 
+#include "tests/error_of.h"
+
 #include "tests/build_paths.h"
 
 #include <fcntl.h>
@@ -54,14 +56,7 @@ std::vector<T> ramp(size_t n) {
   return v;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using trainer::test::error_of;
 
 // llm.c GPT-2 shard: 256 int32 header {20240520, 1, count}, uint16 tokens.
 void write_llmc(const std::string& path, const std::vector<uint16_t>& toks) {
