@@ -2,6 +2,7 @@
 // the run (a quick `--set train.steps=10` of a long recipe is a normal thing
 // to do); main() prints each once, on rank 0, before training starts.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ std::vector<std::string> config_warnings(const Config& c) {
                   std::to_string(o.warmup_steps) + " steps up to optim.lr=" + lr +
                   ", then the learning rate is optim.min_lr (the decay window is over)");
   }
+  if (const std::optional<StepRange> r = c.log.trace.empty() ? std::nullopt : parse_step_range(c.log.trace))
+    if (r->first > c.train.steps)
+      out.push_back(c.source + ": log.trace=" + c.log.trace + " starts after the run's last step (" +
+                    kv("train.steps", c.train.steps) + "): no timeline is written");
   return out;
 }
 

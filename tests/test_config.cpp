@@ -693,4 +693,9 @@ TEST_CASE("config: log.trace takes a window of steps and names what is wrong", "
   CHECK(contains(err, "t.yaml: log.trace='5-3' is not a window of steps"));
   CHECK(contains(error_of([&] { load_config_text("", "t.yaml", {"data.train=train.bin", "log.trace=1-5000"}); }),
                  "spans more than 1000 steps"));
+  const Config late = load_config_text("train: {steps: 10}\nlog: {trace: 11-12}\n", "t.yaml", {"data.train=train.bin"});
+  const std::vector<std::string> w = config_warnings(late);
+  REQUIRE(w.size() == 1);
+  CHECK(contains(w[0], "log.trace=11-12 starts after the run's last step (train.steps=10): no timeline is written"));
+  CHECK(config_warnings(ok).empty());
 }
