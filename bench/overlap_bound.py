@@ -6,7 +6,7 @@
 
 --ring (the context-parallel ring): the overlapped step against max(compute, communication),
 compute the overlapped run's forward + backward + optimizer, communication the wire time of
-every collective of the baseline's timeline (each ran alone on the link there).
+every collective, send and receive of the baseline's timeline (each ran alone on the link there).
 
 BASELINE_RUN_DIR: parallel.overlap false, log.trace on some steps; OVERLAP_RUN_DIR: overlap true.
 Both logged every step. From the baseline's timeline (rank 0) every collective of GROUP is
@@ -42,10 +42,20 @@ def mean(xs):
 
 
 def rank0_spans(trace_path):
+    """Rank 0's spans by track; sends and receives (async begin/end pairs) become spans too."""
     t = json.load(open(trace_path))
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
              if e.get("ph") == "M" and e["name"] == "thread_name"}
     spans = [e for e in t["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0]
+    begun = {}
+    for e in t["traceEvents"]:
+        if e.get("pid") != 0 or e.get("ph") not in ("b", "e"):
+            continue
+        if e["ph"] == "b":
+            begun[e["id"]] = e
+        elif e["id"] in begun:
+            b = begun.pop(e["id"])
+            spans.append(dict(b, ph="X", dur=e["ts"] - b["ts"]))
     by_track = {}
     for e in spans:
         by_track.setdefault(names[(0, e["tid"])], []).append(e)
@@ -63,7 +73,10 @@ def phase_at(compute, ts):
 def ring(base, over, label):
     by_track = rank0_spans(f"{base}/trace.json")
     n = len([e for e in by_track["compute"] if e["cat"] == "step"])
-    wire = {t[5:]: sum(e["dur"] for e in spans) / 1e3 / n for t, spans in by_track.items() if t.startswith("comm ")}
+    # In the baseline every collective, send and receive is waited for as
+    # soon as it is issued: each span is its time on the link.
+    wire = {t: sum(e["dur"] for e in spans) / 1e3 / n for t, spans in by_track.items()
+            if t.startswith("comm ") or t.startswith("p2p ")}
     comm = sum(wire.values())
     o_steps, o_times = windows(over)
     b_steps, _ = windows(base)
