@@ -21,13 +21,14 @@ struct Traced {
   const char* op = "";
   int64_t bytes = 0;
   bool run = false;
+  const char* prefix = "";  // "wait ": the wait of an asynchronous call
 };
 
 std::string bytes_arg(int64_t bytes) { return "\"bytes\": " + std::to_string(bytes); }
 
 void trace_call(TimedCommunicator& c, const Traced& t, int64_t t0, int64_t t1) {
   if (!trace::on()) return;
-  const std::string name = std::string(t.op) + " " + c.label();
+  const std::string name = std::string(t.prefix) + t.op + " " + c.label();
   const std::string args = bytes_arg(t.bytes) + ", \"group\": \"" + c.name() + "\"";
   trace::span("wait", name, t0, t1, args);
   if (t.run) trace::span_on("comm " + c.label(), "comm", name, t0, t1, args);
@@ -66,8 +67,7 @@ class TimedWork final : public Work {
       : c_(c), w_(std::move(w)), op_(op), bytes_(bytes), p2p_(p2p), issued_ns_(trace::on() ? trace::now_ns() : 0) {}
   void wait() override {
     const double blocked0 = c_.blocked_seconds();
-    const std::string waited = std::string("wait ") + op_;
-    timed(c_, [&] { w_->wait(); }, Traced{waited.c_str(), bytes_, false}, !p2p_);
+    timed(c_, [&] { w_->wait(); }, Traced{op_, bytes_, false, "wait "}, !p2p_);
     const double busy = w_->busy_seconds();
     c_.add_busy(busy >= 0 ? busy : c_.blocked_seconds() - blocked0);
     if (issued_ns_ && trace::on()) trace_run();
@@ -97,6 +97,13 @@ class TimedWork final : public Work {
     }
   }
 };
+
+// An asynchronous collective: its issue timed as a wait of its own, its
+// Work wrapped so that its wait and its run are timed too.
+template <typename F>
+std::unique_ptr<Work> timed_issue(TimedCommunicator& c, const char* op, int64_t bytes, F&& issue) {
+  return std::make_unique<TimedWork>(c, timed(c, issue, Traced{op, bytes, false, "issue "}), op, bytes);
+}
 
 int64_t p2p_bytes(const std::vector<P2POp>& ops) {
   int64_t b = 0;
@@ -174,9 +181,9 @@ void TimedCommunicator::do_all_to_all_v(Tensor out, const std::vector<int64_t>& 
                                      const std::vector<int64_t>& in_counts) {
   int64_t elems = 0;
   for (int64_t n : in_counts) elems += n;
-  bytes_.add(CommKind::AllToAll, elems * int64_t(dtype_size(in.dtype)));
-  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); },
-        Traced{"all_to_all_v", elems * int64_t(dtype_size(in.dtype)), true}, true);
+  const int64_t b = elems * int64_t(dtype_size(in.dtype));
+  bytes_.add(CommKind::AllToAll, b);
+  timed(*this, [&] { inner_.all_to_all_v(out, out_counts, in, in_counts); }, Traced{"all_to_all_v", b, true}, true);
 }
 void TimedCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
   count_p2p(ops);
@@ -184,46 +191,39 @@ void TimedCommunicator::do_batch_send_recv(const std::vector<P2POp>& ops) {
 }
 std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_posted(const std::vector<P2POp>& ops) {
   count_p2p(ops);
+  const int64_t b = p2p_bytes(ops);
   return std::make_unique<TimedWork>(
-      *this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }, Traced{"post", p2p_bytes(ops)}),
-      p2p_name(ops), p2p_bytes(ops), true);
+      *this, timed(*this, [&] { return inner_.batch_send_recv_posted(ops); }, Traced{"post", b}), p2p_name(ops), b,
+      true);
 }
 std::unique_ptr<Work> TimedCommunicator::do_batch_send_recv_async(const std::vector<P2POp>& ops) {
   count_p2p(ops);
+  const int64_t b = p2p_bytes(ops);
   return std::make_unique<TimedWork>(
-      *this, timed(*this, [&] { return inner_.batch_send_recv_async(ops); }, Traced{"post", p2p_bytes(ops)}),
-      p2p_name(ops), p2p_bytes(ops), true);
+      *this, timed(*this, [&] { return inner_.batch_send_recv_async(ops); }, Traced{"post", b}), p2p_name(ops), b,
+      true);
 }
 std::unique_ptr<Work> TimedCommunicator::do_post_receives(const std::vector<P2POp>& receives) {
-  std::unique_ptr<Work> w =
-      timed(*this, [&] { return inner_.post_receives(receives); }, Traced{"post recv", p2p_bytes(receives)});
+  const int64_t b = p2p_bytes(receives);
+  std::unique_ptr<Work> w = timed(*this, [&] { return inner_.post_receives(receives); }, Traced{"recv", b, false, "post "});
   if (!w) return nullptr;
   count_p2p(receives);
-  return std::make_unique<TimedWork>(*this, std::move(w), "recv", p2p_bytes(receives), true);
+  return std::make_unique<TimedWork>(*this, std::move(w), "recv", b, true);
 }
 void TimedCommunicator::do_barrier() {
   timed(*this, [&] { inner_.barrier(); }, Traced{"barrier", 0, true}, true);
 }
 std::unique_ptr<Work> TimedCommunicator::do_all_reduce_async(Tensor t) {
   bytes_.add(CommKind::AllReduce, int64_t(t.nbytes()));
-  return std::make_unique<TimedWork>(
-      *this, timed(*this, [&] { return inner_.all_reduce_async(t); }, Traced{"issue all_reduce", int64_t(t.nbytes())}),
-      "all_reduce", int64_t(t.nbytes()));
+  return timed_issue(*this, "all_reduce", int64_t(t.nbytes()), [&] { return inner_.all_reduce_async(t); });
 }
 std::unique_ptr<Work> TimedCommunicator::do_reduce_scatter_async(Tensor out, Tensor in) {
   bytes_.add(CommKind::ReduceScatter, int64_t(in.nbytes()));
-  return std::make_unique<TimedWork>(
-      *this,
-      timed(*this, [&] { return inner_.reduce_scatter_async(out, in); },
-            Traced{"issue reduce_scatter", int64_t(in.nbytes())}),
-      "reduce_scatter", int64_t(in.nbytes()));
+  return timed_issue(*this, "reduce_scatter", int64_t(in.nbytes()), [&] { return inner_.reduce_scatter_async(out, in); });
 }
 std::unique_ptr<Work> TimedCommunicator::do_all_gather_async(Tensor out, Tensor in) {
   bytes_.add(CommKind::AllGather, int64_t(out.nbytes()));
-  return std::make_unique<TimedWork>(
-      *this,
-      timed(*this, [&] { return inner_.all_gather_async(out, in); }, Traced{"issue all_gather", int64_t(out.nbytes())}),
-      "all_gather", int64_t(out.nbytes()));
+  return timed_issue(*this, "all_gather", int64_t(out.nbytes()), [&] { return inner_.all_gather_async(out, in); });
 }
 
 }  // namespace trainer
