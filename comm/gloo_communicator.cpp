@@ -47,10 +47,8 @@ using Clock = std::chrono::steady_clock;
 
 // Our own point-to-point traffic gets slot prefixes that Gloo's collectives
 // (0x01..0x08 in gloo/types.h) never use, so the two can never be confused.
-constexpr uint8_t kRingReduceScatterSlot = 0x40;
+constexpr uint8_t kRingSlot = 0x40;
 constexpr uint8_t kP2PSlot = 0x41;
-constexpr uint8_t kRingAllGatherSlot = 0x42;
-constexpr uint8_t kRingAllReduceSlot = 0x43;
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -414,47 +412,74 @@ struct GlooCommunicator::Impl {
 
   // --- the collectives (called by run_collective) --------------------------
 
-  // Ring all-reduce of a tensor of at least kRingMinElements per rank: the
-  // reduce-scatter ring on uneven chunks (chunk c: elements [c n / size,
-  // (c + 1) n / size)), then the all-gather ring, each in place, receives
-  // posted first, sends and receives through buffers of their own. Every
-  // chunk is reduced once, by its owner, and copied to the others, so all
-  // ranks hold the same bits. gloo::allreduce paid 2-4 ms per call now and
-  // then at 64-256 KiB on a shaped link where these rings did not
-  // (`trainer calibrate`, docs/PLANNING.md); smaller tensors keep it.
-  static constexpr size_t kRingMinElements = 1024;
+  // The two halves of a ring, in place on n elements: chunk c is elements
+  // [c n / size, (c + 1) n / size). Receives are posted before their sends,
+  // and a send and a receive go through buffers of their own (they touch
+  // different chunks): gloo's own allgather posts its sends first, and on a
+  // shaped link took 1.7 times the link's time where this order takes 1.1;
+  // one buffer for both cost a 64 KiB gather a few ms a call (`trainer
+  // calibrate`, docs/PLANNING.md). One slot per call: messages between two
+  // ranks on one slot arrive in the order their receives were posted.
+  size_t ring_first(size_t c, size_t n) const { return c * n / size_t(size); }
+  size_t ring_chunk(int c) const { return size_t(((c % size) + size) % size); }
 
+  // The reduce half: size - 1 steps, each passing on the chunk reduced so
+  // far and reducing into its own the one that arrives; then chunk `rank`
+  // holds every rank's contribution, reduced in ring order.
   template <typename T>
-  void ring_all_reduce(T* data, size_t n, ReduceOp op) {
-    const size_t p = size_t(size), bytes = n * sizeof(T);
-    auto first = [&](size_t c) { return c * n / p; };
-    auto mod = [&](int x) { return size_t(((x % size) + size) % size); };
-    std::vector<T> from_left(n / p + 1);  // a chunk is at most ceil(n / p)
-    auto send_buf = ctx->createUnboundBuffer(data, bytes);
-    auto data_in = ctx->createUnboundBuffer(data, bytes);
+  void ring_reduce(T* data, size_t n, ReduceOp op) {
+    std::vector<T> from_left(n / size_t(size) + 1);  // a chunk is at most ceil(n / size)
+    auto send_buf = ctx->createUnboundBuffer(data, n * sizeof(T));
     auto recv_buf = ctx->createUnboundBuffer(from_left.data(), from_left.size() * sizeof(T));
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-    const uint64_t slot = gloo::Slot::build(kRingAllReduceSlot, next_tag++);
-    for (int s = 0; s < size - 1; ++s) {  // reduce-scatter: chunk `rank` ends complete here
-      const size_t out = mod(rank - s - 1), in = mod(rank - s - 2);
-      const size_t in_n = first(in + 1) - first(in);
+    const uint64_t slot = gloo::Slot::build(kRingSlot, next_tag++);
+    for (int s = 0; s < size - 1; ++s) {
+      const size_t out = ring_chunk(rank - s - 1), in = ring_chunk(rank - s - 2);
+      const size_t in_n = ring_first(in + 1, n) - ring_first(in, n);
       recv_buf->recv(left, slot, 0, in_n * sizeof(T));
-      send_buf->send(right, slot, first(out) * sizeof(T), (first(out + 1) - first(out)) * sizeof(T));
+      const size_t out_n = ring_first(out + 1, n) - ring_first(out, n);
+      send_buf->send(right, slot, ring_first(out, n) * sizeof(T), out_n * sizeof(T));
       recv_buf->waitRecv(timeout);
-      T* dst = data + first(in);
+      T* dst = data + ring_first(in, n);
       if (op == ReduceOp::Sum)
         for (size_t i = 0; i < in_n; ++i) dst[i] += from_left[i];
       else
         for (size_t i = 0; i < in_n; ++i) dst[i] = std::max(dst[i], from_left[i]);
       send_buf->waitSend(timeout);
     }
-    for (int s = 0; s < size - 1; ++s) {  // all-gather of the complete chunks
-      const size_t out = mod(rank - s), in = mod(rank - s - 1);
-      data_in->recv(left, slot, first(in) * sizeof(T), (first(in + 1) - first(in)) * sizeof(T));
-      send_buf->send(right, slot, first(out) * sizeof(T), (first(out + 1) - first(out)) * sizeof(T));
-      data_in->waitRecv(timeout);
-      send_buf->waitSend(timeout);
+  }
+
+  // The gather half: size - 1 steps, each passing on the complete chunk that
+  // came from the left one step before (its own first); elements of `elem` bytes.
+  void ring_gather(char* base, size_t n, size_t elem) {
+    auto to_right = ctx->createUnboundBuffer(base, n * elem);
+    auto from_left = ctx->createUnboundBuffer(base, n * elem);
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const uint64_t slot = gloo::Slot::build(kRingSlot, next_tag++);
+    auto bounds = [&](size_t c) {  // offset and length in bytes
+      return std::make_pair(ring_first(c, n) * elem, (ring_first(c + 1, n) - ring_first(c, n)) * elem);
+    };
+    for (int s = 0; s < size - 1; ++s) {
+      const auto [in_at, in_bytes] = bounds(ring_chunk(rank - s - 1));
+      const auto [out_at, out_bytes] = bounds(ring_chunk(rank - s));
+      from_left->recv(left, slot, in_at, in_bytes);
+      to_right->send(right, slot, out_at, out_bytes);
+      from_left->waitRecv(timeout);
+      to_right->waitSend(timeout);
     }
+  }
+
+  // An all-reduce of at least kRingMinElements per rank runs both halves:
+  // every chunk is reduced once, by its owner, and copied to the others, so
+  // all ranks hold the same bits. gloo::allreduce paid 2-4 ms per call now
+  // and then at 64-256 KiB on a shaped link where these rings did not
+  // (`trainer calibrate`, docs/PLANNING.md); smaller tensors keep it.
+  static constexpr size_t kRingMinElements = 1024;
+
+  template <typename T>
+  void ring_all_reduce(T* data, size_t n, ReduceOp op) {
+    ring_reduce(data, n, op);
+    ring_gather(reinterpret_cast<char*>(data), n, sizeof(T));
   }
 
   void do_all_reduce(Tensor t, ReduceOp op) {
@@ -486,32 +511,14 @@ struct GlooCommunicator::Impl {
     gloo::allreduce(o);
   }
 
-  // Ring reduce-scatter: size-1 steps, each passing one chunk to the right
-  // neighbour and adding the one from the left, so every chunk visits every
-  // rank once and ends, complete, at its owner. Moves (size-1)/size of the
-  // data per rank, half of what all-reduce would.
+  // Reduce-scatter: the reduce half of the ring on a copy of `in`; each
+  // rank keeps its own chunk. Moves (size-1)/size of the data per rank, half
+  // of what all-reduce would.
   template <typename T>
   void ring_reduce_scatter(T* out, const T* in, size_t chunk) {
     std::vector<T> acc(in, in + chunk * size_t(size));
-    std::vector<T> from_left(chunk);
-    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-    const size_t chunk_bytes = chunk * sizeof(T);
-    auto acc_buf = ctx->createUnboundBuffer(acc.data(), acc.size() * sizeof(T));
-    auto recv_buf = ctx->createUnboundBuffer(from_left.data(), chunk_bytes);
-    // One slot for all steps: messages between two ranks on one slot arrive
-    // in order, and the receives are posted in that order.
-    const uint64_t slot = gloo::Slot::build(kRingReduceScatterSlot, next_tag++);
-    auto mod = [&](int x) { return ((x % size) + size) % size; };
-    for (int s = 0; s < size - 1; ++s) {
-      const int send_chunk = mod(rank - s - 1), recv_chunk = mod(rank - s - 2);
-      recv_buf->recv(left, slot);
-      acc_buf->send(right, slot, size_t(send_chunk) * chunk_bytes, chunk_bytes);
-      recv_buf->waitRecv(timeout);
-      T* dst = acc.data() + size_t(recv_chunk) * chunk;
-      for (size_t i = 0; i < chunk; ++i) dst[i] += from_left[i];
-      acc_buf->waitSend(timeout);
-    }
-    std::memcpy(out, acc.data() + size_t(rank) * chunk, chunk_bytes);
+    ring_reduce(acc.data(), acc.size(), ReduceOp::Sum);
+    std::memcpy(out, acc.data() + size_t(rank) * chunk, chunk * sizeof(T));
   }
 
   void do_reduce_scatter(Tensor out, Tensor in) {
@@ -542,29 +549,6 @@ struct GlooCommunicator::Impl {
     run_collective("reduce_scatter", [&] { do_reduce_scatter(out, in); });
   }
 
-  // Ring all-gather: size-1 steps, each passing to the right neighbour the
-  // chunk that came from the left one step before (its own first), the
-  // receive of the next posted before the send. gloo::allgather posts its
-  // sends first and halves each chunk; on a shaped link between two nodes
-  // it took 1.7 times the link's time where this order, like the
-  // reduce-scatter's, takes 1.2 (`trainer calibrate`, docs/PLANNING.md).
-  // The sends and the receives go through two buffers over the same memory
-  // (they touch different chunks): with one buffer for both, a 64 KiB
-  // gather paid a few ms per call that the reduce-scatter's two did not.
-  void ring_all_gather(char* out, size_t chunk_bytes) {
-    auto to_right = ctx->createUnboundBuffer(out, chunk_bytes * size_t(size));
-    auto from_left = ctx->createUnboundBuffer(out, chunk_bytes * size_t(size));
-    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-    const uint64_t slot = gloo::Slot::build(kRingAllGatherSlot, next_tag++);
-    auto mod = [&](int x) { return size_t(((x % size) + size) % size); };
-    for (int s = 0; s < size - 1; ++s) {
-      from_left->recv(left, slot, mod(rank - s - 1) * chunk_bytes, chunk_bytes);
-      to_right->send(right, slot, mod(rank - s) * chunk_bytes, chunk_bytes);
-      from_left->waitRecv(timeout);
-      to_right->waitSend(timeout);
-    }
-  }
-
   void check_all_gather(Tensor out, Tensor in) const {
     need_host("all_gather", "out", out);
     need_host("all_gather", "in", in);
@@ -576,7 +560,7 @@ struct GlooCommunicator::Impl {
     char* own = bytes_of(out) + size_t(rank) * in.nbytes();
     if (own != in.data) std::memmove(own, in.data, in.nbytes());
     if (size == 1) return;
-    run_collective("all_gather", [&] { ring_all_gather(bytes_of(out), in.nbytes()); });
+    run_collective("all_gather", [&] { ring_gather(bytes_of(out), out.nbytes(), 1); });
   }
 
   void check_all_reduce(Tensor t) const {
