@@ -133,6 +133,10 @@ LaunchInfo detect_torchrun(const GetEnv& getenv) {
   }
   li.restart_count = env.get_int("TORCHELASTIC_RESTART_COUNT", 0, kIntMax).value_or(0);
   li.run_id = env.get("TORCHELASTIC_RUN_ID").value_or("");
+  // A port torchrun found free moments ago is safer than its neighbour, which
+  // any process (a Gloo listener, an outgoing connection) may hold: the
+  // ephemeral range is where torchrun draws MASTER_PORT from.
+  li.agent_holds_master_port = env.get("TORCHELASTIC_USE_AGENT_STORE").value_or("True") != "False";
   return li;
 }
 

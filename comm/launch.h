@@ -19,12 +19,21 @@ struct LaunchInfo {
   int local_world_size = 1;         // processes on this node
   std::string master_addr = "127.0.0.1";  // where rank 0 serves the key-value store
   int master_port = 0;
+  // torchrun's agent serves its own store at MASTER_PORT under the static
+  // rendezvous (TORCHELASTIC_USE_AGENT_STORE=True) and when the variable is
+  // missing (torchrun's variables set by hand: no way to know); under c10d or
+  // etcd it only checked that MASTER_PORT was free, for the workers to use.
+  bool agent_holds_master_port = false;
   int restart_count = 0;            // torchelastic restarts / Slurm requeues so far
   std::string run_id;               // launcher's job id ("" when it has none)
 
   // Started by a launcher (even as its only process): the run then builds
   // process groups and meets the other ranks through the store.
   bool launched() const { return world_size > 1 || launcher != "single"; }
+  // Where rank 0's store listens: the next port when the agent holds MASTER_PORT.
+  int store_port() const {
+    return agent_holds_master_port && master_port > 0 && master_port < 65535 ? master_port + 1 : master_port;
+  }
   // "launcher: torchrun, rank 3 of 8 (local 3 of 4), master node01:29500, restart 0"
   std::string describe() const;
 };

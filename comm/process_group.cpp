@@ -122,11 +122,7 @@ ProcessGroups::ProcessGroups(const LaunchInfo& launch, const MeshShape& mesh, De
   single_host_ = launch.local_world_size >= world;
   master_addr_ = launch.master_addr;
 
-  // torchrun's own agent already serves its rendezvous store at MASTER_PORT,
-  // so under torchrun ours listens on the next port.
-  const int store_port = launch.launcher == "torchrun" && launch.master_port > 0 && launch.master_port < 65535
-                             ? launch.master_port + 1
-                             : launch.master_port;
+  const int store_port = launch.store_port();
   int port = store_port;
   if (rank_ == 0) {
     // MASTER_ADDR is often a host name that resolves, on its own node, to a

@@ -106,6 +106,21 @@ TEST_CASE("torchrun variables", "[launch]") {
   CHECK(contains(v6.describe(), "master [fe80::1]:29500"));
 }
 
+TEST_CASE("the store's port under torchrun follows who holds MASTER_PORT", "[launch]") {
+  // Static rendezvous: the agent's own store is at MASTER_PORT.
+  CHECK(detect(merged(kTorchrun, {{"TORCHELASTIC_USE_AGENT_STORE", "True"}})).store_port() == 29501);
+  // Variables set by hand say nothing about an agent: keep clear of MASTER_PORT.
+  CHECK(detect(kTorchrun).store_port() == 29501);
+  // c10d/etcd: the agent found MASTER_PORT free for the workers; its neighbour
+  // may be anyone's, so the store takes MASTER_PORT itself.
+  CHECK(detect(merged(kTorchrun, {{"TORCHELASTIC_USE_AGENT_STORE", "False"}})).store_port() == 29500);
+  CHECK(detect(merged(kTorchrun, {{"MASTER_PORT", "65535"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}})).store_port() ==
+        65535);
+  // Other launchers never run a store of their own there.
+  CHECK(detect(merged(kOpenMpi, {{"MASTER_PORT", "4242"}})).store_port() == 4242);
+  CHECK(detect(kSlurm).store_port() == detect(kSlurm).master_port);
+}
+
 TEST_CASE("torchrun wins over the Slurm and OpenMPI variables it inherits", "[launch]") {
   // torchrun started by srun inside an sbatch job: SLURM_PROCID is the
   // torchrun agent's, RANK is this worker's.

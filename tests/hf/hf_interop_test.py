@@ -22,10 +22,13 @@ transformers cannot be imported (ctest: skipped).
 """
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
+import time
 import sys
+import tempfile
 
 try:
     import torch
@@ -58,26 +61,52 @@ def run(args, env_extra=None, expect=0):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    # Outside Linux's ephemeral range (from 32768), where any concurrent test's
+    # outgoing connection or Gloo listener could take the port before rank 0's
+    # store binds it; random so parallel tests rarely pick the same one.
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(2000):
+        port = rng.randrange(20001, 32001)
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise SystemExit("no free port in 20001..32000")
 
 
-def run_ranks(world, args):
+def run_ranks(world, args, timeout_s=300):
     port = free_port()
-    procs = []
+    procs, logs = [], []
     for r in range(world):
+        # As torchrun's c10d rendezvous does: the store takes the port found free.
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([TRAINER] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=env))
-    outs = [p.communicate()[0] for p in procs]
-    for r, p in enumerate(procs):
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="False",
+                   OMP_NUM_THREADS="1")
+        # Files, not pipes: a rank must never block on output nobody reads yet.
+        logs.append(tempfile.TemporaryFile(mode="w+"))
+        procs.append(subprocess.Popen([TRAINER] + args, stdout=logs[-1], stderr=subprocess.STDOUT, text=True, env=env))
+    # One rank failing leaves the others waiting for it until parallel.timeout_s:
+    # stop them at once, as a launcher would, so the failure is reported now.
+    deadline = time.monotonic() + timeout_s
+    failed = None
+    while any(p.poll() is None for p in procs) and failed is None and time.monotonic() < deadline:
+        failed = next((r for r, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+        time.sleep(0.1)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+    first = [failed] if failed is not None else []
+    for r in first + [r for r in range(world) if r not in first]:  # the rank that failed speaks first
+        p = procs[r]
         if p.returncode != 0:
-            print(outs[r][-3000:])
-            raise SystemExit(f"rank {r} of {world}: exit {p.returncode}")
+            logs[r].seek(0)
+            print(logs[r].read()[-3000:])
+            raise SystemExit(f"rank {r} of {world}: exit {p.returncode}"
+                             + (f" (the ranks ran past {timeout_s} s)" if failed is None else ""))
 
 
 def rel(a, b):
