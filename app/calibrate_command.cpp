@@ -84,12 +84,22 @@ void check_memory(const Plan& p, bool any_link, const std::vector<LinearShape>& 
 void time_links(DistributedRun& dist, const std::vector<LinkGroup>& links, Device device, const Plan& p,
                 Calibration& c, int rank) {
   for (const LinkGroup& link : links) {
-    if (rank == 0)
-      std::printf("calibrate: timing %s (ranks %s): all_reduce, all_gather, reduce_scatter, send/recv at %zu sizes\n",
-                  link.label.c_str(), format_rank_list(link.members).c_str(), p.links.sizes.size());
+    if (rank == 0) {
+      std::string others;
+      for (size_t g = 1; g < link.concurrent.size(); ++g) others.append(" and ").append(format_rank_list(link.concurrent[g]));
+      std::printf("calibrate: timing %s (ranks %s%s): all_reduce, all_gather, reduce_scatter, send/recv at %zu "
+                  "sizes\n", link.label.c_str(), format_rank_list(link.members).c_str(),
+                  others.empty() ? "" : (others + " at the same time").c_str(), p.links.sizes.size());
+    }
     std::fflush(stdout);
-    const std::unique_ptr<Communicator> group =
-        dist.groups()->subgroup(link.across_nodes ? "calib_across" : "calib_inside", link.members);
+    // Each group is made collectively in turn; a rank keeps the one it is in.
+    std::unique_ptr<Communicator> group;
+    const std::string base = link.across_nodes ? "calib_across" : "calib_inside";
+    for (size_t g = 0; g < link.concurrent.size(); ++g) {
+      std::string name = base;
+      if (g > 0) name.append(1, '_').append(std::to_string(g));
+      if (auto made = dist.groups()->subgroup(name, link.concurrent[g])) group = std::move(made);
+    }
     for (CollectiveTimes& t : time_link(group.get(), dist.host(), link, device, p.links, dist.watchdog())) {
       c.links.push_back(std::move(t));
       c.link_labels.push_back(link.label);

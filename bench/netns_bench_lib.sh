@@ -7,9 +7,11 @@
 # batch 16 in micro-batches of 4, one thread, logged every 4 steps) on the
 # license texts; and defines
 #   run NAME SETTINGS...   one torchrun per node (RANKS_PER_NODE ranks each,
-#                          2 unless set in the environment), rank 0's
+#                          2 unless set in the environment) on NODES nodes
+#                          (2 unless set; 1: node 0 alone), rank 0's
 #                          stdout in $WORK/NAME.log, run dir $WORK/NAME;
-#                          EXTRA (words) goes before SETTINGS.
+#                          EXTRA (words) goes before SETTINGS, SUB (a
+#                          subcommand such as calibrate) before --config.
 BIN=$(realpath "${1:-build/trainer}")
 RATE=${2:-1gbit}
 STEPS=${3:-12}
@@ -33,14 +35,15 @@ parallel: {timeout_s: 120}
 YAML
 port=$((20000 + $$ % 20000))
 run() {
-  local name=$1 pids=() k
+  local name=$1 pids=() k nodes=${NODES:-2}
   shift
   port=$((port + 1))
-  for k in 0 1; do
-    # shellcheck disable=SC2086  # EXTRA is words
+  for ((k = 0; k < nodes; ++k)); do
+    # shellcheck disable=SC2086  # EXTRA and SUB are words
     bash scripts/netns_cluster.sh exec "$k" --prefix "$PREFIX" torchrun -r 1 -t 2 --log_dir "$WORK/$name.tl$k" \
-      --nnodes 2 --nproc_per_node "$RANKS_PER_NODE" --node_rank "$k" --master_addr "$node0" --master_port "$port" --no_python \
-      "$BIN" --config "$WORK/cfg.yaml" --set run.dir="$WORK/$name" $EXTRA "$@" > "$WORK/$name.node$k.log" 2>&1 &
+      --nnodes "$nodes" --nproc_per_node "$RANKS_PER_NODE" --node_rank "$k" --master_addr "$node0" --master_port "$port" \
+      --no_python "$BIN" ${SUB:-} --config "$WORK/cfg.yaml" --set run.dir="$WORK/$name" $EXTRA "$@" \
+      > "$WORK/$name.node$k.log" 2>&1 &
     pids+=($!)
   done
   for k in "${pids[@]}"; do wait "$k"; done

@@ -1,83 +1,44 @@
 #!/usr/bin/env bash
-# The planner's time model against measured steps on the namespace cluster:
-# two nodes of two ranks (scripts/netns_cluster.sh, root), the link between
-# them shaped to RATE, six layouts, each run with a `hardware:` entry that
-# describes this cluster, and per layout the predicted step and exposed
-# communication (the run's "step time model" line, planner/step_estimate.h)
-# next to the measured ones. Prints markdown. Not a test: nothing asserted.
+# The planner's time model against measured steps on the namespace cluster
+# (issue 44 item 4), with the hardware entry `trainer calibrate` measures on
+# the same cluster and launch: two nodes (scripts/netns_cluster.sh, root),
+# the link between them shaped to RATE, one thread per rank.
 #   bash bench/time_model_netns.sh [TRAINER_BIN] [RATE] [STEPS]
+# The model: bench/netns_bench_lib.sh's with MODEL (environment, --set
+# words) over it, e.g.
+#   MODEL="--set model.d_model=256 --set model.max_seq_len=128 --set train.seq_len=128"
 #
-# The entry's numbers are measured here first, none assumed:
-#   compute: one process on node 0 (one thread) runs the model with a
-#     1 GFLOP/s entry; its predicted compute over its measured forward +
-#     backward time is the rate one core reaches on this model. Four ranks
-#     share the machine's cores, so each gets rate x cores / 4.
-#   links: RATE Mbit/s shared by a node's 2 ranks; latency one way from a
-#     TCP ping-pong of one byte, across the bridge and on a node's loopback.
+# Part 1, six layouts on 2 nodes x 2 ranks: calibrated once on that launch
+# (its matmul rate is each rank's with all four running, as in a step), then
+# each layout run with hardware.calibration; per layout the run's "step time
+# model" (planner/step_estimate.h) next to the measured step, exposed
+# communication and, for the pipelines, the measured idle per stage next to
+# the bubble of the schedule simulated on the calibrated compute and link.
+# Part 2, tensor parallelism inside a node (1 node x 2 ranks) against across
+# the shaped link (2 nodes x 1 rank), each calibrated on its own launch, and
+# one process as the base: the measured scaling efficiency T1 / (2 T_tp2)
+# next to the planner's on the same entry.
+# Prints markdown; asserts nothing (not a test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/netns_bench_lib.sh
 source bench/netns_bench_lib.sh "$@"
-node1=$(bash scripts/netns_cluster.sh addr 1 --prefix "$PREFIX")
-# One-way latency in microseconds: 2000 round trips of one byte, halved.
-latency_us() {  # SERVER_NODE SERVER_ADDR CLIENT_NODE
-  local port=$((30000 + RANDOM % 20000))
-  bash scripts/netns_cluster.sh exec "$1" --prefix "$PREFIX" python3 -c "
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('$2', $port)); s.listen(1)
-c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-while True:
-    b = c.recv(1)
-    if not b: break
-    c.sendall(b)" &
-  local server=$!
-  sleep 0.5
-  bash scripts/netns_cluster.sh exec "$3" --prefix "$PREFIX" python3 -c "
-import socket, time
-c = socket.create_connection(('$2', $port)); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-for _ in range(200): c.sendall(b'x'); c.recv(1)
-t = time.perf_counter()
-for _ in range(2000): c.sendall(b'x'); c.recv(1)
-print(f'{(time.perf_counter() - t) / 2000 / 2 * 1e6:.1f}')
-c.close()"
-  wait "$server" 2>/dev/null || true
-}
-net_lat=$(latency_us 1 "$node1" 0)
-loop_lat=$(latency_us 0 127.0.0.1 0)
+MODEL=${MODEL:-}
+SIZES="--min-kib 64 --max-mib 16"  # below 64 KiB tbf's burst makes the emulated link no line
 
-# The compute rate: one process, one thread, a 1 GFLOP/s entry.
-bash scripts/netns_cluster.sh exec 0 --prefix "$PREFIX" "$BIN" --config "$WORK/cfg.yaml" --set run.dir="$WORK/one" \
-  --set hardware.gpu=calibrate --set hardware.memory_gib=24 --set hardware.bf16_tflops=0.001 \
-  --set hardware.nvlink_gb_s=1 --set hardware.network_gbit_s=1 --set hardware.matmul_efficiency=1 > "$WORK/one.log" 2>&1
-gflops=$(python3 - "$WORK/one/metrics.jsonl" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-pred = [r["step_model"]["compute_ms"] for r in rows if "step_model" in r][0]
-times = [r for r in rows if "time_ms" in r][1:]
-meas = sum(r["time_ms"]["forward"] + r["time_ms"]["backward"] for r in times) / len(times)
-print(f"{pred / meas:.2f}")
-EOF
-)
-cores=$(nproc)
-per_rank=$(python3 -c "print(f'{$gflops * min(1.0, $cores / 4) / 1000:.6f}')")
-rate_gbit=$(python3 -c "import re; r='$RATE'; m=re.match(r'([0-9.]+)([kmg]?)bit', r); print(float(m.group(1)) * {'k':1e-6,'m':1e-3,'g':1,'':1e-9}[m.group(2)] / 2)")
-echo "hardware entry: ${gflops} GFLOP/s one core on this model, ${per_rank} TFLOP/s per rank (${cores} cores, 4 ranks);" \
-     "network ${rate_gbit} Gbit/s per rank (${RATE} per node, 2 ranks), one-way latency ${net_lat} us across, ${loop_lat} us in a node"
-EXTRA="--set hardware.gpu=netns --set hardware.memory_gib=24 --set hardware.bf16_tflops=$per_rank --set hardware.matmul_efficiency=1
-    --set hardware.hbm_gb_s=10 --set hardware.nvlink_gb_s=2 --set hardware.network_gbit_s=$rate_gbit --set hardware.gpus_per_node=2
-    --set hardware.network_latency_us=$net_lat --set hardware.nvlink_latency_us=$loop_lat --set hardware.collective_latency_us=$loop_lat"
-
-echo
-echo "| layout (2 nodes x 2 ranks, link $RATE) | predicted step ms | measured step ms | predicted / measured | predicted exposed ms | measured exposed ms |"
-echo "|---|---|---|---|---|---|"
-for layout in "dp4 ZeRO-0|--set parallel.zero_stage=0" "dp4 ZeRO-3|--set parallel.zero_stage=3" \
-              "tp2 (in node) x dp2|--set parallel.tp=2" "pp2 (across) x dp2, 1f1b|--set parallel.pp=2 --set parallel.pp_schedule=1f1b" \
-              "pp2 (across) x dp2, zb-h1|--set parallel.pp=2 --set parallel.pp_schedule=zb-h1" "cp2 (in node) x dp2|--set parallel.cp=2"; do
-  label=${layout%%|*}
-  name=$(echo "$label" | tr -c 'a-z0-9' '_')
+calibrate() {  # NAME: writes $WORK/NAME.yaml on the launch NODES x RANKS_PER_NODE
   # shellcheck disable=SC2086
-  run "$name" ${layout#*|}
-  line=$(python3 - "$WORK/$name/metrics.jsonl" "$label" <<'EOF'
+  SUB=calibrate EXTRA="$MODEL" run "$1" --out "$WORK/$1.yaml" $SIZES
+  [ -s "$WORK/$1.yaml" ] || { cat "$WORK/$1.log" "$WORK/$1".node*.log >&2; echo "calibrate $1 failed" >&2; exit 1; }
+  sed -n '/^hardware:/,$p' "$WORK/$1.yaml" | grep -v '^ *#' | tr -s ' ' | paste -sd' ' | sed 's/^/    /'
+}
+
+# One row: the run's step model next to its measurements, over the steps
+# after the first log window (warm-up).
+row() {  # NAME LABEL
+  grep -q step_model "$WORK/$1/metrics.jsonl" 2>/dev/null ||
+    { tail -5 "$WORK/$1.log" "$WORK/$1".node*.log >&2; echo "run $1: no step model in its metrics" >&2; exit 1; }
+  /usr/bin/python3 - "$WORK/$1/metrics.jsonl" "$2" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 model = [r["step_model"] for r in rows if "step_model" in r][0]
@@ -86,9 +47,84 @@ times = [r["time_ms"] for r in rows if "time_ms" in r][1:]
 meas = sum(steps) / len(steps)
 # Exposed: every group's blocked time but the host group's (loss sums, flags).
 exposed = sum(sum(v for k, v in t.items() if k.startswith("comm_") and k != "comm_host") for t in times) / len(times)
+compute = sum(t["forward"] + t["backward"] for t in times) / len(times)
+idle = [r["pipeline_idle"] for r in rows if "pipeline_idle" in r][1:]
+pipe = ""
+if idle:
+    stages = [100 * sum(w[s] for w in idle) / len(idle) for s in range(len(idle[0]))]
+    mean = sum(stages) / len(stages)
+    pipe = (f"{' / '.join(f'{x:.0f}' for x in stages)} (mean {mean:.1f}) vs {100 * model['pipeline_bubble']:.1f}:"
+            f" {mean - 100 * model['pipeline_bubble']:+.1f} points")
 p = model["predicted_ms"]
-print(f"| {sys.argv[2]} | {p:.1f} | {meas:.1f} | {p / meas:.2f} | {model['exposed_ms'] + model['idle_ms']:.1f} | {exposed:.1f} |")
+print(f"| {sys.argv[2]} | {p:.1f} | {meas:.1f} | {p / meas:.2f} | {model['compute_ms']:.1f} | {compute:.1f} | "
+      f"{model['exposed_ms'] + model['idle_ms']:.1f} | {exposed:.1f} | {pipe} |")
+print(f"{sys.argv[2]}\t{p}\t{meas}", file=open(sys.argv[1] + ".rank", "w"))
 EOF
-)
-  echo "$line"
+  cat "$WORK/$1/metrics.jsonl.rank" >> "$WORK/ranking.tsv"
+}
+
+PARTS=${PARTS:-12}  # which parts to run: 1, 2 or 12
+echo "Link $RATE between 2 nodes; model ${MODEL:-as bench/netns_bench_lib.sh}; $STEPS steps, one thread per rank;"
+echo "measured: means over the log windows after the first (ms per step)."
+if [[ $PARTS == *1* ]]; then
+echo
+echo "Calibration, 2 nodes x 2 ranks (\`trainer calibrate $SIZES\`, the same launch):"
+calibrate cal4
+EXTRA="$MODEL --set hardware.calibration=$WORK/cal4.yaml"
+echo
+echo "| layout (2 nodes x 2 ranks) | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | pipeline idle per stage, measured vs simulated bubble (%) |"
+echo "|---|---|---|---|---|---|---|---|---|"
+: > "$WORK/ranking.tsv"
+for layout in "dp4 ZeRO-1|--set parallel.zero_stage=1" "dp4 ZeRO-3|--set parallel.zero_stage=3" \
+              "tp2 (in node) x dp2|--set parallel.tp=2" \
+              "pp2 (across) x dp2, 1f1b|--set parallel.pp=2 --set parallel.pp_schedule=1f1b" \
+              "pp2 (across) x dp2, zb-h1|--set parallel.pp=2 --set parallel.pp_schedule=zb-h1" \
+              "cp2 (in node) x dp2|--set parallel.cp=2"; do
+  label=${layout%%|*}
+  name=$(echo "$label" | tr -c 'a-z0-9' '_')
+  # shellcheck disable=SC2086
+  run "$name" ${layout#*|}
+  row "$name" "$label"
 done
+/usr/bin/python3 - "$WORK/ranking.tsv" <<'EOF'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+by = lambda i: [r[0] for r in sorted(rows, key=lambda r: float(r[i]))]
+pred, meas = by(1), by(2)
+worst = max(abs(float(r[1]) / float(r[2]) - 1) for r in rows)
+print(f"\nmeasured order, fastest first: {', '.join(meas)}\npredicted order: {', '.join(pred)}\n"
+      f"same ranking: {'yes' if pred == meas else 'no'}; largest error of a predicted step: {100 * worst:.1f}%")
+EOF
+fi
+[[ $PARTS == *2* ]] || exit 0
+
+echo
+echo "Tensor parallelism inside a node and across the link: scaling efficiency T1 / (2 T_tp2), measured and planned."
+echo
+: > "$WORK/ranking.tsv"
+echo "Calibration, 1 node x 2 ranks:"
+NODES=1 RANKS_PER_NODE=2 calibrate in1x2
+echo "Calibration, 2 nodes x 1 rank:"
+NODES=2 RANKS_PER_NODE=1 calibrate across2x1
+echo
+echo "| run | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | |"
+echo "|---|---|---|---|---|---|---|---|---|"
+# One node measured no network; the runs on this entry never cross one.
+EXTRA="$MODEL --set hardware.calibration=$WORK/in1x2.yaml --set hardware.network_gbit_s=1"
+NODES=1 RANKS_PER_NODE=1 run one_in
+row one_in "one process (entry: 1 x 2)"
+NODES=1 RANKS_PER_NODE=2 run tp_in --set parallel.tp=2
+row tp_in "tp2 inside a node"
+EXTRA="$MODEL --set hardware.calibration=$WORK/across2x1.yaml"
+NODES=1 RANKS_PER_NODE=1 run one_across
+row one_across "one process (entry: 2 x 1)"
+NODES=2 RANKS_PER_NODE=1 run tp_across --set parallel.tp=2
+row tp_across "tp2 across the link"
+/usr/bin/python3 - "$WORK/ranking.tsv" <<'EOF'
+import sys
+v = {r[0]: (float(r[1]), float(r[2])) for r in (l.rstrip("\n").split("\t") for l in open(sys.argv[1]))}
+print("\n| tp2 | measured efficiency | planner's efficiency |\n|---|---|---|")
+for where, one, tp in (("inside a node", "one process (entry: 1 x 2)", "tp2 inside a node"),
+                       ("across the link", "one process (entry: 2 x 1)", "tp2 across the link")):
+    print(f"| {where} | {100 * v[one][1] / (2 * v[tp][1]):.0f}% | {100 * v[one][0] / (2 * v[tp][0]):.0f}% |")
+EOF

@@ -1,7 +1,8 @@
 // Times the collectives of one link (`trainer calibrate`): all_reduce,
 // all_gather, reduce_scatter and a send/receive, each over a range of
 // payload sizes, on a group whose members share that link (the ranks of
-// node 0 for inside a node, one rank per node for across nodes).
+// a node for inside a node, one rank per node for across nodes), with the
+// link's other groups timed at the same moment (LinkGroup::concurrent).
 //
 // Each size runs `warmup` calls, then `repetitions` timed ones, each after
 // a barrier of every rank of the job, so that the members start together
@@ -45,14 +46,20 @@ int64_t link_buffer_bytes(const LinkTimingOptions& o);
 struct LinkGroup {
   std::string label;          // "inside node trn-node0", "across nodes"
   bool across_nodes = false;
-  std::vector<int> members;   // global ranks
+  std::vector<int> members;   // global ranks of the first group (the one named)
+  // Every group timed at once, `members` first, all of its size: each
+  // node's ranks inside a node; across nodes one ring per local rank (the
+  // i-th rank of every node), as the run's rings share a node's links.
+  std::vector<std::vector<int>> concurrent;
   int members_per_node = 1;
 };
 
-// Collective over `host` (every rank of the job): the members run the
-// collectives on `group` (nullptr on the others), then every rank joins
+// Collective over `host` (every rank of the job): the members of each of
+// the link's groups run the collectives on `group`, the one this rank is in
+// (nullptr on a rank in none), then every rank joins
 // the reduction of the times, so that all of them return the same series,
-// one per collective. `device`: where the buffers live (the group's).
+// one per collective, each call's time the slowest of any group's members.
+// `device`: where the buffers live (the group's).
 // A failed call throws std::runtime_error naming the collective, the size
 // and the group. `watchdog` (may be null) hears of every size.
 std::vector<CollectiveTimes> time_link(Communicator* group, Communicator& host, const LinkGroup& link, Device device,

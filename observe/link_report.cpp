@@ -90,21 +90,36 @@ std::string format_link_report(const MeshShape& mesh, int rank, const std::vecto
   return out;
 }
 
+namespace {
+
+// The schedule simulated on the entry's compute and link: the pipeline
+// idle the run's per-stage report measures, in the same units.
+std::string bubble_note(const StepEstimate& e) {
+  if (e.pipeline_s <= 0 || e.bubble <= 0) return "";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "; pipeline bubble %.1f%% of the simulated schedule, links included",
+                100.0 * e.bubble);
+  return buf;
+}
+
+}  // namespace
+
 std::string format_step_model(const StepEstimate& e, const Hardware& hw, double measured_s, int64_t steps,
                               std::string* json) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "step time model on hardware '%s': predicted %.1f ms (compute %.1f + exposed communication %.1f + "
-                "idle %.1f + optimizer %.1f); measured %.1f ms per step (rank 0, mean of %lld steps)\n",
+                "idle %.1f + optimizer %.1f); measured %.1f ms per step (rank 0, mean of %lld steps)%s\n",
                 hw.name.c_str(), 1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s,
-                1e3 * e.optimizer_s, 1e3 * measured_s, (long long)steps);
+                1e3 * e.optimizer_s, 1e3 * measured_s, (long long)steps, bubble_note(e).c_str());
   if (json) {
     char js[512];
     std::snprintf(js, sizeof js,
                   "{\"step_model\": {\"predicted_ms\": %.4f, \"compute_ms\": %.4f, \"exposed_ms\": %.4f, "
-                  "\"idle_ms\": %.4f, \"optimizer_ms\": %.4f, \"measured_ms\": %.4f, \"steps\": %lld}}",
+                  "\"idle_ms\": %.4f, \"optimizer_ms\": %.4f, \"measured_ms\": %.4f, \"steps\": %lld, "
+                  "\"pipeline_bubble\": %.4f}}",
                   1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s, 1e3 * e.optimizer_s,
-                  1e3 * measured_s, (long long)steps);
+                  1e3 * measured_s, (long long)steps, e.bubble);
     *json = js;
   }
   return buf;

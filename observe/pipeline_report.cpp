@@ -1,5 +1,6 @@
 #include "observe/pipeline_report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "pipeline/stage_split.h"
@@ -44,21 +45,44 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
   return out + buf;
 }
 
+namespace {
+
+std::vector<double> stage_means(const MeshShape& mesh, const std::vector<double>& idle) {
+  std::vector<double> sum(size_t(mesh.pp), 0);
+  std::vector<int> n(size_t(mesh.pp), 0);
+  for (int r = 0; r < int(idle.size()); ++r) {
+    const int st = coords_of(mesh, r).pp;
+    sum[size_t(st)] += idle[size_t(r)];
+    ++n[size_t(st)];
+  }
+  for (size_t st = 0; st < sum.size(); ++st) sum[st] /= double(std::max(1, n[st]));
+  return sum;
+}
+
+}  // namespace
+
 std::string format_pipeline_idle(const MeshShape& mesh, const std::vector<double>& idle, const Simulation& sim) {
   std::string out = "  pipeline idle (waiting for neighbours) per stage:";
   char buf[64];
+  const std::vector<double> per_stage = stage_means(mesh, idle);
   for (int st = 0; st < mesh.pp; ++st) {
-    double sum = 0;
-    int n = 0;
-    for (int r = 0; r < int(idle.size()); ++r)
-      if (coords_of(mesh, r).pp == st) {
-        sum += idle[size_t(r)];
-        ++n;
-      }
-    std::snprintf(buf, sizeof buf, " %d: %.0f%%", st, 100.0 * sum / double(n > 0 ? n : 1));
+    std::snprintf(buf, sizeof buf, " %d: %.0f%%", st, 100.0 * per_stage[size_t(st)]);
     out += buf;
   }
   std::snprintf(buf, sizeof buf, " (simulated bubble %.0f%%)\n", 100.0 * sim.bubble());
+  return out + buf;
+}
+
+std::string pipeline_idle_json(int64_t step, const MeshShape& mesh, const std::vector<double>& idle,
+                               const Simulation& sim) {
+  std::string out = "{\"step\": " + std::to_string(step) + ", \"pipeline_idle\": [";
+  char buf[32];
+  const std::vector<double> per_stage = stage_means(mesh, idle);
+  for (size_t st = 0; st < per_stage.size(); ++st) {
+    std::snprintf(buf, sizeof buf, "%s%.4f", st ? ", " : "", per_stage[st]);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "], \"simulated_bubble\": %.4f}", sim.bubble());
   return out + buf;
 }
 

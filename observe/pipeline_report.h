@@ -20,5 +20,9 @@ std::string format_pipeline(const Config& c, const ModelDims& global, const std:
 // idle: per global rank, the share of the log window spent waiting in
 // pipeline transfers.
 std::string format_pipeline_idle(const MeshShape& mesh, const std::vector<double>& idle, const Simulation& sim);
+// The same for metrics.jsonl: {"step", "pipeline_idle": [per stage, mean
+// of its ranks], "simulated_bubble"}.
+std::string pipeline_idle_json(int64_t step, const MeshShape& mesh, const std::vector<double>& idle,
+                               const Simulation& sim);
 
 }  // namespace trainer

@@ -103,6 +103,7 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
     s_.host->all_gather(Tensor(idle.data(), DType::F64, {int64_t(idle.size())}),
                         Tensor(const_cast<double*>(&mine), DType::F64, {1}));
     if (s_.lead && !s_.quiet) std::printf("%s", format_pipeline_idle(s_.mesh, idle, *s_.simulated).c_str());
+    if (s_.lead) s_.log->record(pipeline_idle_json(sm.step, s_.mesh, idle, *s_.simulated));
   }
   window_wait_s_ = 0;
   // The next window starts after the reports, which belong to none.
