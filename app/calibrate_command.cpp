@@ -42,6 +42,7 @@ Plan plan_of(const CalibrateOptions& o) {
   p.matmuls.warmup = 1;
   p.matmuls.repetitions = o.quick ? 3 : 7;
   p.matmuls.budget_s = o.quick ? 0.5 : 3;
+  p.matmuls.min_s = o.quick ? 0.05 : 0.3;
   return p;
 }
 

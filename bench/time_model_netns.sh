@@ -8,16 +8,18 @@
 # words) over it, e.g.
 #   MODEL="--set model.d_model=256 --set model.max_seq_len=128 --set train.seq_len=128"
 #
-# Part 1, six layouts on 2 nodes x 2 ranks: calibrated once on that launch
-# (its matmul rate is each rank's with all four running, as in a step), then
-# each layout run with hardware.calibration; per layout the run's "step time
-# model" (planner/step_estimate.h) next to the measured step, exposed
+# Part 1, a job of 2 ranks, one per core of this machine: six layouts (dp2
+# ZeRO-1 and ZeRO-3 across the link, tp2 in a node, pp2 across with 1f1b and
+# zb-h1, cp2 across), then tp2 across and one process for tp's scaling
+# efficiency T(one) / (2 T(tp2)). One hardware entry: `trainer calibrate` on
+# 2 nodes x 1 rank (the link across, the matmul rate) and on 1 node x 2
+# ranks (the link inside). Per layout the run's "step time model"
+# (planner/step_estimate.h) next to the measured step, compute, exposed
 # communication and, for the pipelines, the measured idle per stage next to
-# the bubble of the schedule simulated on the calibrated compute and link.
-# Part 2, tensor parallelism inside a node (1 node x 2 ranks) against across
-# the shaped link (2 nodes x 1 rank), each calibrated on its own launch, and
-# one process as the base: the measured scaling efficiency T1 / (2 T_tp2)
-# next to the planner's on the same entry.
+# the idle of the schedule simulated on the calibrated compute and link.
+# Part 2, the six layouts on 2 nodes x 2 ranks, calibrated on that launch:
+# four ranks share this machine's cores.
+# PARTS (environment): 1, 2 or 12 (default).
 # Prints markdown; asserts nothing (not a test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +28,9 @@ source bench/netns_bench_lib.sh "$@"
 MODEL=${MODEL:-}
 SIZES="--min-kib 64 --max-mib 16"  # below 64 KiB tbf's burst makes the emulated link no line
 
-calibrate() {  # NAME: writes $WORK/NAME.yaml on the launch NODES x RANKS_PER_NODE
+calibrate() {  # NAME: writes $WORK/NAME.yaml on the launch NODES x RANKS_PER_NODE (EXTRA: more settings)
   # shellcheck disable=SC2086
-  SUB=calibrate EXTRA="$MODEL" run "$1" --out "$WORK/$1.yaml" $SIZES
+  SUB=calibrate EXTRA="$MODEL ${EXTRA:-}" run "$1" --out "$WORK/$1.yaml" $SIZES
   [ -s "$WORK/$1.yaml" ] || { cat "$WORK/$1.log" "$WORK/$1".node*.log >&2; echo "calibrate $1 failed" >&2; exit 1; }
   sed -n '/^hardware:/,$p' "$WORK/$1.yaml" | grep -v '^ *#' | tr -s ' ' | paste -sd' ' | sed 's/^/    /'
 }
@@ -53,8 +55,10 @@ pipe = ""
 if idle:
     stages = [100 * sum(w[s] for w in idle) / len(idle) for s in range(len(idle[0]))]
     mean = sum(stages) / len(stages)
-    pipe = (f"{' / '.join(f'{x:.0f}' for x in stages)} (mean {mean:.1f}) vs {100 * model['pipeline_bubble']:.1f}:"
-            f" {mean - 100 * model['pipeline_bubble']:+.1f} points")
+    # The simulated schedule's idle as a share of the whole predicted step,
+    # as the measured one is of the measured step.
+    sim = 100 * model["pipeline_bubble"] * model["pipeline_ms"] / model["predicted_ms"]
+    pipe = f"{' / '.join(f'{x:.1f}' for x in stages)}, {mean:.1f}, {sim:.1f}: {mean - sim:+.1f} points"
 p = model["predicted_ms"]
 print(f"| {sys.argv[2]} | {p:.1f} | {meas:.1f} | {p / meas:.2f} | {model['compute_ms']:.1f} | {compute:.1f} | "
       f"{model['exposed_ms'] + model['idle_ms']:.1f} | {exposed:.1f} | {pipe} |")
@@ -63,30 +67,31 @@ EOF
   cat "$WORK/$1/metrics.jsonl.rank" >> "$WORK/ranking.tsv"
 }
 
-PARTS=${PARTS:-12}  # which parts to run: 1, 2 or 12
+PARTS=${PARTS:-12}  # 1: the layouts of a 2-rank job; 2: the same on 2 nodes x 2 ranks (4 ranks on this machine's cores)
 echo "Link $RATE between 2 nodes; model ${MODEL:-as bench/netns_bench_lib.sh}; $STEPS steps, one thread per rank;"
 echo "measured: means over the log windows after the first (ms per step)."
-if [[ $PARTS == *1* ]]; then
+
+# One hardware entry for every run: the link across nodes and the matmul
+# rate calibrated on 2 nodes x 1 rank, the link inside a node on 1 node x
+# 2 ranks (set over it for the run that has one node).
 echo
-echo "Calibration, 2 nodes x 2 ranks (\`trainer calibrate $SIZES\`, the same launch):"
-calibrate cal4
-EXTRA="$MODEL --set hardware.calibration=$WORK/cal4.yaml"
-echo
-echo "| layout (2 nodes x 2 ranks) | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | pipeline idle per stage, measured vs simulated bubble (%) |"
-echo "|---|---|---|---|---|---|---|---|---|"
-: > "$WORK/ranking.tsv"
-for layout in "dp4 ZeRO-1|--set parallel.zero_stage=1" "dp4 ZeRO-3|--set parallel.zero_stage=3" \
-              "tp2 (in node) x dp2|--set parallel.tp=2" \
-              "pp2 (across) x dp2, 1f1b|--set parallel.pp=2 --set parallel.pp_schedule=1f1b" \
-              "pp2 (across) x dp2, zb-h1|--set parallel.pp=2 --set parallel.pp_schedule=zb-h1" \
-              "cp2 (in node) x dp2|--set parallel.cp=2"; do
-  label=${layout%%|*}
-  name=$(echo "$label" | tr -c 'a-z0-9' '_')
-  # shellcheck disable=SC2086
-  run "$name" ${layout#*|}
-  row "$name" "$label"
-done
-/usr/bin/python3 - "$WORK/ranking.tsv" <<'EOF'
+echo "Calibration, 2 nodes x 1 rank (\`trainer calibrate $SIZES\`):"
+NODES=2 RANKS_PER_NODE=1 calibrate across
+echo "Calibration, 1 node x 2 ranks:"
+NODES=1 RANKS_PER_NODE=2 calibrate inside
+key() { sed -n "s/^  $2: //p" "$WORK/$1.yaml"; }
+ACROSS="$MODEL --set hardware.calibration=$WORK/across.yaml"
+INSIDE="$ACROSS --set hardware.gpus_per_node=2 --set hardware.nvlink_gb_s=$(key inside nvlink_gb_s)
+  --set hardware.nvlink_latency_us=$(key inside nvlink_latency_us)"
+
+header() {
+  echo
+  echo "| $1 | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | pipeline idle: per stage, mean, simulated (% of the step) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  : > "$WORK/ranking.tsv"
+}
+ranking() {
+  /usr/bin/python3 - "$WORK/ranking.tsv" <<'EOF'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 by = lambda i: [r[0] for r in sorted(rows, key=lambda r: float(r[i]))]
@@ -95,36 +100,53 @@ worst = max(abs(float(r[1]) / float(r[2]) - 1) for r in rows)
 print(f"\nmeasured order, fastest first: {', '.join(meas)}\npredicted order: {', '.join(pred)}\n"
       f"same ranking: {'yes' if pred == meas else 'no'}; largest error of a predicted step: {100 * worst:.1f}%")
 EOF
-fi
-[[ $PARTS == *2* ]] || exit 0
+}
+layout() {  # NODES RANKS_PER_NODE ENTRY LABEL SETTINGS...
+  local nodes=$1 per=$2 entry=$3 label=$4 name
+  shift 4
+  name=$(echo "$label" | tr -c 'a-z0-9' '_')
+  # shellcheck disable=SC2086
+  NODES=$nodes RANKS_PER_NODE=$per EXTRA="$entry" run "$name" "$@"
+  row "$name" "$label"
+}
 
-echo
-echo "Tensor parallelism inside a node and across the link: scaling efficiency T1 / (2 T_tp2), measured and planned."
-echo
-: > "$WORK/ranking.tsv"
-echo "Calibration, 1 node x 2 ranks:"
-NODES=1 RANKS_PER_NODE=2 calibrate in1x2
-echo "Calibration, 2 nodes x 1 rank:"
-NODES=2 RANKS_PER_NODE=1 calibrate across2x1
-echo
-echo "| run | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | |"
-echo "|---|---|---|---|---|---|---|---|---|"
-# One node measured no network; the runs on this entry never cross one.
-EXTRA="$MODEL --set hardware.calibration=$WORK/in1x2.yaml --set hardware.network_gbit_s=1"
-NODES=1 RANKS_PER_NODE=1 run one_in
-row one_in "one process (entry: 1 x 2)"
-NODES=1 RANKS_PER_NODE=2 run tp_in --set parallel.tp=2
-row tp_in "tp2 inside a node"
-EXTRA="$MODEL --set hardware.calibration=$WORK/across2x1.yaml"
-NODES=1 RANKS_PER_NODE=1 run one_across
-row one_across "one process (entry: 2 x 1)"
-NODES=2 RANKS_PER_NODE=1 run tp_across --set parallel.tp=2
-row tp_across "tp2 across the link"
+if [[ $PARTS == *1* ]]; then
+header "layout, a job of 2 ranks"
+layout 2 1 "$ACROSS" "dp2 ZeRO-1 (across)" --set parallel.zero_stage=1
+layout 2 1 "$ACROSS" "dp2 ZeRO-3 (across)" --set parallel.zero_stage=3
+layout 1 2 "$INSIDE" "tp2 (in a node)" --set parallel.tp=2
+layout 2 1 "$ACROSS" "pp2 (across), 1f1b" --set parallel.pp=2 --set parallel.pp_schedule=1f1b
+layout 2 1 "$ACROSS" "pp2 (across), zb-h1" --set parallel.pp=2 --set parallel.pp_schedule=zb-h1
+layout 2 1 "$ACROSS" "cp2 (across)" --set parallel.cp=2
+ranking
+layout 2 1 "$ACROSS" "tp2 (across)" --set parallel.tp=2
+layout 1 1 "$ACROSS" "one process"
 /usr/bin/python3 - "$WORK/ranking.tsv" <<'EOF'
 import sys
 v = {r[0]: (float(r[1]), float(r[2])) for r in (l.rstrip("\n").split("\t") for l in open(sys.argv[1]))}
-print("\n| tp2 | measured efficiency | planner's efficiency |\n|---|---|---|")
-for where, one, tp in (("inside a node", "one process (entry: 1 x 2)", "tp2 inside a node"),
-                       ("across the link", "one process (entry: 2 x 1)", "tp2 across the link")):
-    print(f"| {where} | {100 * v[one][1] / (2 * v[tp][1]):.0f}% | {100 * v[one][0] / (2 * v[tp][0]):.0f}% |")
+one = v["one process"]
+print("\nTensor parallelism's scaling efficiency, T(one process) / (2 T(tp2)), same global batch:\n")
+print("| tp2 | measured | planner's |\n|---|---|---|")
+for where, tp in (("inside a node", "tp2 (in a node)"), ("across the link", "tp2 (across)")):
+    print(f"| {where} | {100 * one[1] / (2 * v[tp][1]):.0f}% | {100 * one[0] / (2 * v[tp][0]):.0f}% |")
 EOF
+fi
+
+if [[ $PARTS == *2* ]]; then
+# Four ranks on this machine's cores: each rank's compute shares a core
+# with another rank and with both ranks' communication threads, which no
+# time model of GPUs prices. Calibrated on the same launch.
+echo
+echo "Calibration, 2 nodes x 2 ranks:"
+NODES=2 RANKS_PER_NODE=2 calibrate cal4
+header "layout, 2 nodes x 2 ranks"
+for spec in "dp4 ZeRO-1|--set parallel.zero_stage=1" "dp4 ZeRO-3|--set parallel.zero_stage=3" \
+            "tp2 (in node) x dp2|--set parallel.tp=2" \
+            "pp2 (across) x dp2, 1f1b|--set parallel.pp=2 --set parallel.pp_schedule=1f1b" \
+            "pp2 (across) x dp2, zb-h1|--set parallel.pp=2 --set parallel.pp_schedule=zb-h1" \
+            "cp2 (in node) x dp2|--set parallel.cp=2"; do
+  # shellcheck disable=SC2086
+  layout 2 2 "$MODEL --set hardware.calibration=$WORK/cal4.yaml" "${spec%%|*}" ${spec#*|}
+done
+ranking
+fi

@@ -20,6 +20,9 @@ struct MatmulTimingOptions {
   // A shape stops repeating once its timed calls took this long (a large
   // model on a CPU: one call may take seconds); at least one is timed.
   double budget_s = 2.0;
+  // Short products repeat until their timed calls took this long (the
+  // three products of a shape share it).
+  double min_s = 0.3;
 };
 
 struct MatmulTiming {

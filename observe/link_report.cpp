@@ -117,9 +117,9 @@ std::string format_step_model(const StepEstimate& e, const Hardware& hw, double 
     std::snprintf(js, sizeof js,
                   "{\"step_model\": {\"predicted_ms\": %.4f, \"compute_ms\": %.4f, \"exposed_ms\": %.4f, "
                   "\"idle_ms\": %.4f, \"optimizer_ms\": %.4f, \"measured_ms\": %.4f, \"steps\": %lld, "
-                  "\"pipeline_bubble\": %.4f}}",
+                  "\"pipeline_bubble\": %.4f, \"pipeline_ms\": %.4f}}",
                   1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s, 1e3 * e.optimizer_s,
-                  1e3 * measured_s, (long long)steps, e.bubble);
+                  1e3 * measured_s, (long long)steps, e.bubble, 1e3 * e.pipeline_s);
     *json = js;
   }
   return buf;
