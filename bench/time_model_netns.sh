@@ -119,7 +119,7 @@ layout 2 1 "$ACROSS" "pp2 (across), 1f1b" --set parallel.pp=2 --set parallel.pp_
 layout 2 1 "$ACROSS" "pp2 (across), zb-h1" --set parallel.pp=2 --set parallel.pp_schedule=zb-h1
 layout 2 1 "$ACROSS" "cp2 (across)" --set parallel.cp=2
 ranking
-layout 2 1 "$ACROSS" "tp2 (across)" --set parallel.tp=2
+layout 2 1 "$ACROSS" "tp2 (across)" --set parallel.tp=2 --set parallel.tp_across_nodes=true
 layout 1 1 "$ACROSS" "one process"
 /usr/bin/python3 - "$WORK/ranking.tsv" <<'EOF'
 import sys

@@ -54,10 +54,13 @@ MeshShape resolve_mesh(const ParallelConfig& p, int world_size, int local_world_
     if (local_world_size > world_size)
       fail("parallel: " + str(local_world_size) + " processes per node exceed the " + str(world_size) +
            " processes of the run");
-    if (s.tp > local_world_size)
+    const bool whole_nodes = p.tp_across_nodes && s.tp > local_world_size && s.tp % local_world_size == 0;
+    if (s.tp > local_world_size && !whole_nodes)
       fail("parallel.tp=" + str(s.tp) + " exceeds the " + str(local_world_size) +
-           " GPUs per node (tensor parallelism must stay inside a node)");
-    if (local_world_size % s.tp != 0)
+           " GPUs per node (tensor parallelism must stay inside a node" +
+           (p.tp_across_nodes ? "; parallel.tp_across_nodes needs tp a multiple of the GPUs per node)"
+                              : "; parallel.tp_across_nodes=true runs it across whole nodes, slowly)"));
+    if (!whole_nodes && local_world_size % s.tp != 0)
       fail("parallel.tp=" + str(s.tp) + " does not divide the " + str(local_world_size) +
            " GPUs per node (a tensor-parallel group would span two nodes; tensor parallelism must stay inside a "
            "node)");

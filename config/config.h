@@ -69,6 +69,9 @@ struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1;
   int dp = 0;                    // 0: auto (world / (tp*pp*cp))
   bool sp = false;
+  // A tensor-parallel group over whole nodes: every layer's collectives
+  // cross the network, so it is refused unless asked for (to measure it).
+  bool tp_across_nodes = false;
   std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 (pipeline/schedule.h)
   int pp_virtual = 2;                // model chunks per rank under the interleaved schedule
   std::vector<int> pp_layers;        // layers per (virtual) stage; empty: balanced (pipeline/stage_split.h)

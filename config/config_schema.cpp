@@ -138,6 +138,9 @@ std::vector<KeySpec> build_schema() {
           .at_least(1).aka("pipeline_layers layers_per_stage"),
       Row("parallel.sp", FIELD(parallel.sp), "sequence parallelism inside tensor-parallel groups")
           .aka("sequence_parallel"),
+      Row("parallel.tp_across_nodes", FIELD(parallel.tp_across_nodes),
+          "allow a tensor-parallel group of whole nodes (tp a multiple of the GPUs per node): every layer's "
+          "collectives then cross the network, which is slow; for measuring it"),
       Row("parallel.zero_stage", FIELD(parallel.zero_stage), "ZeRO stage: 0 none, 1 optimizer state, 2 +grads, 3 +params")
           .between(0, 3).aka("zero stage zero_optimization"),
       Row("parallel.timeout_s", FIELD(parallel.timeout_s), "seconds a collective or rendezvous may wait before failing")

@@ -245,7 +245,8 @@ TEST_CASE("mesh: layout errors say which numbers conflict", "[mesh]") {
   const std::vector<Case> cases = {
       {cfg(2, 2, 1, 0, 1), 6, 6, "parallel: tp=2 x pp=2 x cp=1 = 4 does not divide the 6 processes"},
       {cfg(8, 1, 1, 0, 1), 8, 4,
-       "parallel.tp=8 exceeds the 4 GPUs per node (tensor parallelism must stay inside a node)"},
+       "parallel.tp=8 exceeds the 4 GPUs per node (tensor parallelism must stay inside a node; "
+       "parallel.tp_across_nodes=true runs it across whole nodes, slowly)"},
       {cfg(1, 1, 1, 0, 3), 4, 4, "parallel.ep=3 must divide dp x cp = 4"},
       {cfg(1, 1, 2, 2, 3), 4, 4, "parallel.ep=3 must divide dp x cp = 4 (dp=2, cp=2"},
       {cfg(4, 1, 1, 0, 1), 12, 6, "parallel.tp=4 does not divide the 6 GPUs per node"},
@@ -260,6 +261,28 @@ TEST_CASE("mesh: layout errors say which numbers conflict", "[mesh]") {
     INFO(msg);
     CHECK(contains(msg, c.message));
   }
+}
+
+TEST_CASE("parallel.tp_across_nodes: a tensor-parallel group of whole nodes, when asked for", "[mesh]") {
+  ParallelConfig p;
+  p.tp = 8;
+  p.tp_across_nodes = true;
+  const MeshShape whole = resolve_mesh(p, 16, 4);  // two groups of two nodes each
+  CHECK(whole.tp == 8);
+  CHECK(whole.dp == 2);
+  p.tp = 2;
+  CHECK(resolve_mesh(p, 4, 1).tp == 2);  // one rank per node: the measurement of tp across a link
+  CHECK(resolve_mesh(p, 8, 4).tp == 2);  // inside a node as without the key
+  p.tp = 6;
+  std::string e;
+  try {
+    resolve_mesh(p, 12, 4);
+  } catch (const std::exception& x) {
+    e = x.what();
+  }
+  INFO(e);
+  CHECK(contains(e, "parallel.tp=6 exceeds the 4 GPUs per node"));
+  CHECK(contains(e, "parallel.tp_across_nodes needs tp a multiple of the GPUs per node"));
 }
 
 TEST_CASE("placement: groups inside nodes, and the groups that span them named", "[mesh][placement]") {
