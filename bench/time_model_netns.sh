@@ -55,10 +55,11 @@ pipe = ""
 if idle:
     stages = [100 * sum(w[s] for w in idle) / len(idle) for s in range(len(idle[0]))]
     mean = sum(stages) / len(stages)
-    # The simulated schedule's idle as a share of the whole predicted step,
-    # as the measured one is of the measured step.
-    sim = 100 * model["pipeline_bubble"] * model["pipeline_ms"] / model["predicted_ms"]
-    pipe = f"{' / '.join(f'{x:.1f}' for x in stages)}, {mean:.1f}, {sim:.1f}: {mean - sim:+.1f} points"
+    # The simulated schedule's idle per stage as a share of the whole
+    # predicted step, as the measured one is of the measured step.
+    sim = [100 * x / model["predicted_ms"] for x in model["pipeline_idle_ms"]]
+    pipe = (f"{' / '.join(f'{x:.1f}' for x in stages)} vs {' / '.join(f'{x:.1f}' for x in sim)}; mean "
+            f"{mean:.1f} vs {sum(sim) / len(sim):.1f}: {mean - sum(sim) / len(sim):+.1f} points")
 p = model["predicted_ms"]
 print(f"| {sys.argv[2]} | {p:.1f} | {meas:.1f} | {p / meas:.2f} | {model['compute_ms']:.1f} | {compute:.1f} | "
       f"{model['exposed_ms'] + model['idle_ms']:.1f} | {exposed:.1f} | {pipe} |")
@@ -86,7 +87,7 @@ INSIDE="$ACROSS --set hardware.gpus_per_node=2 --set hardware.nvlink_gb_s=$(key 
 
 header() {
   echo
-  echo "| $1 | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | pipeline idle: per stage, mean, simulated (% of the step) |"
+  echo "| $1 | predicted step | measured step | predicted / measured | predicted compute | measured compute | predicted exposed + idle | measured exposed | pipeline idle per stage, measured vs simulated, % of the step |"
   echo "|---|---|---|---|---|---|---|---|---|"
   : > "$WORK/ranking.tsv"
 }

@@ -121,6 +121,13 @@ std::string format_step_model(const StepEstimate& e, const Hardware& hw, double 
                   1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s, 1e3 * e.optimizer_s,
                   1e3 * measured_s, (long long)steps, e.bubble, 1e3 * e.pipeline_s);
     *json = js;
+    // Each stage's idle in the simulated schedule, beside the bubble.
+    std::string stages = ", \"pipeline_idle_ms\": [";
+    for (size_t i = 0; i < e.stage_idle_s.size(); ++i) {
+      std::snprintf(js, sizeof js, "%s%.4f", i ? ", " : "", 1e3 * e.stage_idle_s[i]);
+      stages += js;
+    }
+    json->insert(json->size() - 2, stages + "]");
   }
   return buf;
 }

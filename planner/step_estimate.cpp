@@ -214,6 +214,7 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
   e.textbook_formula = tb.formula;
   e.pipeline_s = sim.step_time;
   e.bubble = sim.bubble();
+  for (double b : sim.busy) e.stage_idle_s.push_back(std::max(0.0, sim.step_time - b));
   // The schedule runs every rank's compute, critical communication and
   // pipeline messages; the exposed data-parallel transfers and the
   // optimizer follow it.

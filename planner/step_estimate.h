@@ -69,6 +69,7 @@ struct StepEstimate {
   double optimizer_s = 0;
   double pipeline_s = 0;       // simulated schedule: compute + critical comm + bubble (the slowest rank)
   double bubble = 0;           // simulated idle share of the schedule (mean over ranks)
+  std::vector<double> stage_idle_s;  // per pipeline rank: the schedule's time it does not compute
   double textbook_bubble = 0;  // (p-1)/(m+p-1) or the schedule's own formula
   const char* textbook_formula = "";
   std::vector<GroupTime> groups;  // of the critical stage
