@@ -126,7 +126,12 @@ void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_
   preempt_ = preemption_requests() > 0;
   if (s_.dist->launched()) {
     double sums[3] = {s_.counts_loss ? loss_sum : 0, s_.counts_loss ? aux_sum : 0, preempt_ ? 1.0 : 0.0};
+    const auto h0 = clock_type::now();
     s_.dist->host().all_reduce(Tensor(sums, DType::F64, {3}));
+    // A stage that finished its schedule first waits here for the last one
+    // (the pipeline's drain): idle like its waits for neighbours, and the
+    // simulator's idle counts it too.
+    if (s_.dist->mesh().pp > 1) window_.add_pipeline_wait(seconds_since(h0));
     loss_sum = sums[0];
     aux_sum = sums[1];
     preempt_ = sums[2] > 0;
