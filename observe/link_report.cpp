@@ -42,6 +42,16 @@ const GroupTime* predicted_group(const StepEstimate* e, int stage, const std::st
   return nullptr;
 }
 
+// The schedule simulated on the entry's compute and link: the pipeline
+// idle the run's per-stage report measures, in the same units.
+std::string bubble_note(const StepEstimate& e) {
+  if (e.pipeline_s <= 0 || e.bubble <= 0) return "";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "; pipeline bubble %.1f%% of the simulated schedule, links included",
+                100.0 * e.bubble);
+  return buf;
+}
+
 }  // namespace
 
 std::string format_link_report(const MeshShape& mesh, int rank, const std::vector<std::string>& host_of_rank,
@@ -90,20 +100,6 @@ std::string format_link_report(const MeshShape& mesh, int rank, const std::vecto
   return out;
 }
 
-namespace {
-
-// The schedule simulated on the entry's compute and link: the pipeline
-// idle the run's per-stage report measures, in the same units.
-std::string bubble_note(const StepEstimate& e) {
-  if (e.pipeline_s <= 0 || e.bubble <= 0) return "";
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "; pipeline bubble %.1f%% of the simulated schedule, links included",
-                100.0 * e.bubble);
-  return buf;
-}
-
-}  // namespace
-
 std::string format_step_model(const StepEstimate& e, const Hardware& hw, double measured_s, int64_t steps,
                               std::string* json) {
   char buf[512];
@@ -113,21 +109,21 @@ std::string format_step_model(const StepEstimate& e, const Hardware& hw, double 
                 hw.name.c_str(), 1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s,
                 1e3 * e.optimizer_s, 1e3 * measured_s, (long long)steps, bubble_note(e).c_str());
   if (json) {
-    char js[512];
+    // Each stage's idle in the simulated schedule, beside the bubble.
+    std::string stages;
+    char num[32];
+    for (size_t i = 0; i < e.stage_idle_s.size(); ++i) {
+      std::snprintf(num, sizeof num, "%s%.4f", i ? ", " : "", 1e3 * e.stage_idle_s[i]);
+      stages += num;
+    }
+    char js[640];
     std::snprintf(js, sizeof js,
                   "{\"step_model\": {\"predicted_ms\": %.4f, \"compute_ms\": %.4f, \"exposed_ms\": %.4f, "
                   "\"idle_ms\": %.4f, \"optimizer_ms\": %.4f, \"measured_ms\": %.4f, \"steps\": %lld, "
-                  "\"pipeline_bubble\": %.4f, \"pipeline_ms\": %.4f}}",
+                  "\"pipeline_bubble\": %.4f, \"pipeline_ms\": %.4f, \"pipeline_idle_ms\": [%s]}}",
                   1e3 * e.step_s, 1e3 * e.compute_s, 1e3 * e.exposed_comm_s, 1e3 * e.idle_s, 1e3 * e.optimizer_s,
-                  1e3 * measured_s, (long long)steps, e.bubble, 1e3 * e.pipeline_s);
+                  1e3 * measured_s, (long long)steps, e.bubble, 1e3 * e.pipeline_s, stages.c_str());
     *json = js;
-    // Each stage's idle in the simulated schedule, beside the bubble.
-    std::string stages = ", \"pipeline_idle_ms\": [";
-    for (size_t i = 0; i < e.stage_idle_s.size(); ++i) {
-      std::snprintf(js, sizeof js, "%s%.4f", i ? ", " : "", 1e3 * e.stage_idle_s[i]);
-      stages += js;
-    }
-    json->insert(json->size() - 2, stages + "]");
   }
   return buf;
 }

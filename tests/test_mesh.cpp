@@ -346,4 +346,11 @@ TEST_CASE("link report: each group inside a node or across, measured next to the
                  "idle 1.4 + optimizer 0.5); measured 61.3 ms per step (rank 0, mean of 12 steps)\n");
   CHECK(json.find("\"predicted_ms\": 52.1000") != std::string::npos);
   CHECK(json.find("\"measured_ms\": 61.3000") != std::string::npos);
+  // A pipeline: the simulated bubble on the line, each stage's idle in the record.
+  e.pipeline_s = 0.05, e.bubble = 0.25, e.stage_idle_s = {0.015, 0.010};
+  const std::string piped = format_step_model(e, hw, 0.0613, 12, &json);
+  CHECK(piped.find("(rank 0, mean of 12 steps); pipeline bubble 25.0% of the simulated schedule, links included\n") !=
+        std::string::npos);
+  CHECK(json.find("\"pipeline_bubble\": 0.2500, \"pipeline_ms\": 50.0000, \"pipeline_idle_ms\": [15.0000, 10.0000]}}") !=
+        std::string::npos);
 }
