@@ -16,7 +16,9 @@ optimizer and the end of the step), and the bound on what overlap can leave expo
   gradient reductions hide behind the backward only:     max(R - B, r_last)
   ZeRO-3's gathers in the forward hide behind it:        max(Gf - F, g_first)
   gathers in the backward share the backward with R:     counted with R
-  collectives outside forward and backward:              not hidden
+  ZeRO 1-2's gathers after the update hide behind the
+  next step's forward, each needed at its unit's forward: max(A - F, a_first)
+  other collectives outside forward and backward:        not hidden
 
 with R, Gf the baseline's wire times of those collectives per step, F and B its forward and
 backward compute, r_last the last reduction of the step and g_first its first gather. Prints
@@ -100,8 +102,8 @@ def main():
     n = len(steps)
     comm = sorted(by_track.get(f"comm {group}", []), key=lambda e: e["ts"])
     # The trace's collective spans of the baseline: wire time by phase and kind.
-    per = {"R": 0.0, "Gf": 0.0, "other": 0.0}
-    first_gather, last_reduction, biggest = {}, {}, 0
+    per = {"R": 0.0, "Gf": 0.0, "A": 0.0, "other": 0.0}
+    first_gather, first_after, last_reduction, biggest = {}, {}, {}, 0
     for e in comm:
         kind = e["name"].split()[0]
         phase = phase_at(compute, e["ts"])
@@ -116,11 +118,15 @@ def main():
             first_gather.setdefault(step, ms)
         elif kind == "all_gather" and phase == "backward":
             per["R"] += ms  # re-gathers share the backward with the reductions
+        elif kind == "all_gather" and phase == "other":
+            per["A"] += ms  # the updated weights, needed again by the next forward
+            first_after.setdefault(step, ms)
         else:
             per["other"] += ms
     per = {k: v / n for k, v in per.items()}
     r_last = mean(last_reduction.values())
     g_first = mean(first_gather.values())
+    a_first = mean(first_after.values())
     b_steps, b_times = windows(base)
     o_steps, o_times = windows(over)
     F = mean(r["time_ms"]["forward"] for r in b_times)
@@ -129,7 +135,8 @@ def main():
     exposed_off = mean(r["time_ms"]["comm_" + group] for r in b_times)
     step_on = mean(r["ms_per_step"] for r in o_steps)
     exposed_on = mean(r["time_ms"]["comm_" + group] for r in o_times)
-    bound = max(per["R"] - B, r_last) + (max(per["Gf"] - F, g_first) if per["Gf"] > 0 else 0) + per["other"]
+    bound = (max(per["R"] - B, r_last) + (max(per["Gf"] - F, g_first) if per["Gf"] > 0 else 0) +
+             (max(per["A"] - F, a_first) if per["A"] > 0 else 0) + per["other"])
     points = 100 * (exposed_on - bound) / step_off
     # A reduction's CPU time: summing its bytes once (what Gloo's reduction does per chunk and hop).
     try:
@@ -144,7 +151,7 @@ def main():
         cpu_ms = float("nan")
     wire_ms = biggest * 8 / (rate_mbit * 1e6) * 1e3
     print(f"| {label} | {step_off:.0f} | {exposed_off:.0f} ({100 * exposed_off / step_off:.0f}%) | "
-          f"F {F:.0f}, B {B:.0f}; R {per['R']:.0f}, Gf {per['Gf']:.0f}, outside {per['other']:.0f} | "
+          f"F {F:.0f}, B {B:.0f}; R {per['R']:.0f}, Gf {per['Gf']:.0f}, after the update {per['A']:.0f}, outside {per['other']:.0f} | "
           f"{bound:.0f} | {step_on:.0f} | {exposed_on:.0f} | {points:+.1f} | "
           f"{biggest / 1e6:.2f} MB: CPU {cpu_ms:.2f} ms, wire {wire_ms:.0f} ms |")
 

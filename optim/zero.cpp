@@ -171,6 +171,8 @@ ZeroOptimizer::~ZeroOptimizer() {
       if (s.pending) try { s.pending->wait(); } catch (...) {}
   for (auto& w : pending_)
     if (w) try { w->wait(); } catch (...) {}
+  for (auto& w : param_gathers_)
+    if (w) try { w->wait(); } catch (...) {}
 }
 
 Tensor ZeroOptimizer::flat(void* base, DType t, int64_t offset, int64_t count) const {
@@ -229,13 +231,28 @@ void ZeroOptimizer::bind(std::vector<std::vector<Tensor*>>& slots, int unit, voi
     }
 }
 
-void ZeroOptimizer::gather_all_units() {
+// Stages 1-2: every unit's updated shards to every rank. With overlap the
+// gathers stay in flight into the next step, each waited for where its
+// unit is first used (forward_begin), as Megatron's overlapped parameter
+// gather does; else they are waited for here.
+void ZeroOptimizer::gather_all_units(bool leave_in_flight) {
   if (stage_ == 0 || stage_ == 3) return;
-  std::vector<std::unique_ptr<Work>> works;
+  settle();
+  param_gathers_.resize(units_.size());
   for (size_t u = 0; u < units_.size(); ++u)
     if (units_[u].bytes && shards(int(u)) > 1)
-      works.push_back(comm(int(u)).all_gather_async(unit_range(m_.param_arena, int(u)), own_shard(m_.param_arena, int(u))));
-  for (auto& w : works) w->wait();
+      param_gathers_[u] = comm(int(u)).all_gather_async(unit_range(m_.param_arena, int(u)), own_shard(m_.param_arena, int(u)));
+  if (!leave_in_flight) settle();
+}
+
+void ZeroOptimizer::settle_unit(int unit) {
+  if (size_t(unit) >= param_gathers_.size() || !param_gathers_[size_t(unit)]) return;
+  std::unique_ptr<Work> w = std::move(param_gathers_[size_t(unit)]);
+  w->wait();
+}
+
+void ZeroOptimizer::settle() {
+  for (size_t u = 0; u < param_gathers_.size(); ++u) settle_unit(int(u));
 }
 
 void ZeroOptimizer::drop_gathered() {
@@ -266,6 +283,7 @@ void load_into(Tensor dst, const std::function<void(int64_t, int64_t, float*)>& 
 }  // namespace
 
 void ZeroOptimizer::load(const PieceReader& read, bool moments) {
+  settle();
   std::vector<float> stage;
   for (const ZeroPiece& p : opt_pieces_) {
     auto from = [&](const char* what) {
@@ -284,7 +302,7 @@ void ZeroOptimizer::load(const PieceReader& read, bool moments) {
       load_into(moment_v(p), from("optim/v"), stage);
     }
   }
-  gather_all_units();
+  gather_all_units(false);
   drop_gathered();
 }
 
@@ -385,14 +403,18 @@ void ZeroOptimizer::prefetch_weights(int unit, const std::vector<int>& pinned) {
 }
 
 void ZeroOptimizer::forward_begin(Model&, int unit, const MicroBatch&) {
-  if (stage_ < 3) return;
   const std::vector<int> need = units_for(unit);
+  if (stage_ < 3) {
+    for (int u : need) settle_unit(u);
+    return;
+  }
   make_resident(need);
   if (unit + 1 < int(units_.size())) prefetch_weights(unit + 1, need);
 }
 
 void ZeroOptimizer::backward_begin(Model&, int unit, const MicroBatch&) {
   const std::vector<int> need = units_for(unit);
+  for (int u : need) settle_unit(u);  // a backward with no forward before it (none today) still sees the weights
   if (stage_ >= 3) {
     make_resident(need);
     if (unit > 0) prefetch_weights(unit - 1, need);
@@ -626,6 +648,7 @@ void ZeroOptimizer::offload_step(const ops::AdamWStep& st) {
 }
 
 void ZeroOptimizer::step(double lr, double grad_scale) {
+  settle();  // the shards being updated are the last gathers' inputs
   step_ += 1;
   // One multi-tensor update over all of this rank's pieces: on a GPU one
   // launch instead of one per piece, on the CPU the pieces in order; either
@@ -651,11 +674,12 @@ void ZeroOptimizer::step(double lr, double grad_scale) {
     offload_step(st);
   else
     ops::adamw_update_master_multi(params, masters, grads, ms, vs, decays, st);
-  gather_all_units();
+  gather_all_units(overlap_);
   drop_gathered();
 }
 
 std::vector<std::vector<float>> ZeroOptimizer::gather_fp32_weights(const std::vector<ParamInfo>& global) {
+  settle();
   std::unordered_map<std::string, size_t> index;
   std::vector<int64_t> off(global.size() + 1, 0);
   for (size_t i = 0; i < global.size(); ++i) {

@@ -79,6 +79,12 @@ class ZeroOptimizer final : public UnitHooks {
   // false: every reduction and gather is waited for as soon as it is issued
   // and ZeRO-3 prefetches nothing (parallel.overlap): the same arithmetic in
   // the same order, without the overlap.
+  // At stages 1-2 with overlap, the gathers of the updated weights that
+  // step() leaves in flight are each waited for where their unit is first
+  // used; settle() waits for all of them, for anything that reads the whole
+  // weights outside a forward or backward (taken by load, step and
+  // gather_fp32_weights themselves).
+  void settle();
   void set_overlap(bool on) { overlap_ = on; }
 
   int stage() const { return stage_; }
@@ -158,7 +164,8 @@ class ZeroOptimizer final : public UnitHooks {
   Tensor own_shard(const Arena& a, int unit) const;    // this rank's shard of it
   Tensor shard_of(const Arena& a, int unit) const;     // unit's part of a shard arena
   void bind(std::vector<std::vector<Tensor*>>& slots, int unit, void* base);
-  void gather_all_units();
+  void gather_all_units(bool leave_in_flight);
+  void settle_unit(int unit);
   void drop_gathered();  // ZeRO-3: after the weights changed, every gathered copy is stale
   // ZeRO-3 weight buffers.
   void make_resident(std::vector<int> need);
@@ -208,6 +215,7 @@ class ZeroOptimizer final : public UnitHooks {
   Arena tie_scratch_;                     // the other pipeline end's gradient of the tied table
   std::vector<Slot> wslots_, gslots_;
   std::vector<std::unique_ptr<Work>> pending_;  // stage 0/1 reductions
+  std::vector<std::unique_ptr<Work>> param_gathers_;  // stages 1-2: per unit, the gather step() left in flight
   std::vector<std::vector<Tensor*>> w_slots_, g_slots_;
   uint64_t clock_ = 0;
 };

@@ -39,7 +39,7 @@ struct GroupTraffic {
   // Parts for the time model (bytes sent per rank per step).
   double wire_critical = 0; // on the critical path by nature (tp, ep, pp)
   double wire_overlap = 0;  // may hide behind compute (cp ring, ZeRO reductions, ZeRO-3 gathers)
-  double wire_after_step = 0;  // after the optimizer step, nothing to hide behind (ZeRO 1-2 all-gather)
+  double wire_after_step = 0;  // after the optimizer step (ZeRO 1-2 all-gather): hides behind the next forward
   double wire_last_bucket = 0; // ZeRO: the last unit's reduction, which backward cannot hide (per reduction)
   int64_t reductions = 1;      // ZeRO: how often per step the reductions run (1, or micro-batches at 2-3)
   std::string note;         // how the bytes come about

@@ -215,13 +215,15 @@ std::string search_layouts(const Config& c, int world, const Hardware& hw, int t
         else
           std::snprintf(w, sizeof w, "same step to the ms and memory, less simple");
       } else {
-        // The parts of the step (each >= 0, adding up to it) against the winner's.
+        // The parts of the step (each >= 0, adding up to it) against the winner's,
+        // rounded to the ms first: a difference of -0.2 ms prints as +0, not -0.
+        auto d = [](double a, double b) { return double(std::llround(1e3 * (a - b))) + 0.0; };
         std::snprintf(w, sizeof w, "+%s: compute %+.0f ms, recompute %+.0f ms, exposed comm %+.0f ms, idle %+.0f ms, "
                       "optimizer %+.0f ms",
                       ms(r.step_s - best->step_s).c_str(),
-                      1e3 * ((r.compute_s - r.recompute_s) - (best->compute_s - best->recompute_s)),
-                      1e3 * (r.recompute_s - best->recompute_s), 1e3 * (r.exposed_comm_s - best->exposed_comm_s),
-                      1e3 * (r.idle_s - best->idle_s), 1e3 * (r.optimizer_s - best->optimizer_s));
+                      d(r.compute_s - r.recompute_s, best->compute_s - best->recompute_s),
+                      d(r.recompute_s, best->recompute_s), d(r.exposed_comm_s, best->exposed_comm_s),
+                      d(r.idle_s, best->idle_s), d(r.optimizer_s, best->optimizer_s));
       }
       why = w;
     }

@@ -177,7 +177,12 @@ StepEstimate estimate_step(const Config& c, const MeshShape& mesh, const Hardwar
         const double hide = c.parallel.zero_stage >= 3 ? backward_mb + fw : backward_mb;
         const double last = std::min(per_round, gt.wire_last_bucket / t.bandwidth);
         t.exposed = gt.wire_overlap > 0 ? rounds * std::max(per_round - hide, last) : 0;
-        t.exposed += gt.wire_after_step / t.bandwidth;
+        // ZeRO 1-2's gathers of the updated weights run into the next
+        // step, each waited for at its unit's first forward: the first
+        // micro-batch's forward hides them but for the first unit's gather
+        // (the embedding, the same unit as the last reduction).
+        const double after = gt.wire_after_step / t.bandwidth;
+        t.exposed += after > 0 ? std::max(after - fw, std::min(after, gt.wire_last_bucket / t.bandwidth)) : 0;
         // The last unit's reduction waits its calls' latency too.
         if (gt.wire_overlap > 0 || gt.wire_after_step > 0) t.exposed = std::min(t.seconds, t.exposed + t.latency / double(std::max<int64_t>(1, calls_of(gt))));
         w.dp += t.exposed;

@@ -48,6 +48,7 @@ TEST_CASE("parallel.overlap on and off give the same run bit for bit", "[overlap
   };
   const std::vector<Layout> layouts = {
       {"dp2_zero0", 2, "--set parallel.zero_stage=0"},
+      {"dp2_zero1", 2, "--set parallel.zero_stage=1"},  // the updated weights' gathers run into the next forward
       {"dp2_zero2", 2, "--set parallel.zero_stage=2"},
       {"dp2_zero3", 2, "--set parallel.zero_stage=3"},
       {"pp2_1f1b", 2, "--set parallel.pp=2 --set parallel.pp_schedule=1f1b"},

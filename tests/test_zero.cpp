@@ -242,3 +242,57 @@ TEST_CASE("zero: reductions are issued as backward finishes each unit and waited
     }
   }
 }
+
+TEST_CASE("zero: stages 1-2 wait for each unit's updated weights at its next forward, not in the step", "[zero][overlap]") {
+  const ModelDims d = dims_of("{arch: llama, d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2}", DType::F32);
+  const int units = int(d.L) + 2;
+  for (int stage : {1, 2}) {
+    for (bool overlap : {true, false}) {
+      INFO("stage " << stage << (overlap ? ", overlap" : ", no overlap"));
+      std::vector<std::string> log;
+      RecordingComm comm(log);
+      Model m;
+      build_model(m, single_plan(d, 0.02, stage, 2), Device::CPU, zero_model_storage(stage));
+      ZeroOptimizer zero(m, stage, comm, comm, {});
+      zero.set_overlap(overlap);
+      LoggingHooks hooks(zero, log);
+      m.hooks = &hooks;
+      const MicroBatch batch{0, true};
+      zero.begin_step();
+      model_forward(m, 1.f, batch);
+      model_backward(m, 0.f, batch);
+      zero.finish_backward();
+      log.push_back("step");
+      zero.step(1e-3, 1.0);
+      log.push_back("stepped");
+      zero.begin_step();
+      model_forward(m, 1.f, batch);
+      log.push_back("forward done");
+      const size_t stepped = index_of(log, "stepped");
+      std::vector<size_t> gathers;
+      for (size_t at : positions(log, "all_gather_async"))
+        if (at > index_of(log, "step")) gathers.push_back(at);
+      REQUIRE(gathers.size() == size_t(units));  // one per unit, all issued inside step()
+      for (int u = 0; u < units; ++u) {
+        const size_t w = index_of(log, "wait " + log[gathers[size_t(u)]]);
+        REQUIRE(w < log.size());
+        CHECK(gathers[size_t(u)] < stepped);
+        const size_t fwd = index_of(log, "forward " + std::to_string(u), stepped);
+        REQUIRE(fwd < log.size());
+        if (overlap) {
+          // After the step, at the unit's own forward: the units before it computed meanwhile.
+          CHECK(w > fwd);
+          if (u + 1 < units) CHECK(w < index_of(log, "forward " + std::to_string(u + 1), stepped));
+        } else {
+          CHECK(w < stepped);
+        }
+      }
+      // Whatever reads the whole weights outside a forward settles first.
+      zero.step(1e-3, 1.0);
+      zero.settle();
+      size_t waits = 0;
+      for (size_t at : positions(log, "all_gather_async")) waits += index_of(log, "wait " + log[at]) < log.size();
+      CHECK(waits == positions(log, "all_gather_async").size());
+    }
+  }
+}
