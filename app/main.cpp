@@ -15,7 +15,9 @@
 // 2 a user mistake in the command line or the configuration (a run
 // directory another trainer holds included: train/run_lock.h), 3 a distributed
 // failure: a collective or the store timed out or a rank went missing
-// (runtime/watchdog.h; torchrun's restarts take over).
+// (runtime/watchdog.h; torchrun's restarts take over), 4 stopped by the bad-step
+// policy (train/step_policy.h), 5 copies that must be identical disagree
+// (train/replica_check.h), 75 preempted (train/preemption.h).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -29,6 +31,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "train/step_policy.h"
+#include "train/replica_check.h"
 #include "train/preemption.h"
 #include "app/devices_command.h"
 #include "train/engine.h"
@@ -283,6 +286,9 @@ int exit_code_of(std::exception_ptr failure) {
   } catch (const trainer::StepPolicyStop& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return trainer::kStoppedByPolicyExitCode;
+  } catch (const trainer::ReplicaMismatch& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return trainer::kReplicaMismatchExitCode;
   } catch (const trainer::DistributedFailure& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return trainer::kDistributedFailureExitCode;

@@ -119,6 +119,12 @@ struct TrainConfig {
   // exploded model even while it is finite.
   double loss_ceiling = 0;            // 0: 3 ln(model.vocab_size); < 0: off
   double grad_norm_ceiling = 1e4;     // 0: off
+  // Silent divergence of copies that must be identical (train/replica_check.h):
+  // every N steps and before every checkpoint, a checksum per tensor compared
+  // across data-parallel replicas, tensor-parallel copies and the tied
+  // embedding's two pipeline ends; a mismatch stops (exit 5) or rolls back.
+  int64_t replica_check_interval = 100;  // 0: off
+  std::string replica_policy = "stop";   // stop | rollback
   double peak_tflops = 0;             // per device, for MFU; 0: from the GPU table (none on the CPU)
   // Activation recompute (model/recompute.h): none | selective (attention's
   // internals) | full (the whole block from its input).

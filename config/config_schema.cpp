@@ -206,6 +206,15 @@ std::vector<KeySpec> build_schema() {
       Row("train.grad_norm_ceiling", FIELD(train.grad_norm_ceiling),
           "a global gradient norm (before clipping) above this flags the step from the first step on; 0: off")
           .at_least(0).aka("grad_norm_limit"),
+      Row("train.replica_check_interval", FIELD(train.replica_check_interval),
+          "every N steps, and before every checkpoint, the copies that must be identical (data-parallel replicas of "
+          "the weights and of unsharded optimizer state, tensor-parallel copies, the tied embedding's pipeline ends) "
+          "compare a checksum per tensor; 0: off")
+          .at_least(0).aka("check_weight_hash_across_dp_replicas_interval replica_check"),
+      Row("train.replica_policy", FIELD(train.replica_policy),
+          "when copies disagree: stop (exit 5, naming the ranks, nodes and tensor) or roll back to the newest "
+          "checkpoint (every checkpoint was checked before it was written)")
+          .one_of("stop|rollback").aka("on_replica_mismatch"),
       Row("train.peak_tflops", FIELD(train.peak_tflops),
           "peak TFLOP/s of one device for the MFU figure; 0: from the table of known GPUs")
           .at_least(0).aka("peak_flops device_tflops"),

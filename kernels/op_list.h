@@ -55,6 +55,12 @@ TRAINER_OP(transfer, void, convert, (Tensor dst, Tensor src), (dst, src))
 TRAINER_OP(device, double, sum_squares, (Tensor x), (x))
 // Sum in double (losses, aux terms).
 TRAINER_OP(device, double, sum, (Tensor x), (x))
+// A 64-bit checksum of x's bytes, any dtype (kernels/checksum_math.h): over
+// the little-endian 32-bit words w_i of the bytes (the last one zero-padded),
+// mix(sum_i term(w_i, i) mod 2^64, bytes). A sum of integers, so every backend,
+// thread count and launch shape gives the same value; one flipped bit changes
+// it but with probability 2^-64. The replica check compares it across ranks.
+TRAINER_OP(device, uint64_t, checksum, (Tensor x), (x))
 
 // ---- embedding --------------------------------------------------------------
 // A vocabulary-parallel table (tensor parallelism): `table` holds the rows of

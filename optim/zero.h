@@ -56,6 +56,17 @@ ZeroBytes zero_bytes(const ShardingPlan& plan, int stage, bool offload = false);
 // weight pool to count the all-gathers it issues.
 std::vector<size_t> zero_pool_slot_bytes(const std::vector<UnitLayout>& units);
 
+// A piece of the training state that every rank of `group` holds the same
+// (the replica check, train/replica_check.h).
+struct ReplicaPiece {
+  const char* what;               // "weights", "optim m", "optim v", "fp32 master"
+  int param = 0;                  // index into the model's parameters
+  int64_t begin = 0;              // first element of the piece in the parameter
+  Tensor t;
+  const Communicator* group = nullptr;
+  int owner = -1;                 // ZeRO 1-2: the global rank that updated it and gathered it to the others
+};
+
 class ZeroOptimizer final : public UnitHooks {
  public:
   // `m` must have been built with zero_model_storage(stage) from a plan
@@ -121,6 +132,12 @@ class ZeroOptimizer final : public UnitHooks {
   // The first of this rank's parameters (in parameter order) whose reduced
   // gradient holds a NaN or Inf; "" when none. Not collective.
   std::string first_nonfinite_gradient();
+  // What this rank holds that the other ranks of a data-parallel group hold
+  // too: at stages 0-2 the weights of every unit replicated over its group
+  // (at 1-2 cut at shard boundaries, each piece with its owner), at stage 0
+  // also AdamW's m, v and fp32 masters. Stage 3 replicates nothing over dp.
+  // settle() first: a weight gather in flight is not yet a replica.
+  std::vector<ReplicaPiece> replica_pieces() const;
   // This rank's part of the last grad_sum_squares (before the host sum).
   double local_sum_squares() const { return local_sum_squares_; }
   // Test hook (train/test_hooks.h): the next unit whose gradients are

@@ -201,6 +201,58 @@ TEST_CASE("elementwise: sum_squares in double, NaN propagates", "[ops][dense]") 
   REQUIRE(std::isnan(cpu::sum_squares(x)));
 }
 
+TEST_CASE("checksum: the op's formula word by word, any bit flip changes it, thread count and dtype do not matter",
+          "[ops][dense]") {
+  // The reference: the formula of kernels/op_list.h written out serially,
+  // byte by byte (no memcpy, no OpenMP), here in the test.
+  auto reference = [](const unsigned char* p, int64_t bytes) {
+    auto mix = [](uint64_t z) {
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    };
+    uint64_t sum = 0;
+    for (int64_t i = 0; 4 * i < bytes; ++i) {
+      uint64_t w = 0;
+      for (int k = 0; k < 4 && 4 * i + k < bytes; ++k) w |= uint64_t(p[4 * i + k]) << (8 * k);
+      sum += mix(w + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+    }
+    return mix(sum ^ mix(uint64_t(bytes)));
+  };
+  Owned x({300001});  // past OpenMP's threshold of 2^16 words
+  fill_normal(x.f, 11, 1.f);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(x.f.data());
+  const uint64_t base = ops::checksum(x);
+  CHECK(base == reference(bytes, int64_t(x.f.size() * 4)));
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  CHECK(ops::checksum(x) == base);
+  omp_set_num_threads(threads);
+  // A BF16 tensor of odd length ends in half a word; its bytes are hashed as they are.
+  const Tensor half(x.f.data(), DType::BF16, {7});
+  CHECK(ops::checksum(half) == reference(bytes, 14));
+  CHECK(ops::checksum(Tensor(x.f.data(), DType::F32, {0})) == reference(bytes, 0));
+  // Every bit of the first, a middle and the last element, one at a time.
+  int changed = 0, tried = 0;
+  for (size_t at : {size_t(0), x.f.size() / 2, x.f.size() - 1})
+    for (int bit = 0; bit < 32; ++bit) {
+      uint32_t w;
+      std::memcpy(&w, &x.f[at], 4);
+      w ^= 1u << bit;
+      float saved = x.f[at];
+      std::memcpy(&x.f[at], &w, 4);
+      changed += ops::checksum(x) != base;
+      ++tried;
+      x.f[at] = saved;
+    }
+  std::printf("[checksum]  %d of %d single-bit flips change the checksum (required: all)\n", changed, tried);
+  CHECK(changed == tried);
+  CHECK(ops::checksum(x) == base);
+  // Two words swapped: positions count.
+  std::swap(x.f[1], x.f[2]);
+  CHECK(ops::checksum(x) != base);
+}
+
 // ---- embedding --------------------------------------------------------------
 
 TEST_CASE("embedding forward (= and +=) and backward", "[ops][dense]") {

@@ -14,6 +14,7 @@
 #include "train/checkpointing.h"
 #include "train/micro_batch.h"
 #include "train/preemption.h"
+#include "train/replica_check.h"
 
 namespace trainer {
 
@@ -60,6 +61,7 @@ StepResult StepRunner::run(int64_t step) {
   last_flagged_ = false;
   if (!s_.opt.smoke && flagged(step, r)) return r;
   apply(step, r);
+  check_replicas(step, r);
   return r;
 }
 
@@ -197,7 +199,7 @@ bool StepRunner::flagged(int64_t step, StepResult& r) {
                          (policy_.mode() == "stop" ? "" : ", " + std::to_string(v.in_a_row) + " flagged steps in a row") +
                          "; the newest checkpoint holds the last healthy state)");
   if (v.action == StepAction::Rollback) {
-    roll_back(step, what, v, r);
+    roll_back(step, what, std::to_string(v.in_a_row) + " flagged steps in a row", "train.nonfinite=rollback", false, r);
     return true;
   }
   if (!s_.opt.quiet)
@@ -208,20 +210,24 @@ bool StepRunner::flagged(int64_t step, StepResult& r) {
 
 // Back to the newest complete checkpoint taken while healthy; the data of the steps since is
 // skipped, so the run does not meet the same batches again.
-void StepRunner::roll_back(int64_t step, const std::string& what, const StepVerdict& v, StepResult& r) {
+void StepRunner::roll_back(int64_t step, const std::string& what, const std::string& why, const std::string& key,
+                           bool replicas, StepResult& r) {
+  auto stop = [&](const std::string& msg) {
+    if (replicas) throw ReplicaMismatch(msg);
+    throw StepPolicyStop(msg);
+  };
   s_.saver->writer().settle();
   std::optional<LoadedCheckpoint> ck;
   try {
     ck = load_resume_checkpoint(s_.ckpt_root, "auto", s_.models->states(), s_.dist->host(), s_.lead, true, trusted_step_);
   } catch (const std::exception& e) {
-    throw StepPolicyStop(what + ": train.nonfinite=rollback could not load a checkpoint: " + e.what());
+    stop(what + ": " + key + " could not load a checkpoint: " + e.what());
   }
-  if (!ck) throw StepPolicyStop(what + ": train.nonfinite=rollback found no complete checkpoint under " + s_.ckpt_root);
+  if (!ck) stop(what + ": " + key + " found no complete checkpoint under " + s_.ckpt_root);
   rollbacks_there_ = ck->meta.step == rollback_step_ ? rollbacks_there_ + 1 : 1;
   rollback_step_ = ck->meta.step;
   if (rollbacks_there_ > 2)
-    throw StepPolicyStop(what + ": train.nonfinite=rollback went back to " + ck->dir +
-                         " twice already and the steps after it fail again, with other data");
+    stop(what + ": " + key + " went back to " + ck->dir + " twice already and the steps after it fail again, with other data");
   restore_checkpoint(*ck, s_.models->states());
   set_aside_left_timeline(s_.ckpt_root, ck->meta.step, s_.lead, s_.opt.quiet);
   s_.data_offset += step + 1 - ck->meta.step;
@@ -230,9 +236,8 @@ void StepRunner::roll_back(int64_t step, const std::string& what, const StepVerd
   summary_.rollbacks.push_back(step + 1);
   if (!s_.metrics_path.empty()) trim_metrics(s_.metrics_path, ck->meta.step);
   if (!s_.opt.quiet)
-    std::printf("%s: %lld flagged steps in a row, rolled back to %s (step %lld); the data of steps %lld-%lld "
-                "is skipped\n",
-                what.c_str(), (long long)v.in_a_row, ck->dir.c_str(), (long long)ck->meta.step,
+    std::printf("%s: %s, rolled back to %s (step %lld); the data of steps %lld-%lld is skipped\n", what.c_str(),
+                why.c_str(), ck->dir.c_str(), (long long)ck->meta.step,
                 (long long)ck->meta.step + 1, (long long)step + 1);
   r.outcome = StepOutcome::RolledBack;
   r.next_step = ck->meta.step;
@@ -244,6 +249,7 @@ void StepRunner::apply(int64_t step, StepResult& r) {
   r.lr = learning_rate(sched_, step);
   if (Watchdog* w = s_.dist->watchdog()) w->progress(step + 1, "optimizer step");
   window_.as_optimizer([&] { s_.models->step(r.lr, clip_factor(r.norm, s_.cfg.train.grad_clip) / r.loss_scale); });
+  flip_bit_hook(step);
   scaler_.step_applied();  // only now may the scale grow: this step divided by loss_scale
   s_.tokens += s_.tokens_per_step();
   summary_.losses.push_back(r.loss);

@@ -54,8 +54,17 @@ class StepRunner {
   bool overflowed(int64_t step, StepResult& r);
   bool diverged(int64_t step, StepResult& r);
   bool flagged(int64_t step, StepResult& r);
-  void roll_back(int64_t step, const std::string& what, const StepVerdict& v, StepResult& r);
+  // Back to the newest checkpoint; `why` says what led there ("5 flagged
+  // steps in a row"), `key` the setting that asked for it. A rollback that
+  // cannot help stops the run (StepPolicyStop, or ReplicaMismatch when
+  // `replicas`).
+  void roll_back(int64_t step, const std::string& what, const std::string& why, const std::string& key,
+                 bool replicas, StepResult& r);
   void apply(int64_t step, StepResult& r);
+  // train/step_replicas.cpp: the replica check after an applied step, when due,
+  // and the flip_bit test hook it is tested with.
+  void check_replicas(int64_t step, StepResult& r);
+  void flip_bit_hook(int64_t step);
 
   Session& s_;
   StepWindow& window_;
@@ -66,7 +75,8 @@ class StepRunner {
   TestHooks hooks_;
   std::vector<ParamInfo> global_params_;
   std::chrono::steady_clock::time_point t0_;
-  bool nan_fired_ = false, preempt_ = false, last_flagged_ = false;
+  bool nan_fired_ = false, flip_fired_ = false, preempt_ = false, last_flagged_ = false;
+  bool replica_reported_ = false;  // the first check prints its cost
   std::string last_flag_;
   double share_ = 1;  // this step's predicted_share (train/micro_batch.h)
   int64_t completed_ = 0;

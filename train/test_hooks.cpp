@@ -39,10 +39,12 @@ TestHooks test_hooks_for(int rank) {
       h.kill_in_save_step = first_launch ? int64_t(value) : -1;
     else if (name == "signal")
       h.signal_step = first_launch ? int64_t(value) : -1;
+    else if (name == "flip_bit")
+      h.flip_bit_step = int64_t(value);
     else if (name == "skip")
       h.skip_steps.insert(int64_t(value));
     else
-      throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, kill_in_save, signal, skip)");
+      throw std::invalid_argument("TRAINER_TEST_HOOKS: unknown hook '" + name + "' (nan_grad, delay, kill, kill_in_save, signal, skip, flip_bit)");
   }
   return h;
 }

@@ -16,6 +16,10 @@
 //                        nan_grad, only the first time STEP runs (a rollback
 //                        runs it again). May repeat: the reference of an fp16
 //                        run whose loss scale overflowed at several steps
+//   flip_bit=RANK:STEP   after the update of STEP this rank flips the lowest bit
+//                        of the first byte of final_norm.weight (its last stage
+//                        holds it), as silent corruption of one copy would;
+//                        only the first time STEP runs
 // RANK may be * (every rank).
 // Unset in every real run; a malformed entry is an error naming it.
 #pragma once
@@ -29,6 +33,7 @@ struct TestHooks {
   int64_t nan_grad_step = -1;  // for this rank; -1: none
   double delay_ms = 0;
   int64_t kill_step = -1, signal_step = -1, kill_in_save_step = -1;
+  int64_t flip_bit_step = -1;
   std::set<int64_t> skip_steps;  // each taken once (StepRunner erases it)
 };
 

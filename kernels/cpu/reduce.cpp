@@ -2,7 +2,10 @@
 // double (sum_squares in row_math's lanes: one running sum is a chain of
 // dependent adds, and it is the gradient norm's pass over every gradient).
 #include <algorithm>
+#include <cstring>
 #include <vector>
+
+#include "kernels/checksum_math.h"
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32.h"
@@ -45,6 +48,20 @@ double sum(Tensor x) {
 #pragma omp parallel for reduction(+ : s) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) s += p[i];
   return s;
+}
+
+// An integer sum: OpenMP's reduction order cannot change it.
+uint64_t checksum(Tensor x) {
+  const auto* p = static_cast<const unsigned char*>(x.data);
+  const int64_t bytes = int64_t(x.nbytes()), words = (bytes + 3) / 4;
+  uint64_t s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (words > (1 << 16))
+  for (int64_t i = 0; i < words; ++i) {
+    uint32_t w = 0;  // little-endian, as the CUDA backend assembles it
+    std::memcpy(&w, p + 4 * i, size_t(std::min<int64_t>(4, bytes - 4 * i)));
+    s += checksum_math::term(w, uint64_t(i));
+  }
+  return checksum_math::finish(s, uint64_t(bytes));
 }
 
 }  // namespace trainer::cpu

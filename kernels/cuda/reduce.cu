@@ -1,4 +1,5 @@
-// Reductions of the CUDA backend (kernels/op_list.h): sum and sum_squares.
+// Reductions of the CUDA backend (kernels/op_list.h): sum, sum_squares and
+// checksum.
 //
 // Reductions (sum, sum_squares): two passes in fp64, deterministic. Pass 1:
 // G blocks of 256 threads, G a function of n alone; thread t of block b takes
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/checksum_math.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -138,7 +140,62 @@ double reduce(const char* op, const Tensor& x) {
   return host;
 }
 
+// ---- checksum ----------------------------------------------------------------
+
+// One 64-bit integer sum: each warp adds its threads' terms, its lane 0 adds
+// that to the result atomically. Integer addition is associative, so the
+// grid, the order and the timing cannot change the value. Word i is bytes
+// [4i, 4i + 4), zero-padded past the end; an unaligned tensor is read a byte
+// at a time.
+template <bool kAligned>
+__global__ void __launch_bounds__(kReduceThreads)
+    checksum_kernel(const unsigned char* bytes, int64_t n, unsigned long long* result) {
+  const int64_t words = (n + 3) / 4;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  unsigned long long acc = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+    uint32_t w = 0;
+    if (kAligned && 4 * i + 4 <= n) {
+      w = reinterpret_cast<const uint32_t*>(bytes)[i];
+    } else {
+      for (int k = 0; k < 4 && 4 * i + k < n; ++k) w |= uint32_t(bytes[4 * i + k]) << (8 * k);
+    }
+    acc += checksum_math::term(w, uint64_t(i));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (threadIdx.x % 32 == 0) atomicAdd(result, acc);
+}
+
+unsigned long long* checksum_scratch() {
+  static std::mutex mu;
+  static unsigned long long* p = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (p == nullptr) CUDA_CHECK(cudaMalloc(&p, sizeof(unsigned long long)), "checksum result");
+  return p;
+}
+
 }  // namespace
+
+uint64_t checksum(Tensor x) {
+  const int64_t n = int64_t(x.nbytes());
+  if (n == 0) return checksum_math::finish(0, 0);
+  const std::string context = describe("x", x);
+  unsigned long long* result = checksum_scratch();
+  CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(unsigned long long), stream()), "checksum " + context);
+  const int64_t words = (n + 3) / 4;
+  const int blocks = int(std::clamp<int64_t>((words + kReduceThreads - 1) / kReduceThreads, 1, kReduceMaxBlocks));
+  const auto* p = static_cast<const unsigned char*>(x.data);
+  if (reinterpret_cast<uintptr_t>(p) % 4 == 0)
+    launch(checksum_kernel<true>, blocks, kReduceThreads, 0, stream(), p, n, result);
+  else
+    launch(checksum_kernel<false>, blocks, kReduceThreads, 0, stream(), p, n, result);
+  KERNEL_CHECK("checksum_kernel", "checksum " + context);
+  unsigned long long host = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(host), cudaMemcpyDeviceToHost, stream()), "checksum " + context);
+  CUDA_CHECK(cudaStreamSynchronize(stream()), "checksum " + context);
+  return checksum_math::finish(uint64_t(host), uint64_t(n));
+}
 
 double sum_squares(Tensor x) { return reduce<true>("sum_squares", x); }
 

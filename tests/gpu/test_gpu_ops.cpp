@@ -287,6 +287,41 @@ TEST_CASE("gpu sum and sum_squares against float64, NaN propagates", "[gpu][redu
   }
 }
 
+// ---- checksum ------------------------------------------------------------------------
+
+TEST_CASE("gpu checksum equals the CPU's on the same bytes, aligned or not, and sees one flipped bit",
+          "[gpu][reduce]") {
+  // An integer sum: the GPU's value must be the CPU's exactly, whatever the
+  // grid. 16-bit elements: sizes below and above one block, an odd count
+  // (the last word half full), and a start one element into a word (the
+  // unaligned path).
+  for (int64_t n : {int64_t(1), int64_t(3), int64_t(513), int64_t(1 << 19) + 1, int64_t(5 << 19) + 1}) {
+    for (int64_t offset : {int64_t(0), int64_t(1)}) {
+      const std::string tag = fmt("%lld x 16 bits at element %lld", (long long)n, (long long)offset);
+      run_case(tag, [&] {
+        std::vector<uint8_t> host(size_t(2 * (n + offset)));
+        uint64_t z = seed(21) + uint64_t(n);
+        for (uint8_t& b : host) b = uint8_t((z = z * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+        DeviceTensor d({n + offset}, DType::U16);
+        write_bytes(d, host);
+        const Tensor view(static_cast<char*>(d.t().data) + 2 * offset, DType::U16, {n}, Device::CUDA);
+        const uint64_t cpu_value = cpu::checksum(Tensor(host.data() + 2 * offset, DType::U16, {n}));
+        const uint64_t gpu_value = ops::checksum(view);
+        sync("checksum");
+        host[size_t(2 * offset + n)] ^= 0x10;
+        write_bytes(d, host);
+        const uint64_t flipped = ops::checksum(view);
+        sync("checksum after a flip");
+        std::printf("[gpu] checksum %-40s gpu=%016llx cpu=%016llx %s; one bit flipped: %s\n", tag.c_str(),
+                    (unsigned long long)gpu_value, (unsigned long long)cpu_value,
+                    gpu_value == cpu_value ? "equal" : "DIFFER", flipped != gpu_value ? "changed" : "UNCHANGED");
+        CHECK(gpu_value == cpu_value);
+        CHECK(flipped != gpu_value);
+      });
+    }
+  }
+}
+
 // ---- embedding ----------------------------------------------------------------------
 
 TEST_CASE("gpu embedding forward (= and +=) and backward: repeated ids, deterministic",
