@@ -125,6 +125,13 @@ struct TrainConfig {
   // embedding's two pipeline ends; a mismatch stops (exit 5) or rolls back.
   int64_t replica_check_interval = 100;  // 0: off
   std::string replica_policy = "stop";   // stop | rollback
+  // A flagged step (NaN, spike, ceiling) run again on the same data from the
+  // same state first (train/step_rerun.cpp): the same result blames the data
+  // or the numerics and names the step's sequences; a different one is a
+  // transient fault, named by rank, and the run goes on with the re-run's
+  // result (continue) or stops (stop).
+  bool rerun_flagged = false;
+  std::string rerun_transient = "continue";  // continue | stop
   double peak_tflops = 0;             // per device, for MFU; 0: from the GPU table (none on the CPU)
   // Activation recompute (model/recompute.h): none | selective (attention's
   // internals) | full (the whole block from its input).
@@ -190,6 +197,10 @@ struct LogConfig {
   // "S-E" (or "S"): record a timeline of steps S to E, every rank, into
   // <run dir>/trace.json (observe/trace_file.h); "": none.
   std::string trace = "";
+  // Every N steps each rank's resident memory, open file descriptors and
+  // threads, and the run directory's bytes, into metrics.jsonl (a leak shows
+  // as growth; observe/process_stats.h); 0: off.
+  int64_t resources_interval = 1000;
 };
 
 // The steps of log.trace, inclusive; nullopt when the text is not "S-E" or

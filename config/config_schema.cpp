@@ -215,6 +215,14 @@ std::vector<KeySpec> build_schema() {
           "when copies disagree: stop (exit 5, naming the ranks, nodes and tensor) or roll back to the newest "
           "checkpoint (every checkpoint was checked before it was written)")
           .one_of("stop|rollback").aka("on_replica_mismatch"),
+      Row("train.rerun_flagged", FIELD(train.rerun_flagged),
+          "run a flagged step (NaN, spike, ceiling) again on the same data from the same state before the policy "
+          "acts: the same result blames the data or the numerics and names the step's sequences (file and offset), "
+          "a different one is a transient fault named by rank (costs one pass over the gradients a step while on)")
+          .aka("rerun_on_nan check_for_nan_in_loss_and_grad rerun"),
+      Row("train.rerun_transient", FIELD(train.rerun_transient),
+          "a flagged step whose re-run differs: continue with the re-run's result, or stop (exit 4)")
+          .one_of("continue|stop").aka("on_transient_fault"),
       Row("train.peak_tflops", FIELD(train.peak_tflops),
           "peak TFLOP/s of one device for the MFU figure; 0: from the table of known GPUs")
           .at_least(0).aka("peak_flops device_tflops"),
@@ -309,6 +317,10 @@ std::vector<KeySpec> build_schema() {
           "record a timeline of these steps (FIRST-LAST, or one step) on every rank into <run dir>/trace.json "
           "(Chrome trace events: Perfetto, chrome://tracing); empty: none")
           .aka("profile profile_steps trace_steps timeline"),
+      Row("log.resources_interval", FIELD(log.resources_interval),
+          "every N steps, each rank's resident memory, open file descriptors and threads and the run directory's "
+          "bytes into metrics.jsonl (a leak shows as growth); 0: off")
+          .at_least(0).aka("resource_interval memory_log_interval"),
 
       Row("smoke.steps", FIELD(smoke.steps), "steps of the built-in smoke test").at_least(1)
           .aka("iters max_steps"),

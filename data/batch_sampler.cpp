@@ -130,13 +130,22 @@ size_t BatchSampler::entry_of(int64_t step, int64_t index) const {
   return std::min(e, entries_.size() - 1);  // rounding may leave the last bound just under 1
 }
 
-void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets,
-                            int32_t* doc_start) const {
+std::pair<const TokenSource*, int64_t> BatchSampler::locate(int64_t step, int64_t index) const {
   const Entry& e = entries_[entry_of(step, index)];
   const int64_t pos = int64_t(hash(step, index) % uint64_t(e.windows.back()));
   const size_t fi = size_t(std::upper_bound(e.windows.begin(), e.windows.end(), pos) - e.windows.begin());
-  const int64_t start = pos - (fi == 0 ? 0 : e.windows[fi - 1]);
-  const TokenSource& f = *e.files[fi];
+  return {e.files[fi].get(), pos - (fi == 0 ? 0 : e.windows[fi - 1])};
+}
+
+std::pair<std::string, int64_t> BatchSampler::where(int64_t step, int64_t index) const {
+  const auto [f, start] = locate(step, index);
+  return {f->data_path(), start};
+}
+
+void BatchSampler::sequence(int64_t step, int64_t index, int32_t* inputs, int32_t* targets,
+                            int32_t* doc_start) const {
+  const auto [source, start] = locate(step, index);
+  const TokenSource& f = *source;
 
   // Chunks keep the buffer on the stack: no allocation, no shared state.
   constexpr int64_t kChunk = 512;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/token_file.h"
@@ -64,6 +65,10 @@ class BatchSampler {
   // a file (data/loss_mask.h: a target is -1 where its token is masked out).
   bool masks_targets() const { return masks_; }
 
+  // Where sequence (step, index) starts: its file and the token offset of its
+  // first input there (what sequence() reads from, for a record a user can
+  // open the data at).
+  std::pair<std::string, int64_t> where(int64_t step, int64_t index) const;
   // Which entry sequence (step, index) draws from; sequence() uses the same.
   size_t entry_of(int64_t step, int64_t index) const;
 
@@ -76,6 +81,7 @@ class BatchSampler {
 
  private:
   uint64_t hash(int64_t step, int64_t index) const;
+  std::pair<const TokenSource*, int64_t> locate(int64_t step, int64_t index) const;
   void mark_documents(const TokenSource& f, int64_t start, int32_t* targets, int32_t* doc_start) const;
 
   std::string split_;

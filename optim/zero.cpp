@@ -307,6 +307,7 @@ void ZeroOptimizer::load(const PieceReader& read, bool moments) {
 }
 
 void ZeroOptimizer::begin_step() {
+  fingerprint_ = 0;
   if (stage_ < 2) {
     zero_grads(m_);
   } else {
@@ -468,14 +469,17 @@ bool ZeroOptimizer::has_tied(int unit) const {
   return false;
 }
 
-void ZeroOptimizer::maybe_poison(Tensor grads) {
-  if (!poison_ || grads.numel() == 0) return;
-  poison_ = false;
-  ops::fill(grads.view({grads.numel()}).slice0(0, 1), std::numeric_limits<float>::quiet_NaN());
+void ZeroOptimizer::before_reduction(Tensor grads) {
+  if (grads.numel() == 0) return;
+  if (poison_) {
+    poison_ = false;
+    ops::fill(grads.view({grads.numel()}).slice0(0, 1), std::numeric_limits<float>::quiet_NaN());
+  }
+  if (fingerprint_on_) fingerprint_ += ops::sum_squares(grads);
 }
 
 void ZeroOptimizer::issue_reduction(int unit) {
-  if (units_[size_t(unit)].bytes > 0) maybe_poison(unit_range(m_.grad_arena, unit));
+  if (units_[size_t(unit)].bytes > 0) before_reduction(unit_range(m_.grad_arena, unit));
   if (shards(unit) == 1 || units_[size_t(unit)].bytes == 0) return;
   if (stage_ == 0)
     pending_.push_back(comm(unit).all_reduce_async(unit_range(m_.grad_arena, unit)));
@@ -544,7 +548,7 @@ void ZeroOptimizer::close_grads(int unit) {
         return;
       }
       const int64_t se = shard_elems(u, elem_);
-      maybe_poison(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
+      before_reduction(flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
       s.pending = comm(unit).reduce_scatter_async(flat(s.staging.data, m_.dims.act, 0, se),
                                                   flat(s.buf.data, m_.dims.act, 0, int64_t(u.bytes / elem_)));
       if (!overlap_) land(s);

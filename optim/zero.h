@@ -144,6 +144,11 @@ class ZeroOptimizer final : public UnitHooks {
   // complete gets a NaN in its first element on this rank, before they are
   // reduced, as a NaN produced by this rank's backward would.
   void poison_next_gradient() { poison_ = true; }
+  // train.rerun_flagged: the sum of squares of this rank's own gradients
+  // before any reduction, over the step (one more pass over them while on):
+  // what tells, on a re-run, which rank computed something else.
+  void set_gradient_fingerprint(bool on) { fingerprint_on_ = on; }
+  double gradient_fingerprint() const { return fingerprint_; }
   void step(double lr, double grad_scale);
 
   // The elements this rank writes to a checkpoint (its dp shard at every
@@ -214,7 +219,9 @@ class ZeroOptimizer final : public UnitHooks {
   bool poison_ = false;
   bool overlap_ = true;
   double local_sum_squares_ = 0;
-  void maybe_poison(Tensor grads);
+  void before_reduction(Tensor grads);  // the poison hook and the fingerprint
+  bool fingerprint_on_ = false;
+  double fingerprint_ = 0;
   bool mixed_ = false;
   size_t elem_ = 4;
   std::vector<UnitLayout> units_;

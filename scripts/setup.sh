@@ -85,6 +85,9 @@ optional_venv .venv-tensorboard tensorboard tests/tensorboard_reader_test.py 300
 # Parquet and save_to_disk folders (tests/prepare_corpus_test.py writes them with datasets);
 # pandas < 2.3 keeps Debian's numpy 1.24 (which torch 1.13 is built against) the one the venv sees.
 # megatron-core (no dependencies of its own): Megatron's IndexedDataset reads what prepare_corpus writes.
-optional_venv .venv-hf "transformers, safetensors, pyarrow, datasets, megatron.core.datasets.indexed_dataset" \
+# jinja2: transformers renders chat templates with it (prepare_corpus.py --chat, docs/FINE_TUNE.md) but
+# does not require it, and Debian's python3-jinja2 comes only as a recommendation of other packages.
+optional_venv .venv-hf "transformers, safetensors, pyarrow, datasets, megatron.core.datasets.indexed_dataset, jinja2" \
   "tests/hf/hf_*_test.py, tests/hf_tokenizer_test.sh and tests/prepare_corpus_test.py" 600 \
-  "transformers==4.40.2" "safetensors>=0.4,<0.5" "pyarrow<17" "datasets==2.19.1" "pandas<2.3" "megatron-core==0.8.0"
+  "transformers==4.40.2" "safetensors>=0.4,<0.5" "pyarrow<17" "datasets==2.19.1" "pandas<2.3" "megatron-core==0.8.0" \
+  "jinja2>=3.0"

@@ -1,5 +1,7 @@
 #include "train/engine.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -80,6 +82,32 @@ void score_eval_task(Session& s, int64_t step) {
   s.log->task(step, s.cfg.train.eval_task, int64_t(s.eval_task.size()), r.acc, r.acc_norm);
 }
 
+// log.resources_interval: every rank's sample, gathered (a collective at
+// the same step everywhere), and the run directory's bytes.
+void record_resources(Session& s, int64_t step) {
+  const ProcessSample mine = sample_process();
+  Communicator& host = s.dist->host();
+  std::vector<double> all(size_t(3 * host.size()));
+  const double v[3] = {mine.resident_bytes, mine.open_fds, mine.threads};
+  if (host.size() > 1)
+    host.all_gather(Tensor(all.data(), DType::F64, {int64_t(all.size())}), Tensor(const_cast<double*>(v), DType::F64, {3}));
+  else
+    std::copy(v, v + 3, all.begin());
+  if (!s.lead || !s.log) return;
+  nlohmann::json rss = nlohmann::json::array(), fds = nlohmann::json::array(), threads = nlohmann::json::array();
+  for (int k = 0; k < host.size(); ++k) {
+    rss.push_back(std::round(all[size_t(3 * k)] / (1 << 20) * 100) / 100);
+    fds.push_back(all[size_t(3 * k + 1)]);
+    threads.push_back(all[size_t(3 * k + 2)]);
+  }
+  auto mib = [](double bytes) { return std::round(bytes / (1 << 20) * 100) / 100; };
+  s.log->record(nlohmann::json{{"step", step},
+                               {"resources", {{"rss_mib", rss}, {"open_fds", fds}, {"threads", threads},
+                                              {"run_dir_mib", mib(directory_bytes(s.run_dir))},
+                                              {"checkpoints_mib", mib(directory_bytes(s.ckpt_root))}}}}
+                    .dump());
+}
+
 void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_t step, const StepResult& r,
                    bool loss_scaling) {
   const Config& cfg = s.cfg;
@@ -100,6 +128,7 @@ void after_applied(Session& s, StepWindow& window, TrainSummary& summary, int64_
   if (s.saver->holding()) window.as_checkpoint([&] { s.saver->confirm(true, false, summary); });
   if (s.saver->due(step, last))
     window.as_checkpoint([&] { s.saver->maybe_save(*s.models, step, s.tokens, s.data_offset, last, summary); });
+  if (cfg.log.resources_interval > 0 && (step % cfg.log.resources_interval == 0 || last)) record_resources(s, step);
   // Every rank evaluates: under ZeRO-3 the forward gathers weights from all.
   if (s.valid_batch && ((cfg.train.eval_interval > 0 && step % cfg.train.eval_interval == 0) || last)) {
     if (Watchdog* w = s.dist->watchdog()) w->progress(step, "evaluation");

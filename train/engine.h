@@ -42,9 +42,13 @@ struct RunOptions {
   LaunchInfo launch;               // world_size > 1: data-parallel ranks over the store + communicators
 };
 
+inline constexpr size_t kStepHistory = 1000;
+
 struct TrainSummary {
   int64_t start_step = 0, end_step = 0;
-  std::vector<double> losses, grad_norms, step_ms;  // per step run in this process
+  // Per step run in this process: every step of a smoke test, the first
+  // kStepHistory of a run (metrics.jsonl has them all).
+  std::vector<double> losses, grad_norms, step_ms;
   std::vector<double> val_losses;
   std::vector<double> loss_scales;     // the loss scale each recorded step used (1 without scaling)
   std::vector<int64_t> skipped_steps;  // steps skipped for a gradient overflow under loss scaling (1-based)

@@ -93,6 +93,16 @@ double StageModels::local_grad_sum_squares() const {
   return s;
 }
 
+void StageModels::set_gradient_fingerprint(bool on) {
+  for (auto& c : chunks_) c->zero->set_gradient_fingerprint(on);
+}
+
+double StageModels::gradient_fingerprint() const {
+  double s = 0;
+  for (const auto& c : chunks_) s += c->zero->gradient_fingerprint();
+  return s;
+}
+
 void StageModels::step(double lr, double grad_scale) {
   for (auto& c : chunks_) c->zero->step(lr, grad_scale);
 }

@@ -53,6 +53,9 @@ class StageModels {
   void finish_backward();
   double grad_sum_squares();  // collective over the host group, once per chunk
   double local_grad_sum_squares() const;  // this rank's part of the last one
+  // ZeroOptimizer's gradient fingerprint, summed over the chunks.
+  void set_gradient_fingerprint(bool on);
+  double gradient_fingerprint() const;
   // The first parameter of the whole model (in `global` order) whose
   // gradient is non-finite on some rank; "" when none (collective).
   std::string first_nonfinite_gradient(const std::vector<ParamInfo>& global, Communicator& host);

@@ -51,18 +51,25 @@ StepResult StepRunner::run(int64_t step) {
   r.next_step = step + 1;
   r.loss_scale = scaler_.scale();
   double loss_sum = 0, aux_sum = 0;
+  s_.models->set_gradient_fingerprint(s_.cfg.train.rerun_flagged && !s_.opt.smoke);
   forward_backward(step, r.loss_scale, loss_sum, aux_sum);
   completed_ = step + 1;
-  const ModelDims& d = s_.dims;
-  r.loss = loss_sum / (double(s_.M * d.N() * s_.dp) * share_);
-  r.aux = aux_sum / double(s_.M * s_.dp * s_.dist->mesh().cp);  // each cp rank reports the same, whole value
-  window_.as_optimizer([&] { r.norm = std::sqrt(s_.models->grad_sum_squares()) / r.loss_scale; });
+  measure(r, loss_sum, aux_sum);
   if (overflowed(step, r) || diverged(step, r)) return r;
   last_flagged_ = false;
+  if (!s_.opt.smoke && s_.cfg.train.rerun_flagged) rerun_if_flagged(step, r);
   if (!s_.opt.smoke && flagged(step, r)) return r;
   apply(step, r);
   check_replicas(step, r);
   return r;
+}
+
+// The step's loss, aux loss and gradient norm from the ranks' sums.
+void StepRunner::measure(StepResult& r, double loss_sum, double aux_sum) {
+  const ModelDims& d = s_.dims;
+  r.loss = loss_sum / (double(s_.M * d.N() * s_.dp) * share_);
+  r.aux = aux_sum / double(s_.M * s_.dp * s_.dist->mesh().cp);  // each cp rank reports the same, whole value
+  window_.as_optimizer([&] { r.norm = std::sqrt(s_.models->grad_sum_squares()) / r.loss_scale; });
 }
 
 void StepRunner::begin(int64_t step) {
@@ -121,6 +128,7 @@ void StepRunner::forward_backward(int64_t step, double loss_scale, double& loss_
   window_.add_pipeline_wait(pr.wait_s);
   loss_sum = pr.loss_sum;
   aux_sum = pr.aux_sum;
+  local_loss_ = pr.loss_sum;
   if (Watchdog* w = s_.dist->watchdog()) w->progress(step + 1, "gradient reduction");
   s_.models->finish_backward();  // the unit reductions overlapped backward; the last ones land here
   // The loss sums carry the ranks' stop requests (train/preemption.h):
@@ -252,10 +260,14 @@ void StepRunner::apply(int64_t step, StepResult& r) {
   flip_bit_hook(step);
   scaler_.step_applied();  // only now may the scale grow: this step divided by loss_scale
   s_.tokens += s_.tokens_per_step();
-  summary_.losses.push_back(r.loss);
-  summary_.grad_norms.push_back(r.norm);
-  summary_.loss_scales.push_back(r.loss_scale);
-  summary_.step_ms.push_back(1e3 * seconds_since(t0_));
+  // Every step of a smoke test (its verdict reads them all); of a run, the
+  // first kStepHistory: a run of a million steps must not grow by them.
+  if (s_.opt.smoke || summary_.losses.size() < kStepHistory) {
+    summary_.losses.push_back(r.loss);
+    summary_.grad_norms.push_back(r.norm);
+    summary_.loss_scales.push_back(r.loss_scale);
+    summary_.step_ms.push_back(1e3 * seconds_since(t0_));
+  }
   summary_.end_step = step + 1;
   if (s_.dump) s_.dump->record_step(r.loss, r.aux, r.lr, r.norm);
   r.outcome = StepOutcome::Applied;

@@ -50,6 +50,9 @@ class StepRunner {
 
  private:
   void begin(int64_t step);
+  void measure(StepResult& r, double loss_sum, double aux_sum);
+  // train/step_rerun.cpp: a flagged step run again (train.rerun_flagged).
+  void rerun_if_flagged(int64_t step, StepResult& r);
   void forward_backward(int64_t step, double loss_scale, double& loss_sum, double& aux_sum);
   bool overflowed(int64_t step, StepResult& r);
   bool diverged(int64_t step, StepResult& r);
@@ -79,6 +82,7 @@ class StepRunner {
   bool replica_reported_ = false;  // the first check prints its cost
   std::string last_flag_;
   double share_ = 1;  // this step's predicted_share (train/micro_batch.h)
+  double local_loss_ = 0;  // this rank's loss sum of the step, before the sum over ranks
   int64_t completed_ = 0;
   // Rollbacks to the same checkpoint in a row: the third means the fault is
   // not in the data, and the run stops.

@@ -60,7 +60,7 @@ std::string StepPolicy::spike(const char* what, double x, const std::deque<doubl
   return buf;
 }
 
-StepVerdict StepPolicy::judge(double loss, double grad_norm) {
+StepVerdict StepPolicy::classify(double loss, double grad_norm) const {
   StepVerdict v;
   char buf[200];
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -83,6 +83,11 @@ StepVerdict StepPolicy::judge(double loss, double grad_norm) {
                   grad_norm, norm_ceiling_);
     v.why = buf;
   }
+  return v;
+}
+
+StepVerdict StepPolicy::judge(double loss, double grad_norm) {
+  StepVerdict v = classify(loss, grad_norm);
   if (v.flag == StepFlag::Healthy) {
     in_a_row_ = 0;
     losses_.push_back(loss);

@@ -55,6 +55,8 @@ class StepPolicy {
   explicit StepPolicy(const TrainConfig& t, int64_t vocab_size = 0);
   // Judges one step and, when healthy, adds its loss and norm to the window.
   StepVerdict judge(double loss, double grad_norm);
+  // The flag judge would give, changing nothing (the action is not set).
+  StepVerdict classify(double loss, double grad_norm) const;
   // A step flagged from outside (test hook), counted like a non-finite one.
   StepVerdict flag(const std::string& why);
   // After a rollback: the window and the count start again.
