@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/gpu_health.h"
 #include "config/config.h"
 #include "observe/placement_report.h"
 #include "observe/step_time.h"
@@ -28,6 +29,7 @@ namespace trainer {
 struct RankReport {
   double tokens_per_s = 0, step_ms = 0, grad_norm = 0;  // grad_norm: of this rank's shard
   StepTime time;                                        // per step
+  GpuHealth gpu;                                        // NVML's sample (runtime/nvml.h); read = false without
   double busy_ms() const { return step_ms - 1e3 * time.comm_total(); }
 };
 
@@ -43,7 +45,11 @@ class RankMonitor {
   // returns the alert lines ("" when none); "" on the other ranks.
   // held_ms: per rank, the milliseconds per step an average other rank
   // waited for it (the same on every rank).
+  // A straggler whose GPU throttles is named with the cause
+  // (observe/gpu_report.h: "SM clock 1.21 of 1.98 GHz, thermal slowdown").
   std::string report(int64_t step, const RankReport& mine, const std::vector<double>& held_ms);
+  // Every rank's GPU sample of the last report (rank 0; for TensorBoard).
+  const std::vector<GpuHealth>& gpus() const { return gpus_; }
 
  private:
   Communicator& host_;
@@ -53,6 +59,7 @@ class RankMonitor {
   std::vector<int> local_ranks_;
   std::vector<std::deque<double>> shares_;  // per rank, its last intervals' share of the step the others waited for it
   std::vector<int64_t> slow_;                // intervals in a row each rank's average has been above the threshold
+  std::vector<GpuHealth> gpus_;
   FILE* out_ = nullptr;
 };
 

@@ -1,5 +1,7 @@
 #include "observe/step_window.h"
 
+#include "observe/gpu_report.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -83,12 +85,16 @@ void StepWindow::close_window(const StepMetrics& sm, double secs, double rank_gr
   rr.step_ms = 1e3 * seconds_since(window_wall0_) / double(window_iterations_);
   rr.grad_norm = rank_grad_norm;
   rr.time = per;
+  if (s_.gpu) rr.gpu = s_.gpu();
   // Who the others waited for (observe/wait_attribution.h): milliseconds
   // per step of an average other rank.
   std::vector<double> held = attribute_waits(*s_.timed, *s_.host, s_.mesh.pp, s_.dims.E > 0);
   for (double& h : held) h *= 1e3 / double(window_iterations_) / double(std::max(1, s_.world_size - 1));
   const std::string alerts = monitor_.report(sm.step, rr, held);
   if (s_.lead && !alerts.empty()) std::printf("%s", alerts.c_str());
+  if (s_.lead)
+    for (size_t r = 0; r < monitor_.gpus().size(); ++r)
+      if (monitor_.gpus()[r].read) s_.log->scalars(sm.step, gpu_scalars(int(r), monitor_.gpus()[r]));
   if (s_.dims.E > 0) {
     sum_expert_load(expert_load_, *s_.host, s_.mesh.tp);
     const std::vector<LayerLoad> loads = layer_loads(expert_load_);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,6 +52,8 @@ class StepWindow {
     double peak = 0;         // TFLOP/s of one device; 0: unknown
     std::string run_dir;     // the rank monitor's ranks.jsonl; "" on other ranks
     bool resumed = false;
+    // This rank's GPU sample at each log window (runtime/nvml.h); empty: none.
+    std::function<GpuHealth()> gpu;
   };
   StepWindow(const Setup& s, const LogConfig& log_cfg);
 

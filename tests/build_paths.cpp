@@ -4,6 +4,7 @@ namespace trainer::test {
 
 const char* trainer_bin() { return BUILD_TRAINER_BIN; }
 const char* source_dir() { return BUILD_SOURCE_DIR; }
+const char* nvml_standin_file() { return BUILD_NVML_STANDIN_FILE; }
 #ifdef BUILD_CUDA_MODULE_FILE
 const char* cuda_module_file() { return BUILD_CUDA_MODULE_FILE; }
 const char* stand_in_cuda_module_file() { return BUILD_STAND_IN_CUDA_MODULE_FILE; }

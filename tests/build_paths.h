@@ -10,6 +10,7 @@ const char* source_dir();
 const char* cuda_module_file();           // "" when this build has no CUDA module
 const char* stand_in_cuda_module_file();  // "" likewise
 const char* cuda_emu_module_file();       // "" when this build has no emulated CUDA module
+const char* nvml_standin_file();          // tests/nvml_standin.cpp's library
 }  // namespace trainer::test
 
 #define TRAINER_BIN (::trainer::test::trainer_bin())
@@ -17,3 +18,4 @@ const char* cuda_emu_module_file();       // "" when this build has no emulated 
 #define TRAINER_CUDA_MODULE_FILE (::trainer::test::cuda_module_file())
 #define STAND_IN_CUDA_MODULE_FILE (::trainer::test::stand_in_cuda_module_file())
 #define TRAINER_CUDA_EMU_MODULE (::trainer::test::cuda_emu_module_file())
+#define NVML_STANDIN_FILE (::trainer::test::nvml_standin_file())

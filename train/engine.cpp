@@ -17,6 +17,7 @@
 #include "observe/step_window.h"
 #include "observe/trace_file.h"
 #include "runtime/watchdog.h"
+#include "train/gpu_watch.h"
 #include "train/micro_batch.h"
 #include "train/preemption.h"
 #include "train/session.h"
@@ -54,6 +55,7 @@ StepWindow::Setup window_setup(Session& s) {
   w.peak = peak_tflops(s.dev.line, s.storage != DType::F32, s.cfg.train.peak_tflops);
   w.run_dir = s.run_dir;
   w.resumed = s.start_step > 0;
+  w.gpu = [&s] { return s.nvml ? s.nvml->read() : GpuHealth{}; };  // opened after the window (open_gpu_watch)
   return w;
 }
 
@@ -231,6 +233,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
   // A rank blocked on a dead peer ends at once once a signal asks it to.
   if (Watchdog* w = s.dist->watchdog()) w->set_stop_requested(&preemption_requested);
   StepRunner runner(s, window, summary);
+  open_gpu_watch(s);
   RunTrace timeline(trace_setup(s));
   if (s.lead)
     if (const double age = process_age_seconds(); age >= 0)
@@ -252,6 +255,7 @@ TrainSummary run_training(const Config& cfg, const RunOptions& opt) {
       if (timeline.writes_after(step + 1))
         if (Watchdog* w = s.dist->watchdog()) w->progress(step + 1, "log.trace: merging every rank's timeline");
       timeline.after_step(step + 1);
+      check_gpu_errors(s, step + 1);
       if (r.outcome == StepOutcome::Diverged) break;
       step = r.next_step;
     }

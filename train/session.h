@@ -30,6 +30,7 @@
 #include "planner/step_estimate.h"
 #include "runtime/device_select.h"
 #include "runtime/distributed_run.h"
+#include "runtime/nvml.h"
 #include "train/engine.h"
 #include "train/run_identity.h"
 #include "train/run_lock.h"
@@ -90,6 +91,8 @@ class Session {
   int64_t tokens = 0;       // seen by the state the models hold
   int64_t data_offset = 0;  // data steps skipped by rollbacks (checkpoint meta data_offset)
   std::unique_ptr<MetricsLog> log;
+  std::unique_ptr<NvmlReader> nvml;  // this rank's GPU (train/gpu_watch.h); null: not read
+  uint64_t ecc_seen = 0;             // its uncorrected ECC count last seen
   std::unique_ptr<RunSaver> saver;
   std::unique_ptr<ReferenceDump> dump;
 

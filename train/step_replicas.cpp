@@ -26,6 +26,7 @@ void StepRunner::check_replicas(int64_t step, StepResult& r) {
     v = trainer::check_replicas(*s_.models, *s_.dist, global_params_, s_.places.host);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (v.sets == 0) return;  // one copy of everything (one process, ZeRO-3 without tp): nothing to compare
   if (s_.lead && s_.log) {
     char rec[256];
     std::snprintf(rec, sizeof rec, "{\"step\": %lld, \"replica_check\": {\"ok\": %s, \"ms\": %.3f, \"pieces\": %zu, \"sets\": %zu}}",
