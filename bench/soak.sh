@@ -32,4 +32,4 @@ torchrun -r 1 -t 2 --log_dir "$WORK/torchrun_logs" --nproc_per_node 2 --rdzv_bac
   --rdzv_endpoint "localhost:$port" --no_python "$BIN" "${common[@]}" --set train.threads=1 --set run.dir="$WORK/dp2" \
   > "$WORK/dp2.log" 2>&1 || { tail -20 "$WORK/dp2.log"; exit 1; }
 echo "soak: dp2 took $((SECONDS - t0)) s"
-/usr/bin/python3 bench/soak_report.py --png "$PNG" "one process=$WORK/one" "dp2 (torchrun)=$WORK/dp2"
+/usr/bin/python3 bench/soak_report.py --png "$PNG" --every 10000 "one process=$WORK/one" "dp2 (torchrun)=$WORK/dp2"
