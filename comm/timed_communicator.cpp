@@ -64,13 +64,16 @@ class TimedWork final : public Work {
  public:
   // p2p: sends and receives, whose waits pair different ranks per call.
   TimedWork(TimedCommunicator& c, std::unique_ptr<Work> w, const char* op, int64_t bytes, bool p2p = false)
-      : c_(c), w_(std::move(w)), op_(op), bytes_(bytes), p2p_(p2p), issued_ns_(trace::on() ? trace::now_ns() : 0) {}
+      : c_(c), w_(std::move(w)), op_(op), bytes_(bytes), p2p_(p2p), issued_ns_(trace::now_ns()) {}
+  // The run is traced where its busy time is counted, at the wait: a
+  // collective issued before the recorded steps and waited inside them (ZeRO
+  // 1-2's weight gathers run from one step into the next) is in both.
   void wait() override {
     const double blocked0 = c_.blocked_seconds();
     timed(c_, [&] { w_->wait(); }, Traced{op_, bytes_, false, "wait "}, !p2p_);
     const double busy = w_->busy_seconds();
     c_.add_busy(busy >= 0 ? busy : c_.blocked_seconds() - blocked0);
-    if (issued_ns_ && trace::on()) trace_run();
+    if (trace::on()) trace_run();
   }
   double busy_seconds() const override { return w_->busy_seconds(); }
   std::pair<int64_t, int64_t> ran_ns() const override { return w_->ran_ns(); }

@@ -57,7 +57,7 @@ TEST_CASE("gpu report: throttle reasons by name, a throttled GPU, the cause in w
   CHECK(gpu_json(g).find("\"throttle_reasons\": \"0x40\"") != std::string::npos);
 }
 
-TEST_CASE("nvml reader: the stand-in's scripted device, sample by sample; a missing library is named", "[nvml]") {
+TEST_CASE("nvml reader: the stand-in's scripted device, sample by sample, and a missing library named", "[nvml]") {
   const fs::path script = fs::temp_directory_path() / ("nvml_script_" + std::to_string(::getpid()));
   std::ofstream(script) << kScript;
   setenv("TRAINER_NVML_LIBRARY", NVML_STANDIN_FILE, 1);
