@@ -90,19 +90,16 @@ void record_resources(Session& s, int64_t step) {
   const ProcessSample mine = sample_process();
   Communicator& host = s.dist->host();
   std::vector<double> all(size_t(3 * host.size()));
-  const double v[3] = {mine.resident_bytes, mine.open_fds, mine.threads};
-  if (host.size() > 1)
-    host.all_gather(Tensor(all.data(), DType::F64, {int64_t(all.size())}), Tensor(const_cast<double*>(v), DType::F64, {3}));
-  else
-    std::copy(v, v + 3, all.begin());
+  double v[3] = {mine.resident_bytes, mine.open_fds, mine.threads};
+  host.all_gather(Tensor(all.data(), DType::F64, {int64_t(all.size())}), Tensor(v, DType::F64, {3}));
   if (!s.lead || !s.log) return;
+  auto mib = [](double bytes) { return std::round(bytes / (1 << 20) * 100) / 100; };
   nlohmann::json rss = nlohmann::json::array(), fds = nlohmann::json::array(), threads = nlohmann::json::array();
   for (int k = 0; k < host.size(); ++k) {
-    rss.push_back(std::round(all[size_t(3 * k)] / (1 << 20) * 100) / 100);
+    rss.push_back(mib(all[size_t(3 * k)]));
     fds.push_back(all[size_t(3 * k + 1)]);
     threads.push_back(all[size_t(3 * k + 2)]);
   }
-  auto mib = [](double bytes) { return std::round(bytes / (1 << 20) * 100) / 100; };
   s.log->record(nlohmann::json{{"step", step},
                                {"resources", {{"rss_mib", rss}, {"open_fds", fds}, {"threads", threads},
                                               {"run_dir_mib", mib(directory_bytes(s.run_dir))},

@@ -83,6 +83,36 @@ std::vector<int> intersect(std::vector<int> a, const std::vector<int>& b) {
   return out;
 }
 
+// Who to name among the sets that disagree, and how they were told apart
+// (the order of the header's rules).
+std::vector<int> suspects(const std::vector<Copies*>& differ, std::string& how) {
+  std::set<int> named;
+  for (const Copies* c : differ)
+    if (c->strong) named.insert(c->bad.begin(), c->bad.end());
+  if (!named.empty()) {
+    how = "they disagree with the majority of their copies";
+    return {named.begin(), named.end()};
+  }
+  std::vector<int> common = differ.front()->bad;
+  for (const Copies* c : differ) common = intersect(common, c->bad);
+  const bool narrows = !common.empty() && std::any_of(differ.begin(), differ.end(), [&](const Copies* c) {
+    return c->bad.size() > common.size();
+  });
+  if (narrows) {
+    how = "each set has two copies and no majority; these ranks are in every set that disagrees";
+    return common;
+  }
+  const bool owned = std::all_of(differ.begin(), differ.end(), [](const Copies* c) { return !c->owner_bad.empty(); });
+  for (const Copies* c : differ) {
+    const std::vector<int>& these = owned ? c->owner_bad : c->bad;
+    named.insert(these.begin(), these.end());
+  }
+  how = owned ? "two copies without a majority; these differ from their ZeRO shard's owner, whose update the "
+                "all-gather sent (if the owner's own copy changed after the gather, it is the owner instead)"
+              : "two copies without a majority: the check cannot tell which of them is wrong";
+  return {named.begin(), named.end()};
+}
+
 }  // namespace
 
 ReplicaVerdict judge_replicas(const std::vector<ReplicaRecord>& all, const std::vector<std::string>& names,
@@ -95,7 +125,6 @@ ReplicaVerdict judge_replicas(const std::vector<ReplicaRecord>& all, const std::
   v.pieces = all.size();
   std::set<std::pair<uint64_t, uint64_t>> groups;
   std::vector<Copies*> differ;
-  const Key* first = nullptr;
   for (auto& [key, c] : sets) {
     groups.insert({std::get<3>(key), std::get<4>(key)});
     std::sort(c.of.begin(), c.of.end(), [](const ReplicaRecord* a, const ReplicaRecord* b) { return a->rank < b->rank; });
@@ -103,41 +132,13 @@ ReplicaVerdict judge_replicas(const std::vector<ReplicaRecord>& all, const std::
     const bool same = std::all_of(c.of.begin(), c.of.end(), [&](const ReplicaRecord* r) { return r->hash == c.of[0]->hash; });
     if (same) continue;
     judge_copies(c);
-    if (differ.empty()) first = &key;
     differ.push_back(&c);
   }
   v.sets = groups.size();
   if (differ.empty()) return v;
   v.ok = false;
-  // Who to name, and how they were told apart (the header).
-  std::set<int> strong;
-  for (const Copies* c : differ)
-    if (c->strong) strong.insert(c->bad.begin(), c->bad.end());
   std::string how;
-  if (!strong.empty()) {
-    v.ranks.assign(strong.begin(), strong.end());
-    how = "they disagree with the majority of their copies";
-  } else {
-    std::vector<int> common = differ.front()->bad;
-    for (const Copies* c : differ) common = intersect(common, c->bad);
-    const bool narrows = !common.empty() && std::any_of(differ.begin(), differ.end(), [&](const Copies* c) {
-      return c->bad.size() > common.size();
-    });
-    const bool owned = std::all_of(differ.begin(), differ.end(), [](const Copies* c) { return !c->owner_bad.empty(); });
-    std::set<int> named;
-    if (narrows) {
-      named.insert(common.begin(), common.end());
-      how = "each set has two copies and no majority; these ranks are in every set that disagrees";
-    } else if (owned) {
-      for (const Copies* c : differ) named.insert(c->owner_bad.begin(), c->owner_bad.end());
-      how = "two copies without a majority; these differ from their ZeRO shard's owner, whose update the all-gather "
-            "sent (if the owner's own copy changed after the gather, it is the owner instead)";
-    } else {
-      for (const Copies* c : differ) named.insert(c->bad.begin(), c->bad.end());
-      how = "two copies without a majority: the check cannot tell which of them is wrong";
-    }
-    v.ranks.assign(named.begin(), named.end());
-  }
+  v.ranks = suspects(differ, how);
   const Copies& c = *differ.front();
   const ReplicaRecord& r0 = *c.of.front();
   const std::string tensor = r0.param < names.size() ? names[size_t(r0.param)] : "parameter " + std::to_string(r0.param);
@@ -150,7 +151,7 @@ ReplicaVerdict judge_replicas(const std::vector<ReplicaRecord>& all, const std::
   }
   v.message = "replicas disagree: rank" + std::string(v.ranks.size() > 1 ? "s " : " ") +
               rank_list(v.ranks, host_of_rank) + " (" + how + "). First differing tensor: '" + tensor + "' (" +
-              kReplicaWhat[std::get<2>(*first)] + ", elements from " + std::to_string(r0.begin) + "), between the " +
+              kReplicaWhat[r0.what] + ", elements from " + std::to_string(r0.begin) + "), between the " +
               group_label(r0.group) + " of ranks " + rank_list(members, {}) + "; " + std::to_string(differ.size()) +
               " piece" + (differ.size() > 1 ? "s" : "") + " of " + std::to_string(tensors.size()) + " tensor" +
               (tensors.size() > 1 ? "s" : "") + " differ";

@@ -40,10 +40,7 @@ void StepRunner::rerun_if_flagged(int64_t step, StepResult& r) {
   mine[3] = s_.models->gradient_fingerprint();
   Communicator& host = s_.dist->host();
   std::vector<double> all(size_t(4 * host.size()));
-  if (host.size() > 1)
-    host.all_gather(Tensor(all.data(), DType::F64, {int64_t(all.size())}), Tensor(mine, DType::F64, {4}));
-  else
-    std::memcpy(all.data(), mine, sizeof mine);
+  host.all_gather(Tensor(all.data(), DType::F64, {int64_t(all.size())}), Tensor(mine, DType::F64, {4}));
   std::vector<int> changed;
   for (int k = 0; k < host.size(); ++k)
     if (!same_bits(all[size_t(4 * k)], all[size_t(4 * k + 2)]) || !same_bits(all[size_t(4 * k + 1)], all[size_t(4 * k + 3)]))
